@@ -1,0 +1,10 @@
+"""fairseq-sparse: a fairseq plugin (``--user-dir fairseq_sparse``).
+
+Importing the package makes fairseq checkpoints loadable on torch >= 2.6 and
+registers every task, model, criterion and scorer it defines.
+"""
+
+from . import checkpoint_compat  # noqa: F401  (must run before any checkpoint is loaded)
+from . import entmax  # noqa: F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,13 @@
+"""Sparse normalisers: the one place the sparsemax / entmax maths lives."""
+
+from .activations import (  # noqa: F401
+    Entmax15Function,
+    EntmaxAlphaFunction,
+    SparsemaxFunction,
+    entmax15,
+    entmax_alpha,
+    has_cpp_kernel,
+    sparsemax,
+    support_size,
+    use_backend,
+)

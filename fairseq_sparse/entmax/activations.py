@@ -1,0 +1,199 @@
+"""Sparsemax, 1.5-entmax and alpha-entmax as autograd Functions.
+
+All three are the alpha-entmax transformation (Peters, Niculae & Martins, 2019)
+
+    entmax_alpha(x) = argmax_{p in simplex} p.x + H^T_alpha(p),
+    entmax_alpha(x)_i = [(alpha - 1) x_i - tau]_+ ^ (1 / (alpha - 1)),
+
+at alpha = 2 (sparsemax; Martins & Astudillo, 2016), alpha = 1.5, or a learned
+alpha in (1, 2] (Correia, Niculae & Martins, 2019, "Adaptively Sparse
+Transformers"), whose gradient with respect to alpha is given in closed form.
+
+Rows are taken along ``dim``.  Half and bfloat16 inputs are computed in float32
+and returned in their own dtype.  Scores of -inf (masks) get exactly zero
+probability, and a row with no finite score returns zeros with zero gradient.
+On CPU a fused C++ kernel is used when it was built (``setup.py``); otherwise, and
+on other devices, the pure-PyTorch reference in ``reference.py``.
+"""
+
+import contextlib
+
+import torch
+from torch.autograd import Function
+
+from . import reference
+
+try:
+    from . import _C
+except ImportError:  # not built (e.g. source checkout without `pip install -e .`)
+    _C = None
+
+_BACKEND = "auto"
+
+
+def has_cpp_kernel():
+    return _C is not None
+
+
+@contextlib.contextmanager
+def use_backend(name):
+    """Force ``"torch"`` (reference), ``"cpp"`` (fused CPU kernel) or ``"auto"`` within a block."""
+    global _BACKEND
+    if name not in ("auto", "torch", "cpp"):
+        raise ValueError(f"unknown entmax backend {name!r}: expected auto, torch or cpp")
+    if name == "cpp" and _C is None:
+        raise RuntimeError("the C++ entmax kernel is not built: run `pip install --no-build-isolation -e .`")
+    previous, _BACKEND = _BACKEND, name
+    try:
+        yield
+    finally:
+        _BACKEND = previous
+
+
+def _compute_dtype(dtype):
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _use_cpp(x):
+    if _BACKEND == "torch" or _C is None:
+        return False
+    return x.device.type == "cpu"
+
+
+def _to_rows(x, dim):
+    """Move ``dim`` last and flatten to (rows, d) in a compute dtype."""
+    x = x.movedim(dim, -1)
+    shape = x.shape
+    return x.reshape(-1, shape[-1]).to(_compute_dtype(x.dtype)).contiguous(), shape
+
+
+def _from_rows(y, shape, dim, dtype):
+    return y.reshape(shape).movedim(-1, dim).to(dtype)
+
+
+def _alpha_rows(alpha, x, dim):
+    """Per-row alpha as an (rows, 1) tensor, checking shape and range."""
+    if alpha.dim() > x.dim():
+        raise ValueError(f"alpha has {alpha.dim()} dims but x has {x.dim()}")
+    a = alpha.reshape((1,) * (x.dim() - alpha.dim()) + alpha.shape)
+    if a.shape[dim] != 1:
+        raise ValueError(f"alpha must have size 1 along dim={dim}, got shape {tuple(alpha.shape)}")
+    try:
+        a = a.expand(x.shape)
+    except RuntimeError as e:
+        raise ValueError(f"alpha of shape {tuple(alpha.shape)} does not broadcast to x of shape {tuple(x.shape)}") from e
+    a = a.movedim(dim, -1)[..., :1]
+    return a.reshape(-1, 1).to(_compute_dtype(x.dtype)).contiguous()
+
+
+def _check_alpha_range(alpha_rows):
+    if not bool(((alpha_rows > 1) & (alpha_rows <= 2)).all()):
+        lo, hi = alpha_rows.min().item(), alpha_rows.max().item()
+        raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{lo}, {hi}]")
+
+
+def _forward_rows(x2, alpha_rows, exact_alpha=None):
+    if _use_cpp(x2):
+        return _C.forward(x2, alpha_rows.reshape(-1), reference.newton_tol(x2.dtype))
+    return reference.forward(x2, exact_alpha if exact_alpha is not None else alpha_rows)
+
+
+def _backward_rows(y2, dy2, alpha_rows, alpha_grad, exact_alpha=None):
+    if _use_cpp(y2):
+        dx, da = _C.backward(y2, dy2.contiguous(), alpha_rows.reshape(-1), alpha_grad)
+        return dx, (da.reshape(-1, 1) if alpha_grad else None)
+    return reference.backward(y2, dy2, exact_alpha if exact_alpha is not None else alpha_rows, alpha_grad)
+
+
+class _FixedAlphaFunction(Function):
+    """entmax at a constant alpha, for which the threshold has a closed form on its support."""
+
+    ALPHA = None
+
+    @classmethod
+    def forward(cls, ctx, x, dim):
+        x2, shape = _to_rows(x, dim)
+        alpha_rows = torch.full((x2.shape[0], 1), cls.ALPHA, dtype=x2.dtype, device=x2.device)
+        y2 = _forward_rows(x2, alpha_rows, exact_alpha=cls.ALPHA)
+        ctx.save_for_backward(y2)
+        ctx.dim, ctx.shape = dim, shape
+        return _from_rows(y2, shape, dim, x.dtype)
+
+    @classmethod
+    def backward(cls, ctx, dy):
+        (y2,) = ctx.saved_tensors
+        dy2, _ = _to_rows(dy, ctx.dim)
+        alpha_rows = torch.full((y2.shape[0], 1), cls.ALPHA, dtype=y2.dtype, device=y2.device)
+        dx2, _ = _backward_rows(y2, dy2, alpha_rows, False, exact_alpha=cls.ALPHA)
+        return _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype), None
+
+
+class SparsemaxFunction(_FixedAlphaFunction):
+    """sparsemax(x) = argmin_{p in simplex} ||p - x||^2 = [x - tau]_+
+    (Martins & Astudillo, ICML 2016).  Jacobian: diag(s) - s s^T / |S|, s the support indicator."""
+
+    ALPHA = 2.0
+
+
+class Entmax15Function(_FixedAlphaFunction):
+    """1.5-entmax(x) = [x/2 - tau]_+^2 (Peters, Niculae & Martins, ACL 2019).
+    Jacobian: diag(g) - g g^T / sum g with g = sqrt(y)."""
+
+    ALPHA = 1.5
+
+
+class EntmaxAlphaFunction(Function):
+    """alpha-entmax with a tensor alpha (one per row) and its gradient in alpha
+    (Correia, Niculae & Martins, EMNLP 2019, Proposition 1)."""
+
+    @staticmethod
+    def forward(ctx, x, alpha, dim):
+        x2, shape = _to_rows(x, dim)
+        alpha_rows = _alpha_rows(alpha, x, dim)
+        _check_alpha_range(alpha_rows)
+        y2 = _forward_rows(x2, alpha_rows)
+        ctx.save_for_backward(y2, alpha_rows)
+        ctx.dim, ctx.shape, ctx.alpha_shape, ctx.alpha_dtype = dim, shape, alpha.shape, alpha.dtype
+        return _from_rows(y2, shape, dim, x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        y2, alpha_rows = ctx.saved_tensors
+        dy2, _ = _to_rows(dy, ctx.dim)
+        alpha_grad = ctx.needs_input_grad[1]
+        dx2, da_rows = _backward_rows(y2, dy2, alpha_rows, alpha_grad)
+        dx = _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype)
+        dalpha = None
+        if alpha_grad:
+            # Back to alpha's broadcast shape: rows -> x's shape with size 1 at dim -> sum.
+            da = da_rows.reshape(ctx.shape[:-1] + (1,)).movedim(-1, ctx.dim)
+            dalpha = da.sum_to_size((1,) * (da.dim() - len(ctx.alpha_shape)) + tuple(ctx.alpha_shape))
+            dalpha = dalpha.reshape(ctx.alpha_shape).to(ctx.alpha_dtype)
+        return dx, dalpha, None
+
+
+def sparsemax(x, dim=-1):
+    """Sparsemax along ``dim`` (exact)."""
+    return SparsemaxFunction.apply(x, dim)
+
+
+def entmax15(x, dim=-1):
+    """1.5-entmax along ``dim`` (exact)."""
+    return Entmax15Function.apply(x, dim)
+
+
+def entmax_alpha(x, alpha, dim=-1):
+    """alpha-entmax along ``dim``, differentiable in ``x`` and ``alpha``.
+
+    ``alpha`` is a float or a tensor in (1, 2] broadcastable to ``x`` with size 1
+    along ``dim``; e.g. shape (1, H, 1, 1) gives one alpha per head for attention
+    scores of shape (B, H, T, S).
+    """
+    if not torch.is_tensor(alpha):
+        alpha = torch.tensor(float(alpha), dtype=_compute_dtype(x.dtype), device=x.device)
+    return EntmaxAlphaFunction.apply(x, alpha, dim)
+
+
+def support_size(p, dim=-1):
+    """Number of nonzero entries of each distribution along ``dim``."""
+    return (p > 0).sum(dim)
