@@ -37,5 +37,10 @@ def test_kernel_matches_reference(dtype, scale):
     up = torch.randn_like(x)
     truth = outputs(x, up, "torch", torch.float64)
     tol = dict(atol=2e-6, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-8)
-    for got, want in zip(outputs(x, up, "cpp", dtype), truth):
-        torch.testing.assert_close(got, want, **tol)
+    got = outputs(x, up, "cpp", dtype)
+    for g, want in zip(got[:-1], truth[:-1]):
+        torch.testing.assert_close(g, want, **tol)
+    # d/d alpha divides by (alpha - 1)^2 = 0.0025 at alpha = 1.05, amplifying the
+    # float32 rounding of y about 400-fold: 1e-3 relative is float32's limit there.
+    alpha_tol = dict(atol=1e-5, rtol=1e-3) if dtype == torch.float32 else tol
+    torch.testing.assert_close(got[-1], truth[-1], **alpha_tol)

@@ -14,7 +14,9 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -50,17 +52,16 @@ struct Candidates {
   }
 };
 
-// Threshold of one row from its candidates, which are left holding the support.
-// Newton on h(tau) = ||[z - tau]_+||_k - 1, as in reference.threshold: convex,
-// decreasing, nonnegative at tau = 0, so the iterates rise monotonically to the root.
+// Newton on h(tau) = ||[z - tau]_+||_k - 1 over `z`, as in reference.threshold:
+// h is convex, decreasing and nonnegative at the start (max z = 1 > tau), so the
+// iterates rise monotonically to the root.  Entries falling below tau are dropped
+// as we go (together with their indices when `index` is given).
 template <typename math_t>
-double row_threshold(Candidates& cand, double alpha, double tol) {
-  const double k = 1.0 / (alpha - 1.0);
-  double tau = 0.0;
+double newton_threshold(std::vector<double>& z, std::vector<int64_t>* index, double k, double tau, double tol) {
   for (int it = 0; it < kMaxNewtonIter; ++it) {
     double power = 0.0, dsum = 0.0;
-    for (double z : cand.z) {
-      const double d = z - tau;
+    for (double zj : z) {
+      const double d = zj - tau;
       const double dkm1 = pow_km1<math_t>(d, k);
       power += dkm1 * d;
       dsum += dkm1;
@@ -68,9 +69,38 @@ double row_threshold(Candidates& cand, double alpha, double tol) {
     const double norm = k == 1.0 ? power : (k == 2.0 ? std::sqrt(power) : std::pow(power, 1.0 / k));
     const double step = (norm - 1.0) * power / (norm * dsum);
     tau += step;
-    cand.keep_above(tau);
-    if (step <= tol || cand.z.empty()) break;
+    size_t kept = 0;
+    for (size_t j = 0; j < z.size(); ++j)
+      if (z[j] > tau) {
+        z[kept] = z[j];
+        if (index) (*index)[kept] = (*index)[j];
+        ++kept;
+      }
+    z.resize(kept);
+    if (index) index->resize(kept);
+    if (step <= tol || kept == 0) break;
   }
+  return tau;
+}
+
+constexpr size_t kBracketSize = 16;
+
+// Threshold of one row from its candidates, which are left holding the support.
+template <typename math_t>
+double row_threshold(Candidates& cand, std::vector<double>& top, double alpha, double tol) {
+  const double k = 1.0 / (alpha - 1.0);
+  double tau = 0.0;
+  if (cand.z.size() > 4 * kBracketSize) {
+    // Dropping entries only lowers h, so the root over the largest few candidates
+    // is a lower bound on the true threshold: a valid, much tighter start that
+    // discards most candidates before the iterations over all of them.
+    top.assign(cand.z.begin(), cand.z.end());
+    std::nth_element(top.begin(), top.begin() + kBracketSize - 1, top.end(), std::greater<double>());
+    top.resize(kBracketSize);
+    tau = newton_threshold<math_t>(top, nullptr, k, 0.0, tol);
+    cand.keep_above(tau);
+  }
+  tau = newton_threshold<math_t>(cand.z, &cand.index, k, tau, tol);
   // Exact threshold on the support just found, where it has a closed form.
   if (!cand.z.empty() && (alpha == 2.0 || alpha == 1.5)) {
     const double n = static_cast<double>(cand.z.size());
@@ -94,6 +124,7 @@ void forward_rows(const scalar_t* x, const scalar_t* alpha, scalar_t* y,
                   int64_t rows, int64_t d, double tol) {
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     Candidates cand;
+    std::vector<double> top;
     cand.z.reserve(d);
     cand.index.reserve(d);
     for (int64_t r = begin; r < end; ++r) {
@@ -119,7 +150,7 @@ void forward_rows(const scalar_t* x, const scalar_t* alpha, scalar_t* y,
         }
       }
       using math_t = typename std::conditional<std::is_same<scalar_t, float>::value, float, double>::type;
-      const double tau = row_threshold<math_t>(cand, a, tol);
+      const double tau = row_threshold<math_t>(cand, top, a, tol);
       const double k = 1.0 / am1;
       for (size_t j = 0; j < cand.z.size(); ++j) {
         const double gap = cand.z[j] - tau;
