@@ -86,9 +86,10 @@ def _alpha_rows(alpha, x, dim):
     return a.reshape(-1, 1).to(_compute_dtype(x.dtype)).contiguous()
 
 
-def _check_alpha_range(alpha_rows):
-    if not bool(((alpha_rows > 1) & (alpha_rows <= 2)).all()):
-        lo, hi = alpha_rows.min().item(), alpha_rows.max().item()
+def _check_alpha_range(alpha):
+    # Checked on alpha itself (one value per head), not on its per-row expansion.
+    if not bool(((alpha > 1) & (alpha <= 2)).all()):
+        lo, hi = alpha.min().item(), alpha.max().item()
         raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{lo}, {hi}]")
 
 
@@ -149,8 +150,8 @@ class EntmaxAlphaFunction(Function):
     @staticmethod
     def forward(ctx, x, alpha, dim):
         x2, shape = _to_rows(x, dim)
+        _check_alpha_range(alpha)
         alpha_rows = _alpha_rows(alpha, x, dim)
-        _check_alpha_range(alpha_rows)
         y2 = _forward_rows(x2, alpha_rows)
         ctx.save_for_backward(y2, alpha_rows)
         ctx.dim, ctx.shape, ctx.alpha_shape, ctx.alpha_dtype = dim, shape, alpha.shape, alpha.dtype
