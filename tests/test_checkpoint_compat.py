@@ -53,6 +53,16 @@ def test_train_resume_and_generate_through_the_clis(multi30k_bin, tmp_path):
     )
     assert "BLEU4" in gen.stdout + gen.stderr
 
+    sentences = tmp_path / "input.en"
+    sentences.write_text("a man is riding a bike .\ntwo dogs play in the snow .\n")
+    interactive = run_cli(
+        "fairseq-interactive", multi30k_bin, "--user-dir", fairseq_sparse.__path__[0],
+        "--path", save / "checkpoint_last.pt", "--cpu", "--beam", "2", "--input", sentences,
+        "--source-lang", "en", "--target-lang", "de",
+    )
+    hypotheses = [line for line in interactive.stdout.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == 2, interactive.stdout[-2000:]
+
 
 def test_numpy_scalars_in_metrics_state_load(tmp_path):
     path = tmp_path / "ck.pt"
