@@ -8,9 +8,9 @@
 // tau >= 0 (the lower bracket), so an entry with z_i <= 0 can never be in the
 // support.  After one pass only those "candidates" are kept, and every Newton
 // step then drops the candidates that fell below the new tau: tau only grows
-// from the lower bracket because f(tau) = sum [z - tau]_+^k - 1 is convex and
-// decreasing.  The root finder therefore iterates over a handful of values per
-// row instead of the whole row.  Row-level sums are accumulated in double.
+// from the lower bracket because h(tau) = ||[z - tau]_+||_k - 1 is convex and
+// decreasing.  The root finder therefore iterates over a fraction of the row
+// instead of all of it.  Row-level sums are accumulated in double.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -34,22 +34,25 @@ inline double pow_km1(double d, double k) {
   return std::exp(static_cast<math_t>(k - 1.0) * std::log(static_cast<math_t>(d)));
 }
 
+// Keep only the entries with z > tau (the support can only shrink as tau grows),
+// and their positions in the row when `index` is given.
+void drop_below(std::vector<double>& z, std::vector<int64_t>* index, double tau) {
+  size_t kept = 0;
+  for (size_t j = 0; j < z.size(); ++j)
+    if (z[j] > tau) {
+      z[kept] = z[j];
+      if (index) (*index)[kept] = (*index)[j];
+      ++kept;
+    }
+  z.resize(kept);
+  if (index) index->resize(kept);
+}
+
 // Candidates of one row: shifted scores z > 0 and where they came from.
 struct Candidates {
   std::vector<double> z;
   std::vector<int64_t> index;
   void clear() { z.clear(); index.clear(); }
-  // Keep only the entries with z > tau (the support can only shrink as tau grows).
-  void keep_above(double tau) {
-    size_t kept = 0;
-    for (size_t j = 0; j < z.size(); ++j)
-      if (z[j] > tau) {
-        z[kept] = z[j];
-        index[kept++] = index[j];
-      }
-    z.resize(kept);
-    index.resize(kept);
-  }
 };
 
 // Newton on h(tau) = ||[z - tau]_+||_k - 1 over `z`, as in reference.threshold:
@@ -69,16 +72,8 @@ double newton_threshold(std::vector<double>& z, std::vector<int64_t>* index, dou
     const double norm = k == 1.0 ? power : (k == 2.0 ? std::sqrt(power) : std::pow(power, 1.0 / k));
     const double step = (norm - 1.0) * power / (norm * dsum);
     tau += step;
-    size_t kept = 0;
-    for (size_t j = 0; j < z.size(); ++j)
-      if (z[j] > tau) {
-        z[kept] = z[j];
-        if (index) (*index)[kept] = (*index)[j];
-        ++kept;
-      }
-    z.resize(kept);
-    if (index) index->resize(kept);
-    if (step <= tol || kept == 0) break;
+    drop_below(z, index, tau);
+    if (step <= tol || z.empty()) break;
   }
   return tau;
 }
@@ -98,7 +93,7 @@ double row_threshold(Candidates& cand, std::vector<double>& top, double alpha, d
     std::nth_element(top.begin(), top.begin() + kBracketSize - 1, top.end(), std::greater<double>());
     top.resize(kBracketSize);
     tau = newton_threshold<math_t>(top, nullptr, k, 0.0, tol);
-    cand.keep_above(tau);
+    drop_below(cand.z, &cand.index, tau);
   }
   tau = newton_threshold<math_t>(cand.z, &cand.index, k, tau, tol);
   // Exact threshold on the support just found, where it has a closed form.
