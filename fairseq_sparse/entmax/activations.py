@@ -93,17 +93,25 @@ def _check_alpha_range(alpha):
         raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{lo}, {hi}]")
 
 
-def _forward_rows(x2, alpha_rows, exact_alpha=None):
+def _kernel_alpha(alpha, x2):
+    """The C++ kernel takes one alpha per row, also for a constant alpha."""
+    if isinstance(alpha, float):
+        return torch.full((x2.shape[0],), alpha, dtype=x2.dtype)
+    return alpha.reshape(-1)
+
+
+def _forward_rows(x2, alpha):
+    """alpha-entmax of each row; ``alpha`` is a float or an (rows, 1) tensor."""
     if _use_cpp(x2):
-        return _C.forward(x2, alpha_rows.reshape(-1), reference.newton_tol(x2.dtype))
-    return reference.forward(x2, exact_alpha if exact_alpha is not None else alpha_rows)
+        return _C.forward(x2, _kernel_alpha(alpha, x2), reference.newton_tol(x2.dtype))
+    return reference.forward(x2, alpha)
 
 
-def _backward_rows(y2, dy2, alpha_rows, alpha_grad, exact_alpha=None):
+def _backward_rows(y2, dy2, alpha, alpha_grad):
     if _use_cpp(y2):
-        dx, da = _C.backward(y2, dy2.contiguous(), alpha_rows.reshape(-1), alpha_grad)
+        dx, da = _C.backward(y2, dy2, _kernel_alpha(alpha, y2), alpha_grad)
         return dx, (da.reshape(-1, 1) if alpha_grad else None)
-    return reference.backward(y2, dy2, exact_alpha if exact_alpha is not None else alpha_rows, alpha_grad)
+    return reference.backward(y2, dy2, alpha, alpha_grad)
 
 
 class _FixedAlphaFunction(Function):
@@ -114,8 +122,7 @@ class _FixedAlphaFunction(Function):
     @classmethod
     def forward(cls, ctx, x, dim):
         x2, shape = _to_rows(x, dim)
-        alpha_rows = torch.full((x2.shape[0], 1), cls.ALPHA, dtype=x2.dtype, device=x2.device)
-        y2 = _forward_rows(x2, alpha_rows, exact_alpha=cls.ALPHA)
+        y2 = _forward_rows(x2, cls.ALPHA)
         ctx.save_for_backward(y2)
         ctx.dim, ctx.shape = dim, shape
         return _from_rows(y2, shape, dim, x.dtype)
@@ -124,8 +131,7 @@ class _FixedAlphaFunction(Function):
     def backward(cls, ctx, dy):
         (y2,) = ctx.saved_tensors
         dy2, _ = _to_rows(dy, ctx.dim)
-        alpha_rows = torch.full((y2.shape[0], 1), cls.ALPHA, dtype=y2.dtype, device=y2.device)
-        dx2, _ = _backward_rows(y2, dy2, alpha_rows, False, exact_alpha=cls.ALPHA)
+        dx2, _ = _backward_rows(y2, dy2, cls.ALPHA, False)
         return _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype), None
 
 

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -27,6 +28,9 @@ constexpr int kMaxNewtonIter = 100;
 // d^(k - 1) for d > 0, with the exponents that need no transcendental call.
 // `math_t` is float for float32 rows: single-precision log/exp are several times
 // cheaper and accurate far beyond what a float32 output keeps; sums stay double.
+template <typename scalar_t>
+using math_type = typename std::conditional<std::is_same<scalar_t, float>::value, float, double>::type;
+
 template <typename math_t>
 inline double pow_km1(double d, double k) {
   if (k == 1.0) return 1.0;
@@ -144,7 +148,7 @@ void forward_rows(const scalar_t* x, const scalar_t* alpha, scalar_t* y,
           }
         }
       }
-      using math_t = typename std::conditional<std::is_same<scalar_t, float>::value, float, double>::type;
+      using math_t = math_type<scalar_t>;
       const double tau = row_threshold<math_t>(cand, top, a, tol);
       const double k = 1.0 / am1;
       for (size_t j = 0; j < cand.z.size(); ++j) {
@@ -158,7 +162,7 @@ void forward_rows(const scalar_t* x, const scalar_t* alpha, scalar_t* y,
 template <typename scalar_t>
 void backward_rows(const scalar_t* y, const scalar_t* dy, const scalar_t* alpha,
                    scalar_t* dx, scalar_t* dalpha, int64_t rows, int64_t d) {
-  using math_t = typename std::conditional<std::is_same<scalar_t, float>::value, float, double>::type;
+  using math_t = math_type<scalar_t>;
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<double> g(d);  // y^(2 - alpha) on the support, 0 elsewhere
     for (int64_t r = begin; r < end; ++r) {
