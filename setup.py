@@ -17,7 +17,7 @@ setup(
         CppExtension(
             "fairseq_sparse.entmax._C",
             ["fairseq_sparse/entmax/csrc/entmax_cpu.cpp"],
-            extra_compile_args=["-O3", "-fopenmp"],
+            extra_compile_args=["-O3", "-fopenmp", "-fno-trapping-math"],
             extra_link_args=["-fopenmp"],
         )
     ],

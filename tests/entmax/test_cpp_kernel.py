@@ -44,3 +44,21 @@ def test_kernel_matches_reference(dtype, scale):
     # float32 rounding of y about 400-fold: 1e-3 relative is float32's limit there.
     alpha_tol = dict(atol=1e-5, rtol=1e-3) if dtype == torch.float32 else tol
     torch.testing.assert_close(got[-1], truth[-1], **alpha_tol)
+
+
+@pytest.mark.parametrize("alpha", [1.01, 1.1, 1.25, 1.5, 1.99])
+def test_float32_kernel_over_wide_rows(alpha):
+    """The float32 kernel evaluates powers with its own vectorised exp/log: check
+    them where they are stressed, exponents up to 1/(alpha - 1) = 100 (underflow
+    to exact zeros), rows of odd lengths (vector remainders) and long rows."""
+    torch.manual_seed(1)
+    for d in (7, 333, 1024):
+        x = torch.randn(64, d, dtype=torch.float64) * 3
+        up = torch.randn_like(x)
+        a = torch.full((64, 1), alpha, dtype=torch.float64)
+        y_ref, dx_ref = run(lambda z: entmax_alpha(z, a), x, up, "torch")
+        y, dx = run(lambda z: entmax_alpha(z, a.float()), x.float(), up.float(), "cpp")
+        torch.testing.assert_close(y.double(), y_ref, atol=2e-6, rtol=1e-4)
+        torch.testing.assert_close(dx.double(), dx_ref, atol=1e-5, rtol=1e-3)
+        assert bool((y[y_ref > 1e-30] > 0).all()), "an entry of the support became zero"
+        assert bool((y[y_ref == 0] == 0).all()), "an entry off the support became nonzero"
