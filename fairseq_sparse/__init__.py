@@ -6,5 +6,6 @@ registers every task, model, criterion and scorer it defines.
 
 from . import checkpoint_compat  # noqa: F401  (must run before any checkpoint is loaded)
 from . import entmax  # noqa: F401
+from . import criterions, models  # noqa: F401  (registration)
 
 __version__ = "0.1.0"

@@ -1,0 +1,3 @@
+"""Registered fairseq models (importing registers them)."""
+
+from . import entmax_transformer  # noqa: F401

@@ -1,0 +1,172 @@
+"""``entmax_transformer``: fairseq's transformer with sparse attention heads.
+
+Adaptively Sparse Transformers (Correia, Niculae & Martins, EMNLP 2019): every
+attention site (encoder self, decoder self, encoder-decoder) is an
+:class:`AlphaEntmaxAttention` with its own normaliser; with ``alpha_entmax``
+each head learns its alpha.  Optionally the output layer is sparse too
+(``--output-normalizer``, trained with the ``label_smoothed_entmax`` criterion
+of Peters, Niculae & Martins, ACL 2019).
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.logging import metrics
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_wmt_en_de,
+)
+
+from ..entmax import entmax15, sparsemax
+from ..modules.alpha_entmax_attention import NORMALIZERS, AlphaEntmaxAttention
+from ..modules.head_alpha import parse_alpha_init
+
+OUTPUT_NORMALIZERS = ("softmax", "sparsemax", "entmax15")
+SITES = ("encoder", "decoder", "cross")
+
+
+@dataclass
+class EntmaxTransformerOptions(FairseqDataclass):
+    attention_normalizer: str = field(
+        default="alpha_entmax",
+        metadata={"help": f"normaliser of every attention head, one of {', '.join(NORMALIZERS)}; "
+                          "the three per-site options below override it"},
+    )
+    encoder_attention_normalizer: Optional[str] = field(
+        default=None, metadata={"help": "normaliser of encoder self-attention (default: --attention-normalizer)"}
+    )
+    decoder_attention_normalizer: Optional[str] = field(
+        default=None, metadata={"help": "normaliser of decoder self-attention (default: --attention-normalizer)"}
+    )
+    cross_attention_normalizer: Optional[str] = field(
+        default=None, metadata={"help": "normaliser of encoder-decoder attention (default: --attention-normalizer)"}
+    )
+    alpha_init: str = field(
+        default="random",
+        metadata={"help": "initial alpha of alpha_entmax heads: a number in (alpha_min, 2) for every head, "
+                          "or 'random' (uniform in (alpha_min, 2) per head, as in Correia et al. 2019)"},
+    )
+    alpha_min: float = field(
+        default=1.01,
+        metadata={"help": "lower bound of a learned alpha: alpha = alpha_min + (2 - alpha_min) sigmoid(a); "
+                          "1 gives the paper's 1 + sigmoid(a)"},
+    )
+    output_normalizer: str = field(
+        default="softmax",
+        metadata={"help": f"normaliser of the output distribution, one of {', '.join(OUTPUT_NORMALIZERS)}; "
+                          "sparse outputs are trained with --criterion label_smoothed_entmax"},
+    )
+
+
+def site_normalizers(args):
+    """{site: normaliser} from the options, checked."""
+    default = getattr(args, "attention_normalizer", "alpha_entmax")
+    chosen = {site: getattr(args, f"{site}_attention_normalizer", None) or default for site in SITES}
+    for site, name in chosen.items():
+        if name not in NORMALIZERS:
+            option = "--attention-normalizer" if name == default else f"--{site}-attention-normalizer"
+            raise ValueError(f"{option}: unknown normaliser {name!r}; choose one of {', '.join(NORMALIZERS)}")
+    return chosen
+
+
+@register_model("entmax_transformer")
+class EntmaxTransformerModel(TransformerModel):
+    """Transformer whose attention heads use :class:`AlphaEntmaxAttention`.
+
+    The stock model is built first and each attention module is then replaced by
+    one with the same hyperparameters and weights, so that with every normaliser
+    set to ``softmax`` the model is fairseq's ``transformer`` exactly.
+    """
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        gen_parser_from_dataclass(parser, EntmaxTransformerOptions())
+
+    @classmethod
+    def build_model(cls, args, task):
+        normalizers = site_normalizers(args)
+        output_normalizer = getattr(args, "output_normalizer", "softmax")
+        if output_normalizer not in OUTPUT_NORMALIZERS:
+            raise ValueError(f"--output-normalizer: unknown {output_normalizer!r}; choose one of {OUTPUT_NORMALIZERS}")
+        if getattr(args, "checkpoint_activations", False) or getattr(args, "encoder_xformers_att_config", None) \
+                or getattr(args, "decoder_xformers_att_config", None):
+            raise ValueError("entmax_transformer supports neither --checkpoint-activations nor xformers attention")
+        alpha_init = parse_alpha_init(getattr(args, "alpha_init", "random"))
+        alpha_min = getattr(args, "alpha_min", 1.01)
+        model = super().build_model(args, task)
+        model.output_normalizer = output_normalizer
+        for site, layer, owner, name in model._attention_slots():
+            stock = getattr(owner, name)
+            sparse = AlphaEntmaxAttention(
+                stock.embed_dim, stock.num_heads, kdim=stock.kdim, vdim=stock.vdim,
+                dropout=stock.dropout_module.p, bias=stock.k_proj.bias is not None,
+                add_bias_kv=stock.bias_k is not None, add_zero_attn=stock.add_zero_attn,
+                self_attention=stock.self_attention, encoder_decoder_attention=stock.encoder_decoder_attention,
+                q_noise=getattr(args, "quant_noise_pq", 0), qn_block_size=getattr(args, "quant_noise_pq_block_size", 8),
+                normalizer=normalizers[site], alpha_init=alpha_init, alpha_min=alpha_min,
+            )
+            missing, unexpected = sparse.load_state_dict(stock.state_dict(), strict=False)
+            assert not unexpected and all("alpha" in k for k in missing), (missing, unexpected)
+            setattr(owner, name, sparse)
+        return model
+
+    def _attention_slots(self):
+        """(site, layer index, owning layer, attribute name) of every attention module."""
+        for i, layer in enumerate(self.encoder.layers):
+            yield "encoder", i, layer, "self_attn"
+        for i, layer in enumerate(self.decoder.layers):
+            yield "decoder", i, layer, "self_attn"
+            if getattr(layer, "encoder_attn", None) is not None:
+                yield "cross", i, layer, "encoder_attn"
+
+    def attention_modules(self):
+        """(site, layer index, AlphaEntmaxAttention) for every attention module."""
+        for site, i, owner, name in self._attention_slots():
+            yield site, i, getattr(owner, name)
+
+    def head_alphas(self):
+        """{(site, layer): alpha per head (tensor)} for every attention module."""
+        return {(site, i): module.alpha().detach() for site, i, module in self.attention_modules()}
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        if self.training:
+            # Mean alpha per site and layer as fairseq metrics: they land in the
+            # progress bar and in --tensorboard-logdir, averaged over the interval.
+            with torch.no_grad():
+                for site, i, module in self.attention_modules():
+                    if module.head_alpha is not None:
+                        metrics.log_scalar(f"alpha_{site}{i}", module.head_alpha().mean().item(), round=3)
+        return out
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        if getattr(self, "output_normalizer", "softmax") == "softmax":
+            return super().get_normalized_probs(net_output, log_probs, sample)
+        logits = net_output[0].float()
+        probs = sparsemax(logits, dim=-1) if self.output_normalizer == "sparsemax" else entmax15(logits, dim=-1)
+        # Tokens outside the support get log-probability -inf: beam search never extends with them.
+        return torch.log(probs) if log_probs else probs
+
+
+def _tiny(args):
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
+    args.encoder_layers = getattr(args, "encoder_layers", 2)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    base_architecture(args)
+
+
+# Same sizes as fairseq's transformer presets of the same names.
+register_model_architecture("entmax_transformer", "entmax_transformer")(base_architecture)
+register_model_architecture("entmax_transformer", "entmax_transformer_iwslt_de_en")(transformer_iwslt_de_en)
+register_model_architecture("entmax_transformer", "entmax_transformer_wmt_en_de")(transformer_wmt_en_de)
+register_model_architecture("entmax_transformer", "entmax_transformer_tiny")(_tiny)

@@ -1,0 +1,52 @@
+"""The learnable entmax alpha of each attention head: the one alpha parametrisation."""
+
+import torch
+from torch import nn
+
+
+def parse_alpha_init(value):
+    """``"random"`` or a number, as given to ``--alpha-init``; raises a ValueError naming the option."""
+    if isinstance(value, str) and value.strip().lower() == "random":
+        return "random"
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--alpha-init must be a number in (alpha_min, 2) or 'random', got {value!r}") from None
+
+
+class HeadAlpha(nn.Module):
+    """One alpha per head, alpha = alpha_min + (2 - alpha_min) * sigmoid(a).
+
+    With ``alpha_min = 1`` this is exactly the parametrisation of Correia,
+    Niculae & Martins (EMNLP 2019), alpha = 1 + sigmoid(a) in (1, 2).  A lower
+    bound such as 1.01 is applied by rescaling rather than clamping, so that a
+    head near the bound keeps a gradient (a clamp would freeze it there), and it
+    keeps alpha away from 1, where entmax's exponent 1/(alpha - 1) explodes.
+
+    ``init`` is a number in (alpha_min, 2) for every head, or ``"random"``:
+    uniform in (alpha_min, 2) per head, from torch's generator (so ``--seed``
+    fixes it).  The parameter is named ``pre_alpha`` as in the paper's code.
+    """
+
+    def __init__(self, num_heads, init="random", alpha_min=1.01):
+        super().__init__()
+        if not 1.0 <= alpha_min < 2.0:
+            raise ValueError(f"--alpha-min must lie in [1, 2), got {alpha_min}")
+        self.alpha_min = float(alpha_min)
+        init = parse_alpha_init(init)
+        if init == "random":
+            # Uniform in (alpha_min, 2), kept off the open ends where the logit is infinite.
+            fraction = torch.empty(num_heads).uniform_(0.01, 0.99)
+        else:
+            if not alpha_min < init < 2.0:
+                raise ValueError(f"--alpha-init must lie in (alpha_min={alpha_min}, 2), got {init}")
+            fraction = torch.full((num_heads,), (init - alpha_min) / (2.0 - alpha_min))
+        self.pre_alpha = nn.Parameter(torch.logit(fraction))
+
+    def forward(self):
+        """alpha of each head, shape (num_heads,)."""
+        return self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.pre_alpha)
+
+    def extra_repr(self):
+        return f"num_heads={self.pre_alpha.numel()}, alpha_min={self.alpha_min}"
+

@@ -1,0 +1,48 @@
+import pytest
+import torch
+
+from fairseq_sparse.modules import HeadAlpha
+
+
+def test_fixed_init_and_bounds():
+    alpha = HeadAlpha(3, init=1.3, alpha_min=1.01)()
+    torch.testing.assert_close(alpha, torch.full((3,), 1.3))
+    head = HeadAlpha(2, init=1.5, alpha_min=1.0)
+    # alpha_min = 1 is the paper's 1 + sigmoid(a).
+    torch.testing.assert_close(head(), 1 + torch.sigmoid(head.pre_alpha))
+    with torch.no_grad():
+        head.pre_alpha.fill_(-1e4)
+    assert bool((head() >= 1.0).all())
+    with torch.no_grad():
+        head.pre_alpha.copy_(torch.tensor([-40.0, 40.0]))
+    bounded = HeadAlpha(2, init=1.5, alpha_min=1.01)
+    with torch.no_grad():
+        bounded.pre_alpha.copy_(torch.tensor([-40.0, 40.0]))
+    lo, hi = bounded().tolist()
+    assert lo == pytest.approx(1.01) and hi == pytest.approx(2.0)
+
+
+def test_random_init_is_seeded_and_inside_the_range():
+    torch.manual_seed(0)
+    a = HeadAlpha(64, init="random", alpha_min=1.01)()
+    torch.manual_seed(0)
+    b = HeadAlpha(64, init="random", alpha_min=1.01)()
+    assert torch.equal(a, b)
+    assert bool(((a > 1.01) & (a < 2.0)).all()) and a.std() > 0.2
+
+
+def test_gradient_reaches_pre_alpha_near_the_bound():
+    head = HeadAlpha(1, init=1.0101, alpha_min=1.01)
+    head().sum().backward()
+    assert head.pre_alpha.grad.abs().item() > 0  # rescaling, not clamping, keeps the gradient
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(init=2.5), "--alpha-init"),
+    (dict(init=1.005, alpha_min=1.01), "--alpha-init"),
+    (dict(init="sometimes"), "--alpha-init"),
+    (dict(alpha_min=2.0), "--alpha-min"),
+])
+def test_bad_options_name_the_option(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        HeadAlpha(2, **kwargs)
