@@ -22,4 +22,9 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExtension},
+    entry_points={
+        "console_scripts": [
+            "fairseq-sparse-attention-report = fairseq_sparse.analysis.attention_report:main",
+        ]
+    },
 )

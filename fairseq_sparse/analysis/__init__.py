@@ -1,0 +1,1 @@
+"""Analysis of sparse attention: statistics per head and the attention report command."""

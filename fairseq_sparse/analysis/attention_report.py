@@ -1,0 +1,274 @@
+"""Attention report of trained ``entmax_transformer`` checkpoints: tables and PNG plots.
+
+    fairseq-sparse-attention-report --path ckpts/checkpoint_last.pt --data DATA_BIN \\
+        --split valid --out report/ [--trajectory ckpts/checkpoint*.pt] [--sentences 0 3]
+
+Writes ``report.md`` (tables) and, next to it:
+  alpha_per_head.png    learned alpha of every head, by site and layer
+  alpha_histogram.png   distribution of the learned alphas by site
+  alpha_trajectories.png  mean alpha per site and layer across the --trajectory checkpoints
+  density.png           attention density per head (fraction of allowed keys with nonzero weight)
+  diversity.png         Jensen-Shannon divergence between the heads of each layer
+  attention_<n>_<site><layer>.png  attention maps of the chosen sentences, one panel per head
+and a head-role table: previous-token heads and subword-merging heads.
+"""
+
+import argparse
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+from fairseq import checkpoint_utils  # noqa: E402
+
+import fairseq_sparse  # noqa: E402,F401  (registers the model; checkpoint allow-list)
+from . import attention_stats as stats  # noqa: E402
+
+SITES = ("encoder", "decoder", "cross")
+ROLE_THRESHOLD = 0.5
+
+
+def load(path, data):
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    if not hasattr(model, "attention_modules"):
+        raise ValueError(f"{path}: not an entmax_transformer checkpoint (model {type(model).__name__})")
+    return model, task
+
+
+def num_updates(path):
+    state = torch.load(path, map_location="cpu")
+    history = state.get("optimizer_history") or [{}]
+    return history[-1].get("num_updates", 0)
+
+
+def collect(model, task, split, max_sentences, keep_sentences):
+    """Per (site, layer): summed density, diversity, role scores and query counts; attention maps of kept sentences."""
+    task.load_dataset(split)
+    dataset = task.dataset(split)
+    itr = task.get_batch_iterator(dataset, max_tokens=4000, max_positions=model.max_positions(),
+                                  ignore_invalid_inputs=True).next_epoch_itr(shuffle=False)
+    pad = task.source_dictionary.pad()
+    modules = {(site, i): m for site, i, m in model.attention_modules()}
+    for m in modules.values():
+        m.record_attention = True
+    acc = defaultdict(lambda: defaultdict(float))
+    maps, seen = {}, 0
+    with torch.no_grad():
+        for batch in itr:
+            model(**batch["net_input"])
+            src, tgt = batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]
+            for b in range(src.size(0)):
+                if seen >= max_sentences:
+                    break
+                sid = int(batch["id"][b])
+                src_keep, tgt_keep = src[b].ne(pad), tgt[b].ne(pad)
+                src_pieces = task.source_dictionary.string(src[b][src_keep]).split()
+                src_words = stats.word_ids_from_pieces(src_pieces + ["</s>"])[: int(src_keep.sum())]
+                for (site, layer), m in modules.items():
+                    q_keep = src_keep if site == "encoder" else tgt_keep
+                    k_keep = tgt_keep if site == "decoder" else src_keep
+                    p = m.last_attention[b][:, q_keep][:, :, k_keep]
+                    allowed = torch.ones(p.shape[1:], dtype=torch.bool)
+                    if site == "decoder":
+                        allowed = torch.tril(allowed)
+                    a = acc[(site, layer)]
+                    a["queries"] += p.size(1)
+                    a["density"] = a["density"] + stats.density(p, allowed)
+                    a["diversity"] += float(stats.head_diversity(p))
+                    if site != "cross":
+                        a["previous"] = a["previous"] + stats.previous_token_score(p)
+                        a["previous_queries"] += p.size(1) - 1
+                    if site == "encoder" and len(src_words) == p.size(1):
+                        score, count = stats.same_word_score(p, src_words)
+                        a["same_word"] = a["same_word"] + score
+                        a["same_word_queries"] += count
+                    if sid in keep_sentences:
+                        maps[(sid, site, layer)] = (p.clone(), src_pieces + ["</s>"],
+                                                    task.target_dictionary.string(tgt[b][tgt_keep]).split())
+                seen += 1
+            if seen >= max_sentences:
+                break
+    for m in modules.values():
+        m.record_attention, m.last_attention = False, None
+    return acc, maps, seen
+
+
+def per_head(acc, key, count_key="queries"):
+    return {sl: (a[key] / max(a[count_key], 1)).tolist() for sl, a in acc.items() if count_key in a and a[count_key]}
+
+
+def heatmap(values, title, path, vmin=None, vmax=None, cmap="viridis"):
+    rows = sorted(values, key=lambda sl: (SITES.index(sl[0]), sl[1]))
+    matrix = [values[r] for r in rows]
+    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * len(matrix[0]), 0.8 + 0.45 * len(rows)))
+    im = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_yticks(range(len(rows)), [f"{s} {layer}" for s, layer in rows])
+    ax.set_xticks(range(len(matrix[0])), [f"h{h}" for h in range(len(matrix[0]))])
+    for i, row in enumerate(matrix):
+        for j, v in enumerate(row):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w")
+    fig.colorbar(im, ax=ax)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def table(values, fmt="{:.3f}"):
+    rows = sorted(values, key=lambda sl: (SITES.index(sl[0]), sl[1]))
+    heads = len(values[rows[0]])
+    lines = ["| site | layer | " + " | ".join(f"h{h}" for h in range(heads)) + " | mean |",
+             "| --- | --- | " + " | ".join("---" for _ in range(heads)) + " | --- |"]
+    for s, layer in rows:
+        v = values[(s, layer)]
+        lines.append(f"| {s} | {layer} | " + " | ".join(fmt.format(x) for x in v) + f" | {fmt.format(sum(v) / len(v))} |")
+    return "\n".join(lines)
+
+
+def write_report(args):
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, task = load(args.path, args.data)
+    alphas = {sl: a.tolist() for sl, a in model.head_alphas().items()}
+    acc, maps, sentences = collect(model, task, args.split, args.max_sentences, set(args.sentences))
+    dens = per_head(acc, "density")
+    diversity = {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
+    previous = per_head(acc, "previous", "previous_queries")
+    same_word = per_head(acc, "same_word", "same_word_queries")
+
+    heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png", 1.0, 2.0)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for site in SITES:
+        vals = [x for (s, _), v in alphas.items() if s == site for x in v]
+        if vals:
+            ax.hist(vals, bins=20, range=(1, 2), alpha=0.6, label=site)
+    ax.set_xlabel("alpha")
+    ax.set_ylabel("heads")
+    ax.legend()
+    ax.set_title("learned alpha by attention site")
+    fig.tight_layout()
+    fig.savefig(out / "alpha_histogram.png", dpi=120)
+    plt.close(fig)
+    heatmap(dens, "attention density (fraction of keys with nonzero weight)", out / "density.png", 0.0, 1.0, "magma")
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for site in SITES:
+        layers = sorted(layer for s, layer in diversity if s == site)
+        if layers:
+            ax.plot(layers, [diversity[(site, layer)] for layer in layers], marker="o", label=site)
+    heads = len(next(iter(alphas.values())))
+    ax.axhline(stats.max_head_diversity(heads), ls="--", c="gray", label=f"log {heads} (disjoint heads)")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("Jensen-Shannon divergence")
+    ax.set_title("head diversity per layer")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "diversity.png", dpi=120)
+    plt.close(fig)
+
+    trajectory_md = ""
+    if args.trajectory:
+        points = sorted((num_updates(p), p) for p in args.trajectory)
+        series = defaultdict(list)
+        for updates, path in points:
+            m, _ = load(path, args.data)
+            for sl, a in m.head_alphas().items():
+                series[sl].append((updates, float(a.mean())))
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for (site, layer), pts in sorted(series.items(), key=lambda kv: (SITES.index(kv[0][0]), kv[0][1])):
+            ax.plot([u for u, _ in pts], [a for _, a in pts], marker=".", label=f"{site} {layer}")
+        ax.set_xlabel("updates")
+        ax.set_ylabel("mean alpha")
+        ax.set_title("alpha trajectories")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(out / "alpha_trajectories.png", dpi=120)
+        plt.close(fig)
+        trajectory_md = ("\n## Alpha trajectories\n\n![](alpha_trajectories.png)\n\n| updates | "
+                         + " | ".join(f"{s} {layer}" for s, layer in series) + " |\n|"
+                         + " --- |" * (len(series) + 1) + "\n")
+        for i, (updates, _) in enumerate(points):
+            trajectory_md += f"| {updates} | " + " | ".join(f"{pts[i][1]:.3f}" for pts in series.values()) + " |\n"
+
+    for (sid, site, layer), (p, src, tgt) in maps.items():
+        keys = tgt if site == "decoder" else src
+        queries = src if site == "encoder" else tgt
+        h = p.size(0)
+        fig, axes = plt.subplots(1, h, figsize=(3.2 * h, 3.4), squeeze=False)
+        for j in range(h):
+            ax = axes[0, j]
+            ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1)
+            ax.set_title(f"head {j}, alpha {alphas[(site, layer)][j]:.2f}", fontsize=8)
+            ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=5)
+            ax.set_yticks(range(len(queries)), queries, fontsize=5)
+        fig.suptitle(f"sentence {sid}: {site} attention, layer {layer}")
+        fig.tight_layout()
+        fig.savefig(out / f"attention_{sid}_{site}{layer}.png", dpi=120)
+        plt.close(fig)
+
+    roles = []
+    for (site, layer), scores in previous.items():
+        roles += [f"| previous-token | {site} {layer} | h{h} | {s:.2f} |" for h, s in enumerate(scores) if s >= ROLE_THRESHOLD]
+    for (site, layer), scores in same_word.items():
+        roles += [f"| subword-merging | {site} {layer} | h{h} | {s:.2f} |" for h, s in enumerate(scores) if s >= ROLE_THRESHOLD]
+
+    report = [
+        f"# Attention report: `{args.path}`", "",
+        f"Split `{args.split}`, {sentences} sentences.", "",
+        "## Learned alpha per head", "", table(alphas), "", "![](alpha_per_head.png) ![](alpha_histogram.png)", "",
+        "## Attention density per head", "",
+        "Mean fraction of the keys a query may attend to that get nonzero weight (softmax: 1.000).", "",
+        table(dens), "", "![](density.png)", "",
+        "## Head diversity per layer", "",
+        f"Generalised Jensen-Shannon divergence between the {heads} heads, mean over queries "
+        f"(0: all heads alike; log {heads} = {stats.max_head_diversity(heads):.3f}: disjoint).", "",
+        "| site | layer | JS |", "| --- | --- | --- |",
+        *[f"| {s} | {layer} | {diversity[(s, layer)]:.3f} |" for s, layer in sorted(diversity, key=lambda sl: (SITES.index(sl[0]), sl[1]))],
+        "", "![](diversity.png)", "",
+        "## Head roles", "",
+        f"Mean weight a head puts on the previous token (self-attention) and on the other pieces of the "
+        f"same word (encoder, words split into several subwords); heads at or above {ROLE_THRESHOLD}:", "",
+        "| role | site, layer | head | score |", "| --- | --- | --- | --- |", *(roles or ["| (none) | | | |"]), "",
+        "Previous-token score per head:", "", table(previous) if previous else "(none)", "",
+        "Subword-merging score per head:", "", table(same_word) if same_word else "(no multi-piece words)", "",
+        trajectory_md,
+        "## Attention maps", "",
+        *[f"![](attention_{sid}_{site}{layer}.png)" for sid, site, layer in sorted(maps)],
+    ]
+    (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    return out / "report.md"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--path", required=True, help="entmax_transformer checkpoint to analyse")
+    parser.add_argument("--data", required=True, help="binarised data directory (fairseq-preprocess output)")
+    parser.add_argument("--split", default="valid", help="data split to run (default: valid)")
+    parser.add_argument("--out", required=True, help="output directory for report.md and the PNGs")
+    parser.add_argument("--trajectory", nargs="*", default=[],
+                        help="checkpoints to plot alpha trajectories from (ordered by their update count)")
+    parser.add_argument("--sentences", nargs="*", type=int, default=[0],
+                        help="ids of the sentences to draw attention maps for (default: 0)")
+    parser.add_argument("--max-sentences", type=int, default=500, help="sentences to average statistics over")
+    args = parser.parse_args(argv)
+    for p in [args.path, *args.trajectory]:
+        if not Path(p).is_file():
+            parser.error(f"checkpoint not found: {p}")
+    if not Path(args.data).is_dir():
+        parser.error(f"--data is not a directory: {args.data}")
+    return args
+
+
+def main(argv=None):
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup would print font lookups
+    path = write_report(parse_args(argv))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
