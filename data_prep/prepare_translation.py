@@ -1,0 +1,78 @@
+"""Raw parallel text -> joint sentencepiece -> fairseq binary data (the steps every MT pipeline shares).
+
+    python data_prep/prepare_translation.py --raw RAW --src en --tgt de --out OUT \\
+        --train train --valid val --test test_2016_flickr [--vocab-size 8000]
+
+RAW holds {split}.{lang} files of untokenised sentences, one per line.  Writes
+OUT/spm.{model,vocab} (one joint model trained on the training text of both
+languages), OUT/{train,valid,test}.spm.{src,tgt} and OUT/bin (fairseq-preprocess,
+joined dictionary), plus OUT/test.raw.{tgt} for scoring detokenised output.
+"""
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import sentencepiece as spm
+
+
+def check_parallel(raw, split, src, tgt):
+    paths = [raw / f"{split}.{lang}" for lang in (src, tgt)]
+    for p in paths:
+        if not p.is_file():
+            raise SystemExit(f"missing {p}")
+    counts = [sum(1 for _ in p.open(encoding="utf-8")) for p in paths]
+    if counts[0] != counts[1]:
+        raise SystemExit(f"{paths[0]} has {counts[0]} lines but {paths[1]} has {counts[1]}: not parallel")
+    for p in paths:
+        for n, line in enumerate(p.open(encoding="utf-8"), 1):
+            if not line.strip():
+                raise SystemExit(f"{p}:{n}: empty line (fairseq-preprocess would misalign the corpus)")
+    return paths
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--raw", required=True, type=Path)
+    parser.add_argument("--src", required=True)
+    parser.add_argument("--tgt", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--train", default="train")
+    parser.add_argument("--valid", default="valid")
+    parser.add_argument("--test", default="test")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    splits = {"train": args.train, "valid": args.valid, "test": args.test}
+    files = {name: check_parallel(args.raw, split, args.src, args.tgt) for name, split in splits.items()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    prefix = args.out / "spm"
+    spm.SentencePieceTrainer.train(
+        input=",".join(str(p) for p in files["train"]), model_prefix=str(prefix), vocab_size=args.vocab_size,
+        character_coverage=1.0, model_type="unigram", input_sentence_size=2_000_000, shuffle_input_sentence=True,
+        bos_id=-1, eos_id=-1, unk_id=0, pad_id=-1,
+        hard_vocab_limit=False,  # a small corpus (or a test mirror) gets a smaller vocabulary, not an error
+    )
+    sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+    for name, (src_file, tgt_file) in files.items():
+        for lang, path in ((args.src, src_file), (args.tgt, tgt_file)):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            pieces = sp.encode(lines, out_type=str)
+            (args.out / f"{name}.spm.{lang}").write_text("\n".join(" ".join(p) for p in pieces) + "\n", encoding="utf-8")
+    shutil.copy(files["test"][1], args.out / f"test.raw.{args.tgt}")
+    shutil.copy(files["valid"][1], args.out / f"valid.raw.{args.tgt}")
+    subprocess.run(
+        [str(Path(sys.executable).parent / "fairseq-preprocess"), "--source-lang", args.src, "--target-lang", args.tgt,
+         "--trainpref", str(args.out / "train.spm"), "--validpref", str(args.out / "valid.spm"),
+         "--testpref", str(args.out / "test.spm"), "--destdir", str(args.out / "bin"), "--joined-dictionary",
+         "--workers", str(args.workers)],
+        check=True,
+    )
+    print(f"binarised data in {args.out / 'bin'}")
+
+
+if __name__ == "__main__":
+    main()

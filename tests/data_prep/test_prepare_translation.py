@@ -1,0 +1,45 @@
+"""The Multi30k pipeline against a local mirror (a slice of ../shared/data), and its input checks."""
+
+import subprocess
+import sys
+
+from tests.conftest import REPO, shared_data
+
+BASH = ["bash", str(REPO / "data_prep" / "multi30k.sh")]
+
+
+def mirror(tmp_path, n=400):
+    src = shared_data("mt", "multi30k-en-de")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            lines = (src / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+            (raw / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return raw
+
+
+def test_multi30k_pipeline_on_a_local_mirror(tmp_path):
+    raw = mirror(tmp_path)
+    out = tmp_path / "prepared"
+    subprocess.run(BASH + [str(out), str(raw)], check=True, capture_output=True, env=None)
+    for split in ("train", "valid", "test"):
+        assert (out / "bin" / f"{split}.en-de.en.bin").stat().st_size > 0
+    assert (out / "test.raw.de").read_text() == (raw / "test_2016_flickr.de").read_text()
+    first = (out / "train.spm.de").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("\u2581")  # sentencepiece pieces
+
+
+def test_non_parallel_or_empty_lines_name_the_file(tmp_path):
+    raw = mirror(tmp_path, n=50)
+    with (raw / "train.de").open("a", encoding="utf-8") as f:
+        f.write("one line too many\n")
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_translation.py"), "--raw", str(raw),
+                           "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--valid", "val",
+                           "--test", "test_2016_flickr"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "train.de has 51" in proc.stderr and "not parallel" in proc.stderr
+    (raw / "train.de").write_text("\n".join(["x"] * 25 + [""] + ["y"] * 24) + "\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_translation.py"), "--raw", str(raw),
+                           "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--valid", "val",
+                           "--test", "test_2016_flickr"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "train.de:26: empty line" in proc.stderr

@@ -1,0 +1,27 @@
+"""The Multi30k experiment script end to end, at toy size on a slice of the real data."""
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPO
+from tests.data_prep.test_prepare_translation import BASH, mirror
+
+
+def test_experiment_writes_the_side_by_side_table(tmp_path):
+    raw = mirror(tmp_path, n=300)
+    subprocess.run(BASH + [str(tmp_path / "data"), str(raw)], check=True, capture_output=True)
+    out = tmp_path / "exp"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "multi30k_sparse_attention.py"), "--out", str(out),
+                    "--data", str(tmp_path / "data" / "bin"), "--max-epoch", "1", "--dim", "32", "--layers", "1"],
+                   check=True, capture_output=True)
+    results = (out / "results.md").read_text()
+    assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results
+    rows = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \| ([0-9.]+) \(.*\| (.*) \| (.*) \|$", results, re.M)
+    assert [r[0] for r in rows] == ["softmax", "entmax15", "alpha_entmax"]
+    assert float(rows[0][2]) == 1.0
+    softmax_density = [float(x) for x in rows[0][3].split(" / ")]
+    assert softmax_density == [1.0, 1.0, 1.0]
+    assert all(0 < float(x) < 1 for x in rows[1][3].split(" / "))  # 1.5-entmax heads are sparse
+    assert [float(x) for x in rows[1][4].split(" / ")] == [1.5, 1.5, 1.5]
+    assert (out / "alpha_entmax_report" / "report.md").exists()
