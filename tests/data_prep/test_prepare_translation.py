@@ -19,10 +19,16 @@ def mirror(tmp_path, n=400):
     return raw
 
 
+def prepare(out, raw):
+    """Run the pipeline as a user would (no environment activated)."""
+    proc = subprocess.run(BASH + [str(out), str(raw)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_multi30k_pipeline_on_a_local_mirror(tmp_path):
     raw = mirror(tmp_path)
     out = tmp_path / "prepared"
-    subprocess.run(BASH + [str(out), str(raw)], check=True, capture_output=True, env=None)
+    prepare(out, raw)
     for split in ("train", "valid", "test"):
         assert (out / "bin" / f"{split}.en-de.en.bin").stat().st_size > 0
     assert (out / "test.raw.de").read_text() == (raw / "test_2016_flickr.de").read_text()

@@ -5,16 +5,17 @@ import subprocess
 import sys
 
 from tests.conftest import REPO
-from tests.data_prep.test_prepare_translation import BASH, mirror
+from tests.data_prep.test_prepare_translation import mirror, prepare
 
 
 def test_experiment_writes_the_side_by_side_table(tmp_path):
     raw = mirror(tmp_path, n=300)
-    subprocess.run(BASH + [str(tmp_path / "data"), str(raw)], check=True, capture_output=True)
+    prepare(tmp_path / "data", raw)
     out = tmp_path / "exp"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "multi30k_sparse_attention.py"), "--out", str(out),
-                    "--data", str(tmp_path / "data" / "bin"), "--max-epoch", "1", "--dim", "32", "--layers", "1"],
-                   check=True, capture_output=True)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "multi30k_sparse_attention.py"), "--out", str(out),
+                           "--data", str(tmp_path / "data" / "bin"), "--max-epoch", "1", "--dim", "32", "--layers", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results
     rows = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \| ([0-9.]+) \(.*\| (.*) \| (.*) \|$", results, re.M)
