@@ -3,14 +3,12 @@
 import math
 from dataclasses import dataclass, field
 
-import torch
 from fairseq import utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 from omegaconf import II
 
-from ..entmax import support_size
 from ..entmax.losses import entmax_loss
 
 _OUTPUT_ALPHA = {"sparsemax": 2.0, "entmax15": 1.5}
@@ -49,17 +47,15 @@ class LabelSmoothedEntmaxCriterion(FairseqCriterion):
         keep = target.ne(self.padding_idx).view(-1)
         z = logits.view(-1, logits.size(-1))[keep]
         y = target.view(-1)[keep]
-        losses = entmax_loss(z, y, _OUTPUT_ALPHA[normalizer], self.eps)
+        losses, support = entmax_loss(z, y, _OUTPUT_ALPHA[normalizer], self.eps, return_support=True)
         loss = losses.sum() if reduce else losses
-        with torch.no_grad():
-            support = support_size(model.get_normalized_probs((z,), log_probs=False)).sum()
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
             "ntokens": sample["ntokens"],
             "nsentences": sample["target"].size(0),
             "sample_size": sample_size,
-            "output_support": support.data,
+            "output_support": support.sum().data,
         }
         return loss, sample_size, logging_output
 

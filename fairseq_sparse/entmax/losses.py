@@ -25,7 +25,9 @@ def _tsallis_entropy_of_smoothed_target(alpha, eps, vocab):
 
 
 class EntmaxLossFunction(Function):
-    """Per-row loss for scores z (N, V) and targets (N,); alpha is 1.5 or 2."""
+    """Per-row loss for scores z (N, V) and targets (N,); alpha is 1.5 or 2.
+    Also returns the support size of each row of p (not differentiable), which
+    callers log without normalising the scores a second time."""
 
     @staticmethod
     def forward(ctx, z, target, alpha, eps):
@@ -36,10 +38,12 @@ class EntmaxLossFunction(Function):
         loss = (p * z).sum(-1) - q_dot_z + entropy - _tsallis_entropy_of_smoothed_target(alpha, eps, vocab)
         ctx.save_for_backward(p, target)
         ctx.eps = eps
-        return loss.clamp_min(0.0)  # >= 0 in exact arithmetic; rounding may leave -1e-7
+        support = (p > 0).sum(-1)
+        ctx.mark_non_differentiable(support)
+        return loss.clamp_min(0.0), support  # loss >= 0 in exact arithmetic; rounding may leave -1e-7
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad, _support_grad):
         p, target = ctx.saved_tensors
         eps, vocab = ctx.eps, p.size(-1)
         dz = p - eps / vocab
@@ -47,10 +51,12 @@ class EntmaxLossFunction(Function):
         return dz * grad.unsqueeze(-1), None, None, None
 
 
-def entmax_loss(z, target, alpha, label_smoothing=0.0):
-    """Loss per row of ``z`` (N, V) against integer ``target`` (N,), for alpha in {1.5, 2}."""
+def entmax_loss(z, target, alpha, label_smoothing=0.0, return_support=False):
+    """Loss per row of ``z`` (N, V) against integer ``target`` (N,), for alpha in {1.5, 2};
+    with ``return_support``, also the number of nonzero probabilities per row."""
     if float(alpha) not in _NORMALISER:
         raise ValueError(f"entmax_loss supports alpha 1.5 (entmax15) and 2 (sparsemax), got {alpha}")
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label smoothing must lie in [0, 1), got {label_smoothing}")
-    return EntmaxLossFunction.apply(z, target, float(alpha), float(label_smoothing))
+    loss, support = EntmaxLossFunction.apply(z, target, float(alpha), float(label_smoothing))
+    return (loss, support) if return_support else loss

@@ -46,3 +46,9 @@ def test_bad_arguments():
         entmax_loss(z, y, 1.2)
     with pytest.raises(ValueError, match="smoothing"):
         entmax_loss(z, y, 2.0, 1.0)
+
+
+def test_support_returned_with_the_loss():
+    z = torch.tensor([[3.0, 1.0, -2.0], [0.0, 0.0, 0.0]])
+    loss, support = entmax_loss(z, torch.tensor([0, 1]), 2.0, return_support=True)
+    assert support.tolist() == [1, 3] and not support.requires_grad
