@@ -10,8 +10,8 @@ from fairseq.logging import metrics
 from omegaconf import II
 
 from ..entmax.losses import entmax_loss
+from ..modules.alpha_entmax_attention import FIXED_ALPHA
 
-_OUTPUT_ALPHA = {"sparsemax": 2.0, "entmax15": 1.5}
 
 
 @dataclass
@@ -36,7 +36,7 @@ class LabelSmoothedEntmaxCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         normalizer = getattr(model, "output_normalizer", "softmax")
-        if normalizer not in _OUTPUT_ALPHA:
+        if FIXED_ALPHA.get(normalizer, 1.0) == 1.0:
             raise ValueError(
                 f"--criterion label_smoothed_entmax needs a sparse output layer (--output-normalizer "
                 f"sparsemax or entmax15 with --arch entmax_transformer*), but the model's output is {normalizer}"
@@ -47,7 +47,7 @@ class LabelSmoothedEntmaxCriterion(FairseqCriterion):
         keep = target.ne(self.padding_idx).view(-1)
         z = logits.view(-1, logits.size(-1))[keep]
         y = target.view(-1)[keep]
-        losses, support = entmax_loss(z, y, _OUTPUT_ALPHA[normalizer], self.eps, return_support=True)
+        losses, support = entmax_loss(z, y, FIXED_ALPHA[normalizer], self.eps, return_support=True)
         loss = losses.sum() if reduce else losses
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {

@@ -1,6 +1,7 @@
 """Sparse normalisers: the one place the sparsemax / entmax maths lives."""
 
 from .activations import (  # noqa: F401
+    FIXED_ALPHA_NORMALISERS,
     Entmax15Function,
     EntmaxAlphaFunction,
     SparsemaxFunction,

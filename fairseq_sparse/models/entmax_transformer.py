@@ -23,11 +23,11 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from ..entmax import entmax15, sparsemax
-from ..modules.alpha_entmax_attention import NORMALIZERS, AlphaEntmaxAttention
+from ..entmax import FIXED_ALPHA_NORMALISERS
+from ..modules.alpha_entmax_attention import FIXED_ALPHA, NORMALIZERS, AlphaEntmaxAttention
 from ..modules.head_alpha import parse_alpha_init
 
-OUTPUT_NORMALIZERS = ("softmax", "sparsemax", "entmax15")
+OUTPUT_NORMALIZERS = tuple(FIXED_ALPHA)
 SITES = ("encoder", "decoder", "cross")
 
 
@@ -150,7 +150,7 @@ class EntmaxTransformerModel(TransformerModel):
         if getattr(self, "output_normalizer", "softmax") == "softmax":
             return super().get_normalized_probs(net_output, log_probs, sample)
         logits = net_output[0].float()
-        probs = sparsemax(logits, dim=-1) if self.output_normalizer == "sparsemax" else entmax15(logits, dim=-1)
+        probs = FIXED_ALPHA_NORMALISERS[FIXED_ALPHA[self.output_normalizer]](logits, dim=-1)
         # Tokens outside the support get log-probability -inf: beam search never extends with them.
         return torch.log(probs) if log_probs else probs
 

@@ -6,10 +6,12 @@ import torch
 from fairseq import utils
 from fairseq.modules import MultiheadAttention
 
-from ..entmax import entmax15, entmax_alpha, sparsemax
+from ..entmax import FIXED_ALPHA_NORMALISERS, entmax_alpha
 from .head_alpha import HeadAlpha
 
-NORMALIZERS = ("softmax", "sparsemax", "entmax15", "alpha_entmax")
+# The normalisers with a fixed alpha, by name (softmax is alpha = 1); alpha_entmax learns it per head.
+FIXED_ALPHA = {"softmax": 1.0, "sparsemax": 2.0, "entmax15": 1.5}
+NORMALIZERS = (*FIXED_ALPHA, "alpha_entmax")
 
 
 class AlphaEntmaxAttention(MultiheadAttention):
@@ -43,18 +45,15 @@ class AlphaEntmaxAttention(MultiheadAttention):
         """Current alpha of each head, shape (num_heads,): fixed for the fixed normalisers."""
         if self.head_alpha is not None:
             return self.head_alpha()
-        fixed = {"softmax": 1.0, "sparsemax": 2.0, "entmax15": 1.5}[self.normalizer]
-        return torch.full((self.num_heads,), fixed, device=self.q_proj.weight.device)
+        return torch.full((self.num_heads,), FIXED_ALPHA[self.normalizer], device=self.q_proj.weight.device)
 
     def normalize(self, scores):
         """Attention probabilities from masked scores of shape (B*H, T, S), in float32 or wider."""
         if self.normalizer == "softmax":
             return utils.softmax(scores, dim=-1, onnx_trace=self.onnx_trace)
         heads = scores.view(-1, self.num_heads, scores.size(1), scores.size(2))
-        if self.normalizer == "sparsemax":
-            probs = sparsemax(heads, dim=-1)
-        elif self.normalizer == "entmax15":
-            probs = entmax15(heads, dim=-1)
+        if self.head_alpha is None:
+            probs = FIXED_ALPHA_NORMALISERS[FIXED_ALPHA[self.normalizer]](heads, dim=-1)
         else:
             alpha = self.head_alpha().to(heads.dtype).view(1, -1, 1, 1)
             probs = entmax_alpha(heads, alpha, dim=-1)
