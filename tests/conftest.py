@@ -30,6 +30,14 @@ def run_cli(name, *args, cwd=None, check=True, timeout=600):
     return proc
 
 
+def valid_metrics(stdout):
+    """The metrics of the last "valid on 'valid' subset" line of a fairseq-train log."""
+    import re
+
+    line = [line for line in stdout.splitlines() if "valid on 'valid' subset" in line][-1]
+    return {k: float(v) for k, v in re.findall(r"\| (\w+) ([0-9.]+)", line)}
+
+
 @pytest.fixture(scope="session")
 def multi30k_bin(tmp_path_factory):
     """A small slice of Multi30k en-de binarised by the stock fairseq-preprocess."""

@@ -1,27 +1,34 @@
-"""Estimators of E_{z ~ pi(.|x)} loss(x, z) for a categorical latent z in {0..K-1}, and of its gradient.
+"""Estimators of E_{z ~ pi(.|x)} loss(x, z) for a discrete latent z, and of its gradient.
 
 Correia, Niculae, Aziz & Martins, "Efficient Marginalization of Discrete and
 Structured Latent Variables via Sparsity" (NeurIPS 2020).  Every estimator has
-one interface: given scores (B, K) and ``loss_fn(rows, z)``, which decodes
-example ``rows[i]`` with the latent ``z[i]`` (a one-hot row of K, or a relaxed
-one) and returns one loss per pair, it returns an :class:`Estimate`:
+one interface: given scores (B, dim) and ``loss_fn(rows, z)``, which decodes
+example ``rows[i]`` with the latent ``z[i]`` (a one-hot row of K, a bit-vector, or
+a relaxed one) and returns one loss per pair, it returns an :class:`Estimate`:
 
 - ``surrogate`` (B,): differentiate its sum to get the estimator's gradient, in
-  the scores and in everything ``loss_fn`` depends on;
+  the scores and in everything ``loss_fn`` depends on; its value is ``loss``;
 - ``loss`` (B,): the estimate of the expected loss, for logging;
 - ``decoder_calls`` (B,): how many times each example was decoded (the cost the
-  paper's tables report).
+  paper's tables report);
+- ``entropy`` (B,): the Shannon entropy of the distribution the expectation is
+  taken under (differentiable), for an ELBO's KL term.
 
-Marginalisation is exact: ``dense`` decodes every z under softmax, ``sparsemax``
-only the z that sparsemax gives nonzero probability, ``topk_sparsemax`` only the
-k best, and says when that equals sparsemax.  The Monte Carlo estimators decode
-samples: ``sfe`` (REINFORCE, moving-average baseline), ``sfe_plus`` (the baseline
-is the loss of an independent sample), ``nvil`` (a centred, learned baseline;
-Mnih & Gregor 2014), ``gumbel`` (Gumbel-softmax relaxation; Jang et al. 2017, Maddison
-et al. 2017), ``st_gumbel`` (straight-through), ``sum_and_sample`` (the k most
-probable summed exactly, one sample from the rest; Liu et al. 2019).
+The latent space (:mod:`.spaces`) is categorical unless the estimator is built
+with a :class:`~.spaces.BitVector` space.  Marginalisation is exact: ``dense``
+decodes every z under softmax, ``sparsemax`` only the z that sparsemax gives
+nonzero probability, ``topk_sparsemax`` only the k best (and says when that
+equals sparsemax), ``sparsemap`` / ``sparsemap_budget`` the few bit-vectors
+SparseMAP selects.  The Monte Carlo estimators decode samples: ``sfe`` (REINFORCE,
+moving-average baseline), ``sfe_plus`` (the baseline is the loss of an
+independent sample), ``nvil`` (a centred, learned baseline; Mnih & Gregor 2014),
+``gumbel`` (Gumbel-softmax / Binary Concrete relaxation; Jang et al. 2017,
+Maddison et al. 2017), ``st_gumbel`` (straight-through), ``sum_and_sample`` (the
+k most probable summed exactly, one sample from the rest; Liu et al. 2019),
+``unordered_set`` (k samples without replacement; Kool et al. 2020).
 """
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -30,6 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..entmax import sparsemax
+from .sparsemap import sparsemap
+from .spaces import BitVector, Categorical
 
 ESTIMATORS = {}
 
@@ -45,7 +54,8 @@ def register_estimator(name):
 
 
 def build_estimator(name, **options):
-    """The estimator called ``name``, with the options its constructor takes."""
+    """The estimator called ``name``, with the options its constructor takes (``space``:
+    the latent space; categorical over the scores' last dimension when not given)."""
     if name not in ESTIMATORS:
         raise ValueError(f"--estimator {name!r}: choose one of {', '.join(sorted(ESTIMATORS))}")
     return ESTIMATORS[name](**options)
@@ -56,27 +66,40 @@ class Estimate:
     surrogate: torch.Tensor
     loss: torch.Tensor
     decoder_calls: torch.Tensor
+    entropy: torch.Tensor
 
 
 class Estimator(nn.Module):
     """Base class: an estimator may hold state (a baseline) or parameters (NVIL).
 
-    Its distribution pi is softmax(scores) unless it marginalises under sparsemax;
-    ``entropy`` and ``classification_loss`` go with that distribution (Shannon
-    entropy and cross-entropy for softmax; Gini entropy and the sparsemax loss,
-    its Fenchel-Young counterpart, for sparsemax)."""
+    ``spaces`` lists the latent spaces it works in.  Its distribution pi is
+    softmax(scores) (mean-field Bernoulli for bit-vectors) unless it marginalises
+    under a sparse one; ``generalized_entropy`` and ``classification_loss`` go with
+    that distribution (Shannon entropy and cross-entropy for softmax; Gini entropy
+    and the sparsemax loss, its Fenchel-Young counterpart, for sparsemax)."""
 
     name = None
     sparse = False
+    spaces = (Categorical, BitVector)
+
+    def __init__(self, space=None):
+        super().__init__()
+        if space is not None and not isinstance(space, self.spaces):
+            raise ValueError(f"--estimator {self.name}: works on {' or '.join(c.__name__ for c in self.spaces)} "
+                             f"latents, not {space!r}")
+        self.space = space
+
+    def space_for(self, scores):
+        return self.space if self.space is not None else Categorical(scores.shape[-1])
 
     def forward(self, scores, loss_fn, features=None):
         raise NotImplementedError
 
-    def entropy(self, scores):
+    def generalized_entropy(self, scores):
         if self.sparse:
             p = sparsemax(scores, -1)
             return 0.5 * (1 - p.pow(2).sum(-1))
-        return -(torch.softmax(scores, -1) * torch.log_softmax(scores, -1)).sum(-1)
+        return self.space_for(scores).entropy(scores)
 
     def classification_loss(self, scores, target):
         if self.sparse:
@@ -86,25 +109,41 @@ class Estimator(nn.Module):
         return F.cross_entropy(scores, target, reduction="none")
 
 
-def _decode_support(probs, loss_fn):
-    """sum_z probs[b, z] loss(b, z) over the z with probs > 0, decoding only those."""
-    rows, z = probs.gt(0).nonzero(as_tuple=True)
-    losses = loss_fn(rows, F.one_hot(z, probs.shape[1]).to(probs.dtype))
+def _shannon(probs):
+    """-sum p log p over the support, with zero gradient off it."""
+    positive = probs > 0
+    return -torch.where(positive, probs * torch.log(torch.where(positive, probs, torch.ones_like(probs))),
+                        torch.zeros_like(probs)).sum(-1)
+
+
+def _decode_support(probs, loss_fn, structures=None):
+    """sum_s probs[b, s] loss(b, z_s) over the s with probs > 0, decoding only those; z_s
+    is the one-hot of s, or ``structures[b, s]``.  Returns (expectation, calls)."""
+    rows, s = probs.gt(0).nonzero(as_tuple=True)
+    z = F.one_hot(s, probs.shape[1]).to(probs.dtype) if structures is None else structures[rows, s]
+    losses = loss_fn(rows, z)
     expected = torch.zeros(probs.shape[0], dtype=losses.dtype, device=probs.device)
-    expected = expected.index_add(0, rows, probs[rows, z] * losses)
+    expected = expected.index_add(0, rows, probs[rows, s] * losses)
     calls = torch.bincount(rows, minlength=probs.shape[0]).to(probs.dtype)
     return expected, calls
+
+
+def _exact(probs, loss_fn, structures=None):
+    expected, calls = _decode_support(probs, loss_fn, structures)
+    return Estimate(expected, expected, calls, _shannon(probs))
 
 
 @register_estimator("dense")
 class Dense(Estimator):
     """Exact expectation under softmax: every z is decoded (K calls)."""
 
+    spaces = (Categorical,)
+
     def forward(self, scores, loss_fn, features=None):
         probs = torch.softmax(scores, -1)
         # Decode every z even when softmax underflows to an exact 0.
         expected, calls = _decode_support(probs.clamp_min(torch.finfo(probs.dtype).tiny), loss_fn)
-        return Estimate(expected, expected, calls)
+        return Estimate(expected, expected, calls, self.space_for(scores).entropy(scores))
 
 
 @register_estimator("sparsemax")
@@ -112,10 +151,10 @@ class Sparsemax(Estimator):
     """Exact expectation under sparsemax: only the support is decoded."""
 
     sparse = True
+    spaces = (Categorical,)
 
     def forward(self, scores, loss_fn, features=None):
-        expected, calls = _decode_support(sparsemax(scores, -1), loss_fn)
-        return Estimate(expected, expected, calls)
+        return _exact(sparsemax(scores, -1), loss_fn)
 
 
 def topk_sparsemax(scores, k):
@@ -136,28 +175,71 @@ def topk_sparsemax(scores, k):
 @register_estimator("topk_sparsemax")
 class TopKSparsemax(Estimator):
     """Sparsemax over the k best z (k calls at most); ``last_certified`` says for which
-    examples that was exactly sparsemax."""
+    examples that was exactly sparsemax.  Over bit-vectors, the k best structures
+    under scores . z, and sparsemax over their scores."""
 
     sparse = True
 
-    def __init__(self, topk=10):
-        super().__init__()
+    def __init__(self, topk=10, space=None):
+        super().__init__(space)
+        if isinstance(space, BitVector) and space.budget is not None:
+            raise ValueError("--estimator topk_sparsemax: bit-vectors with a budget are not supported")
         self.topk = topk
         self.last_certified = None
 
+    def support(self, scores):
+        """Over bit-vectors: (probabilities (B, k), the k best structures (B, k, D))."""
+        structures = self.space.kbest(scores, self.topk)
+        p = sparsemax((structures * scores[:, None]).sum(-1), -1)
+        # The same certificate as over categories: a zero among the k best proves that
+        # no structure outside them would have entered the support.
+        self.last_certified = p.gt(0).sum(-1).lt(structures.shape[1]) | (2 ** self.space.bits <= self.topk)
+        return p, structures
+
     def forward(self, scores, loss_fn, features=None):
+        if isinstance(self.space, BitVector):
+            probs, structures = self.support(scores)
+            return _exact(probs, loss_fn, structures)
         probs, self.last_certified = topk_sparsemax(scores, self.topk)
-        expected, calls = _decode_support(probs, loss_fn)
-        return Estimate(expected, expected, calls)
+        return _exact(probs, loss_fn)
 
 
-def _sample(probs):
-    return torch.multinomial(probs, 1).squeeze(-1)
+@register_estimator("sparsemap")
+class SparseMAP(Estimator):
+    """Exact expectation under SparseMAP over bit-vectors (:mod:`.sparsemap`): only the
+    few structures of its active set are decoded."""
+
+    sparse = True
+    spaces = (BitVector,)
+
+    def __init__(self, space=None, budget=None):
+        if not isinstance(space, BitVector):
+            raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
+        if budget is not None:
+            space = space.with_budget(budget)
+        super().__init__(space)
+
+    def support(self, scores):
+        """(probabilities (B, S), structures (B, S, D)), padded with probability 0."""
+        return sparsemap(scores, self.space)
+
+    def forward(self, scores, loss_fn, features=None):
+        probs, structures = self.support(scores)
+        return _exact(probs, loss_fn, structures)
 
 
-def _decode(loss_fn, z, k, dtype):
-    rows = torch.arange(z.shape[0], device=z.device)
-    return loss_fn(rows, F.one_hot(z, k).to(dtype))
+@register_estimator("sparsemap_budget")
+class SparseMAPBudget(SparseMAP):
+    """SparseMAP over bit-vectors with at most ``budget`` ones (default: half the bits)."""
+
+    def __init__(self, space=None, budget=None):
+        if not isinstance(space, BitVector):
+            raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
+        super().__init__(space, budget or max(1, space.bits // 2))
+
+
+def _decode(loss_fn, z):
+    return loss_fn(torch.arange(z.shape[0], device=z.device), z)
 
 
 class MovingAverage(nn.Module):
@@ -185,25 +267,26 @@ def _zero_valued(x):
     return x - x.detach()
 
 
-def _score_function(log_probs, z, loss, baseline):
+def _score_function(log_prob, loss, baseline):
     """loss + (loss - b) grad-only(log pi(z)): REINFORCE's gradient, unbiased for any b not
     depending on z; in value, the loss."""
-    return loss + (loss - baseline).detach() * _zero_valued(log_probs.gather(1, z[:, None]).squeeze(1))
+    return loss + (loss - baseline).detach() * _zero_valued(log_prob)
 
 
 @register_estimator("sfe")
 class ScoreFunction(Estimator):
     """REINFORCE, z ~ pi, with a moving average of past losses as baseline (1 call)."""
 
-    def __init__(self, baseline_decay=0.99):
-        super().__init__()
+    def __init__(self, baseline_decay=0.99, space=None):
+        super().__init__(space)
         self.baseline = MovingAverage(baseline_decay)
 
     def forward(self, scores, loss_fn, features=None):
-        log_probs = torch.log_softmax(scores, -1)
-        z = _sample(log_probs.detach().exp())
-        loss = _decode(loss_fn, z, scores.shape[1], scores.dtype)
-        return Estimate(_score_function(log_probs, z, loss, self.baseline(loss)), loss, torch.ones_like(loss))
+        space = self.space_for(scores)
+        z = space.sample(scores)
+        loss = _decode(loss_fn, z)
+        surrogate = _score_function(space.log_prob(scores, z), loss, self.baseline(loss))
+        return Estimate(surrogate, loss, torch.ones_like(loss), space.entropy(scores))
 
 
 @register_estimator("sfe_plus")
@@ -211,13 +294,13 @@ class ScoreFunctionSelfCritic(Estimator):
     """REINFORCE whose baseline is the loss of a second, independent sample (2 calls)."""
 
     def forward(self, scores, loss_fn, features=None):
-        log_probs = torch.log_softmax(scores, -1)
-        probs = log_probs.detach().exp()
-        z, z_baseline = _sample(probs), _sample(probs)
-        loss = _decode(loss_fn, z, scores.shape[1], scores.dtype)
+        space = self.space_for(scores)
+        z, z_baseline = space.sample(scores), space.sample(scores)
+        loss = _decode(loss_fn, z)
         with torch.no_grad():
-            b = _decode(loss_fn, z_baseline, scores.shape[1], scores.dtype)
-        return Estimate(_score_function(log_probs, z, loss, b), loss, torch.full_like(loss, 2.0))
+            b = _decode(loss_fn, z_baseline)
+        surrogate = _score_function(space.log_prob(scores, z), loss, b)
+        return Estimate(surrogate, loss, torch.full_like(loss, 2.0), space.entropy(scores))
 
 
 @register_estimator("nvil")
@@ -226,28 +309,28 @@ class NVIL(Estimator):
     (centring) plus b(x), a linear function of the example's features (built on first
     use) trained by regression onto what the average leaves (1 call)."""
 
-    def __init__(self, baseline_decay=0.99, features_dim=None):
-        super().__init__()
+    def __init__(self, baseline_decay=0.99, features_dim=None, space=None):
+        super().__init__(space)
         self.centre = MovingAverage(baseline_decay)
         self.baseline = nn.LazyLinear(1) if features_dim is None else nn.Linear(features_dim, 1)
 
     def forward(self, scores, loss_fn, features=None):
         if features is None:
             raise ValueError("the nvil estimator needs the example features for its baseline")
-        log_probs = torch.log_softmax(scores, -1)
-        z = _sample(log_probs.detach().exp())
-        loss = _decode(loss_fn, z, scores.shape[1], scores.dtype)
+        space = self.space_for(scores)
+        z = space.sample(scores)
+        loss = _decode(loss_fn, z)
         centre = self.centre(loss)
         b = centre + self.baseline(features.detach().to(self.baseline.weight.dtype)).squeeze(-1).to(loss.dtype)
-        surrogate = _score_function(log_probs, z, loss, b) + _zero_valued((loss.detach() - b) ** 2)
-        return Estimate(surrogate, loss, torch.ones_like(loss))
+        surrogate = _score_function(space.log_prob(scores, z), loss, b) + _zero_valued((loss.detach() - b) ** 2)
+        return Estimate(surrogate, loss, torch.ones_like(loss), space.entropy(scores))
 
 
 class _GumbelBase(Estimator):
     """Temperature tau = max(tau_min, tau_0 exp(-rate * step)), step counted in training."""
 
-    def __init__(self, temperature=1.0, min_temperature=0.5, anneal_rate=1e-4):
-        super().__init__()
+    def __init__(self, temperature=1.0, min_temperature=0.5, anneal_rate=1e-4, space=None):
+        super().__init__(space)
         self.tau0, self.tau_min, self.rate = temperature, min_temperature, anneal_rate
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
 
@@ -255,9 +338,7 @@ class _GumbelBase(Estimator):
         return max(self.tau_min, self.tau0 * math.exp(-self.rate * int(self.step)))
 
     def relaxed(self, scores):
-        uniform = torch.rand_like(scores).clamp(1e-20, 1.0)
-        gumbel = -torch.log((-torch.log(uniform)).clamp_min(1e-20))
-        soft = torch.softmax((scores + gumbel) / self.temperature(), -1)
+        soft = self.space_for(scores).relaxed_sample(scores, self.temperature())
         if self.training:
             self.step += 1
         return soft
@@ -265,24 +346,28 @@ class _GumbelBase(Estimator):
 
 @register_estimator("gumbel")
 class GumbelSoftmax(_GumbelBase):
-    """The decoder reads a relaxed one-hot, softmax((scores + g) / tau) (biased; 1 call)."""
+    """The decoder reads a relaxed sample: softmax((scores + g) / tau), or Binary Concrete
+    for bit-vectors (biased; 1 call)."""
 
     def forward(self, scores, loss_fn, features=None):
-        soft = self.relaxed(scores)
-        loss = loss_fn(torch.arange(scores.shape[0], device=scores.device), soft)
-        return Estimate(loss, loss, torch.ones_like(loss))
+        loss = _decode(loss_fn, self.relaxed(scores))
+        return Estimate(loss, loss, torch.ones_like(loss), self.space_for(scores).entropy(scores))
 
 
 @register_estimator("st_gumbel")
 class StraightThroughGumbel(_GumbelBase):
-    """The decoder reads the hard sample argmax(scores + g); gradients pass through the
-    relaxed one (biased; 1 call)."""
+    """The decoder reads the hard sample (argmax of scores + g, or bits thresholded at 1/2);
+    gradients pass through the relaxed one (biased; 1 call)."""
 
     def forward(self, scores, loss_fn, features=None):
         soft = self.relaxed(scores)
-        hard = F.one_hot(soft.argmax(-1), scores.shape[1]).to(soft.dtype)
-        loss = loss_fn(torch.arange(scores.shape[0], device=scores.device), hard - soft.detach() + soft)
-        return Estimate(loss, loss, torch.ones_like(loss))
+        hard = self.space_for(scores).harden(soft)
+        loss = _decode(loss_fn, hard - soft.detach() + soft)
+        return Estimate(loss, loss, torch.ones_like(loss), self.space_for(scores).entropy(scores))
+
+
+def _sample(probs):
+    return torch.multinomial(probs, 1).squeeze(-1)
 
 
 @register_estimator("sum_and_sample")
@@ -292,8 +377,10 @@ class SumAndSample(Estimator):
     their mass:  sum_{z in T} pi(z) loss(z) + (1 - pi(T)) loss(z'),  with the score
     function term for z', with a moving-average baseline (k + 1 calls)."""
 
-    def __init__(self, topk=1, baseline_decay=0.99):
-        super().__init__()
+    spaces = (Categorical,)
+
+    def __init__(self, topk=1, baseline_decay=0.99, space=None):
+        super().__init__(space)
         self.topk = topk
         self.baseline = MovingAverage(baseline_decay)
 
@@ -308,7 +395,7 @@ class SumAndSample(Estimator):
         rest = torch.where(in_top, torch.zeros_like(probs), probs)
         rest_mass = rest.sum(-1)
         z = _sample((rest / rest_mass[:, None]).detach())
-        loss_z = _decode(loss_fn, z, K, scores.dtype)
+        loss_z = _decode(loss_fn, F.one_hot(z, K).to(scores.dtype))
         # sum_{z not in T} pi(z) loss(z) = m E_q[loss], m = 1 - pi(T), q = pi / m off T; its gradient
         # is grad(m) E_q[loss] + m E_q[(loss - b) grad log q], unbiased for any baseline b
         # (q sums to one; pi restricted off T does not, so b must go with log q, not log pi).
@@ -317,4 +404,72 @@ class SumAndSample(Estimator):
         sampled = rest_mass * loss_z.detach() + rest_mass.detach() * (_zero_valued(loss_z) + score)
         surrogate = summed + sampled
         loss = summed.detach() + rest_mass.detach() * loss_z.detach()
-        return Estimate(surrogate, loss, torch.full_like(loss, float(k + 1)))
+        return Estimate(surrogate, loss, torch.full_like(loss, float(k + 1)), self.space_for(scores).entropy(scores))
+
+
+def unordered_set_probability(p):
+    """P(S) for the unordered set of the columns of ``p`` (B, m): the probabilities under
+    which they are drawn without replacement, summed over the m! orders in which they
+    can come (Kool et al. 2020, eq. 4): sum_orders prod_i p_i / (1 - sum_{j<i} p_j).
+    Exact; the m! orders keep m small (at most 6)."""
+    m = p.shape[1]
+    if m > 6:
+        raise ValueError(f"the unordered-set probability enumerates m! orders; m = {m} is too many (at most 6)")
+    total = p.new_zeros(p.shape[0])
+    for order in itertools.permutations(range(m)):
+        q = p[:, list(order)]
+        before = torch.cumsum(q, 1) - q
+        total = total + (q / (1 - before).clamp_min(1e-30)).prod(1)
+    return total
+
+
+def _leave_out(p, i):
+    """The columns of p but i, renormalised to the domain without item i: p / (1 - p_i)."""
+    rest = torch.cat([p[:, :i], p[:, i + 1:]], 1)
+    return rest / (1 - p[:, i:i + 1]).clamp_min(1e-30)
+
+
+@register_estimator("unordered_set")
+class UnorderedSet(Estimator):
+    r"""The unordered set estimator with built-in baseline (Kool, van Hoof & Welling,
+    ICLR 2020, eq. 11): k distinct z drawn without replacement (Gumbel-top-k), then
+
+        E[loss] ~ sum_{s in S} p(s) R(S, s) loss(s),   R(S, s) = P^{D \ s}(S \ s) / P(S),
+        grad    ~ sum_{s in S} p(s) R(S, s) grad log p(s) (loss(s) - sum_{s' in S} p(s') R^{D \ s}(S, s') loss(s')),
+
+    R^{D \ s}(S, s') = P^{D \ {s, s'}}(S \ {s, s'}) / P^{D \ s}(S \ s) (1 for s' = s).
+    Unbiased in value and gradient; k calls."""
+
+    spaces = (Categorical,)
+
+    def __init__(self, topk=4, space=None):
+        super().__init__(space)
+        self.topk = topk
+
+    def forward(self, scores, loss_fn, features=None):
+        B, K = scores.shape
+        k = min(self.topk, K)
+        log_probs = torch.log_softmax(scores, -1)
+        uniform = torch.rand_like(scores).clamp(1e-20, 1.0)
+        chosen = (log_probs.detach() - torch.log(-torch.log(uniform))).topk(k, -1).indices  # Gumbel-top-k
+        p = log_probs.detach().exp().gather(1, chosen)
+        losses = torch.stack([_decode(loss_fn, F.one_hot(chosen[:, i], K).to(scores.dtype)) for i in range(k)], 1)
+        with torch.no_grad():
+            total = unordered_set_probability(p)
+            weights = torch.stack([unordered_set_probability(_leave_out(p, i)) for i in range(k)], 1) / total[:, None]
+            weights = p * weights  # p(s) R(S, s)
+            baselines = []
+            for i in range(k):
+                inner_p = _leave_out(p, i)  # the set S \ s under D \ s
+                inner_total = unordered_set_probability(inner_p)
+                r = torch.ones_like(p)
+                for j in range(k):
+                    if j != i:
+                        jj = j if j < i else j - 1
+                        r[:, j] = unordered_set_probability(_leave_out(inner_p, jj)) / inner_total
+                baselines.append((p * r * losses.detach()).sum(1))
+            baseline = torch.stack(baselines, 1)
+        log_p = log_probs.gather(1, chosen)
+        surrogate = (weights * losses).sum(1) + (weights * (losses.detach() - baseline) * _zero_valued(log_p)).sum(1)
+        loss = (weights * losses.detach()).sum(1)
+        return Estimate(surrogate, loss, torch.full_like(loss, float(k)), self.space_for(scores).entropy(scores))

@@ -4,6 +4,15 @@ A classifier pi(y | x) over the classes, a Gaussian encoder q(z | x, y) and a
 Bernoulli decoder p(x | y, z), all small MLPs.  ``neg_elbo(x, y)`` is one decoder
 call: -E_q(z|x,y)[log p(x | y, z)] + KL(q(z | x, y) || N(0, I)) - log p(y), with a
 single reparameterised z and a uniform p(y); ``y`` is a one-hot row or a relaxed one.
+
+``latent_loss`` is the objective of the ``latent_marginalization`` criterion, per image x:
+- label hidden: E_{y ~ pi(.|x)} [-ELBO(x, y)] - H(pi(.|x)), the expectation taken by
+  the estimator (exactly, or by sampling), H the entropy that goes with pi
+  (Shannon for softmax, Gini for sparsemax);
+- label y shown: -ELBO(x, y) + ``--classification-weight`` * loss(pi(.|x), y)
+  (cross-entropy, or the sparsemax loss for sparsemax estimators).
+In validation every label is hidden from the objective (it is the unsupervised
+bound, with the estimator's decoder calls) and used for ``accuracy``.
 """
 
 import math
@@ -51,3 +60,26 @@ class SSVAEModel(BaseFairseqModel):
         reconstruction = F.binary_cross_entropy_with_logits(logits, images, reduction="none").sum(-1)
         kl = 0.5 * (mean.pow(2) + log_var.exp() - 1 - log_var).sum(-1)
         return reconstruction + kl + math.log(self.num_classes)
+
+    def latent_loss(self, sample, estimator, cfg):
+        images, labels = sample["net_input"]["images"], sample["labels"]
+        shown = sample["labelled"] if self.training else torch.zeros_like(sample["labelled"])
+        scores = self(images)
+        loss = images.new_zeros(())
+        calls = images.new_zeros(())
+        hidden = (~shown).nonzero().squeeze(1)
+        if len(hidden):
+            x = images[hidden]
+            est = estimator(scores[hidden], lambda rows, y: self.neg_elbo(x[rows], y), features=x)
+            # Every estimator's surrogate has the loss estimate as its value, so this is also what is logged.
+            loss = loss + (est.surrogate - estimator.generalized_entropy(scores[hidden])).sum()
+            calls = est.decoder_calls.sum()
+        known = shown.nonzero().squeeze(1)
+        if len(known):
+            one_hot = F.one_hot(labels[known], scores.shape[1]).to(images.dtype)
+            loss = loss + (self.neg_elbo(images[known], one_hot) + cfg.classification_weight
+                           * estimator.classification_loss(scores[known], labels[known])).sum()
+        stats = {"decoder_calls": calls, "estimated": len(hidden)}
+        if not self.training:
+            stats.update(correct=(scores.argmax(-1) == labels).sum(), classified=len(labels))
+        return loss, stats
