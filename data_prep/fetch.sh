@@ -1,16 +1,25 @@
-# Shared by the download pipelines: source it, then `fetch URL DIR [SHA256]`.
+# Shared by the download pipelines: source it, then `fetch URL DIR [CHECKSUM]`.
 #
 # Puts URL's file in DIR under its own name.  With MIRROR set to a directory that
 # holds a file of that name, it is copied from there instead (offline runs, tests).
 # Downloads resume: an interrupted one leaves NAME.part, which the next run
-# continues (curl -C -) instead of starting over.  With SHA256 the file is
-# verified and a mismatch stops the pipeline, naming the file; a file already
-# present and verified is not fetched again.
+# continues (curl -C -) instead of starting over.  With CHECKSUM (a sha256, or
+# md5:HEX where the release publishes only md5) the file is verified and a
+# mismatch stops the pipeline, naming the file; a file already present and
+# verified is not fetched again.
+checksum_ok() {
+  local sum=$1 file=$2
+  case "$sum" in
+    md5:*) echo "${sum#md5:}  $file" | md5sum -c --status ;;
+    *) echo "$sum  $file" | sha256sum -c --status ;;
+  esac
+}
+
 fetch() {
   local url=$1 dir=$2 sha=${3:-} name
   name=$(basename "${url%%\?*}")
   mkdir -p "$dir"
-  if [ -f "$dir/$name" ] && { [ -z "$sha" ] || echo "$sha  $dir/$name" | sha256sum -c --status; }; then
+  if [ -f "$dir/$name" ] && { [ -z "$sha" ] || checksum_ok "$sha" "$dir/$name"; }; then
     echo "[fetch] $name: already here"
     return 0
   fi
@@ -24,8 +33,10 @@ fetch() {
       return 1
     }
   fi
-  if [ -n "$sha" ] && ! echo "$sha  $dir/$name.part" | sha256sum -c --status; then
-    echo "[fetch] $dir/$name: sha256 is $(sha256sum "$dir/$name.part" | cut -d' ' -f1), expected $sha" >&2
+  if [ -n "$sha" ] && ! checksum_ok "$sha" "$dir/$name.part"; then
+    local tool=sha256sum
+    [ "${sha#md5:}" != "$sha" ] && tool=md5sum
+    echo "[fetch] $dir/$name: ${tool%sum} is $($tool "$dir/$name.part" | cut -d' ' -f1), expected ${sha#md5:}" >&2
     mv "$dir/$name.part" "$dir/$name.bad"
     return 1
   fi

@@ -38,21 +38,22 @@ class SignalingGameModel(BaseFairseqModel):
         """Message scores (B, messages) of the sender."""
         return self.sender(target)
 
-    def receiver_scores(self, candidates, message):
-        return torch.einsum("bch,bh->bc", self.candidate_embedding(candidates), self.message_embedding(message))
+    def receiver_scores(self, embedded_candidates, message):
+        return torch.einsum("bch,bh->bc", embedded_candidates, self.message_embedding(message))
 
     def latent_loss(self, sample, estimator, cfg):
         target, candidates = sample["net_input"]["target"], sample["net_input"]["candidates"]
         position = sample["target_position"]
         scores = self(target)
+        embedded = self.candidate_embedding(candidates)  # once, not once per decoded message
 
         def receiver_loss(rows, message):
-            return F.cross_entropy(self.receiver_scores(candidates[rows], message), position[rows], reduction="none")
+            return F.cross_entropy(self.receiver_scores(embedded[rows], message), position[rows], reduction="none")
 
         est = estimator(scores, receiver_loss, features=target)
         stats = {"decoder_calls": est.decoder_calls.sum(), "estimated": len(target)}
         if not self.training:
             best = F.one_hot(scores.argmax(-1), scores.shape[1]).to(scores.dtype)
-            stats.update(won=(self.receiver_scores(candidates, best).argmax(-1) == position).sum(),
+            stats.update(won=(self.receiver_scores(embedded, best).argmax(-1) == position).sum(),
                          games=len(target))
         return est.surrogate.sum(), stats

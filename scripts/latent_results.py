@@ -1,0 +1,195 @@
+"""The estimator x experiment grid of Correia et al. (NeurIPS 2020), over seeds, through
+fairseq-train; one table per experiment in the paper's format, next to its numbers,
+and a plot of decoder calls (the support size, for sparse marginalisation) over training.
+
+    python scripts/latent_results.py --out results/latent              # digits, 3 seeds
+    python scripts/latent_results.py --out results/mnist --dataset mnist --data ../shared/data/images/mnist
+
+A run whose log already ends its training is collected, not rerun (``--collect-only``
+never trains).  Metrics are the last epoch's on the test split; decoder calls are the
+mean per training example over all of training, as the paper counts them.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
+
+# The paper's numbers (Tables 1-3): ssvae accuracy, signaling-game success (both %),
+# bit-vector VAE bits per dimension at D = 32 / 128; decoder calls where reported.
+PAPER = {
+    "ssvae": {"dense": 96.93, "sparsemax": 96.87, "sfe": 94.75, "sfe_plus": 96.53, "nvil": 96.01, "gumbel": 95.46},
+    "signaling_game": {"dense": 93.37, "sparsemax": 93.35, "sfe": 33.05, "sfe_plus": 44.32, "nvil": 37.04,
+                       "gumbel": 23.51, "st_gumbel": 27.42},
+    "bitvector_vae/32": {"sfe": 3.74, "sfe_plus": 3.61, "nvil": 3.65, "gumbel": 3.57, "topk_sparsemax": 3.62,
+                         "sparsemap": 3.72, "sparsemap_budget": 3.64},
+    "bitvector_vae/128": {"sfe": 3.77, "sfe_plus": 3.59, "nvil": 3.60, "gumbel": 3.49, "topk_sparsemax": 3.61,
+                          "sparsemap": 3.67, "sparsemap_budget": 3.66},
+}
+PAPER_CALLS = {"ssvae": {"dense": 10, "sparsemax": 1.01}, "signaling_game": {"dense": 256, "sparsemax": 3.13}}
+
+# experiment -> (metric, higher is better, extra fairseq-train options)
+EXPERIMENTS = {
+    "ssvae": ("accuracy", True, ["--task", "ssvae", "--arch", "ssvae", "--lr", "1e-3"]),
+    "signaling_game": ("success", True, ["--task", "signaling_game", "--arch", "signaling_game", "--lr", "1e-3"]),
+    "bitvector_vae/32": ("nll_bits_per_dim", False, ["--task", "bitvector_vae", "--arch", "bitvector_vae",
+                                                     "--latent-bits", "32", "--lr", "2e-3"]),
+    "bitvector_vae/128": ("nll_bits_per_dim", False, ["--task", "bitvector_vae", "--arch", "bitvector_vae",
+                                                      "--latent-bits", "128", "--lr", "2e-3"]),
+}
+
+
+def estimators_for(experiment):
+    space = BitVector if experiment.startswith("bitvector_vae") else Categorical
+    return sorted(name for name, cls in ESTIMATORS.items() if space in cls.spaces)
+
+
+def parse_log(text):
+    """Per-epoch training decoder calls and the last validation/test metrics of a log."""
+    def fields(line):
+        return {k: float(v) for k, v in re.findall(r"\| (\w+) ([-0-9.e]+)", line)}
+
+    train = [fields(line) for line in text.splitlines() if "| train | epoch" in line]
+    last = {}
+    for line in text.splitlines():
+        found = re.search(r"valid on '(\w+)' subset", line)
+        if found:
+            last[found.group(1)] = fields(line)
+    return {"train_calls": [t.get("decoder_calls", math.nan) for t in train], **last}
+
+
+def run_one(args, experiment, estimator, seed):
+    name = f"{experiment.replace('/', '_d')}/{estimator}_seed{seed}"
+    log = args.out / "logs" / f"{name}.log"
+    if log.is_file() and "done training" in log.read_text(encoding="utf-8"):
+        return experiment, estimator, seed, parse_log(log.read_text(encoding="utf-8"))
+    if args.collect_only:
+        return experiment, estimator, seed, None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [str(Path(sys.executable).parent / "fairseq-train")]
+    if args.dataset == "mnist":
+        cmd.append(str(args.data))
+    cmd += ["--user-dir", str(REPO / "fairseq_sparse"), *EXPERIMENTS[experiment][2], "--dataset", args.dataset,
+            "--criterion", "latent_marginalization", "--estimator", estimator, "--optimizer", "adam",
+            "--batch-size", str(args.batch_size), "--max-epoch", str(args.epochs[experiment.split("/")[0]]),
+            "--seed", str(seed), "--valid-subset", "valid,test", "--num-workers", "0", "--no-save",
+            "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
+    if args.tensorboard:
+        cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    if proc.returncode != 0:
+        raise SystemExit(f"{experiment} / {estimator} / seed {seed} failed; log in {log}:\n{proc.stderr[-2000:]}")
+    return experiment, estimator, seed, parse_log(proc.stdout + proc.stderr)
+
+
+def mean_spread(values):
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "n/a"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {spread:.2f}"
+
+
+def table(experiment, runs):
+    metric, higher, _ = EXPERIMENTS[experiment]
+    label = {"accuracy": "accuracy (%)", "success": "success (%)", "nll_bits_per_dim": "NLL bits/dim"}[metric]
+    lines = [f"### {experiment}" + (" (lower is better)" if not higher else ""), "",
+             f"| estimator | {label} | " + ("neg. ELBO bits/dim | " if metric == "nll_bits_per_dim" else "")
+             + "decoder calls | paper | paper calls |",
+             "|---|---|" + ("---|" if metric == "nll_bits_per_dim" else "") + "---|---|---|"]
+    for estimator in sorted(runs):
+        results = runs[estimator]
+        row = [estimator, mean_spread([r["test"][metric] for r in results])]
+        if metric == "nll_bits_per_dim":
+            row.append(mean_spread([r["test"]["neg_elbo_bits_per_dim"] for r in results]))
+        row.append(mean_spread([statistics.mean(r["train_calls"]) for r in results]))
+        row.append(str(PAPER.get(experiment, {}).get(estimator, "")))
+        row.append(str(PAPER_CALLS.get(experiment, {}).get(estimator, "")))
+        lines.append("| " + " | ".join(row) + " |")
+    seeds = len(next(iter(runs.values())))
+    lines += ["", f"Mean ± standard deviation over {seeds} seed(s)."]
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    experiments = list(results)
+    fig, axes = plt.subplots(1, len(experiments), figsize=(4.5 * len(experiments), 3.8), squeeze=False)
+    for ax, experiment in zip(axes[0], experiments):
+        for estimator, runs in sorted(results[experiment].items()):
+            curves = [r["train_calls"] for r in runs]
+            n = min(len(c) for c in curves)
+            mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
+            style = "-" if ESTIMATORS[estimator].sparse or estimator == "dense" else ":"
+            ax.plot(range(1, n + 1), mean, style, marker="o", markersize=3, label=estimator)
+        ax.set_yscale("log")
+        ax.set_title(experiment)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("decoder calls per example (training)")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="directory for logs, results.json, tables, plot")
+    parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
+    parser.add_argument("--estimators", nargs="+", help="only these (default: every one the experiment supports)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist",
+                        help="MNIST-format directory for --dataset mnist")
+    parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},
+                        help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '
+                             '"bitvector_vae": 10})')
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time")
+    parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
+    parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
+    parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")
+    args = parser.parse_args(argv)
+    for experiment in ("ssvae", "signaling_game", "bitvector_vae"):
+        args.epochs.setdefault(experiment, 10)
+
+    grid = [(experiment, estimator, seed) for experiment in args.experiments for estimator in estimators_for(experiment)
+            if not args.estimators or estimator in args.estimators for seed in range(1, args.seeds + 1)]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        finished = list(pool.map(lambda job: run_one(args, *job), grid))
+    results = {}
+    for experiment, estimator, seed, parsed in finished:
+        if parsed is not None:
+            results.setdefault(experiment, {}).setdefault(estimator, []).append(parsed)
+    if not results:
+        raise SystemExit(f"no finished runs in {args.out}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    tables = "\n\n".join(table(experiment, runs) for experiment, runs in results.items())
+    (args.out / "tables.md").write_text(tables + "\n", encoding="utf-8")
+    print(tables)
+    plot(results, args.out / "decoder_calls.png")
+    print(f"\nplot of decoder calls over training: {args.out / 'decoder_calls.png'}")
+
+
+if __name__ == "__main__":
+    main()
