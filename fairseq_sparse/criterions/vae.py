@@ -1,0 +1,71 @@
+"""``vae``: the ELBO of a sentence VAE with a KL weight (beta-VAE; Higgins et al. 2017),
+
+    loss = -log p(x | z) + kl_weight * KL(q(z | x) || N(0, I)),   z ~ q(z | x),
+
+summed over sentences.  Logged: ``reconstruction`` (nats per sentence), ``kl`` and,
+in validation, ``average_hoyer`` of one sample z per sentence and
+``average_hoyer_mean`` of the posterior means (:mod:`..analysis.hoyer`), computed
+over the whole validation set.  Subclasses add a regulariser (``regularizer``).
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from ..analysis.hoyer import AverageHoyerMeter
+
+
+@dataclass
+class VAEConfig(FairseqDataclass):
+    kl_weight: float = field(default=1.0, metadata={"help": "weight of the KL term (1: the ELBO)"})
+
+
+def gaussian_kl(mean, log_var):
+    """KL(N(mean, exp(log_var)) || N(0, I)) per row, in closed form."""
+    return 0.5 * (mean.pow(2) + log_var.exp() - 1 - log_var).sum(-1)
+
+
+@register_criterion("vae", dataclass=VAEConfig)
+class VAECriterion(FairseqCriterion):
+    def __init__(self, cfg, task):
+        super().__init__(task)
+        self.cfg = cfg
+        self.pad = task.target_dictionary.pad()
+
+    def regularizer(self, posterior):
+        """Extra per-sentence penalty on the posterior (none for the plain VAE)."""
+        return torch.zeros_like(posterior["mean"][:, 0])
+
+    def forward(self, model, sample, reduce=True):
+        logits, posterior = model(**sample["net_input"])
+        reconstruction = F.cross_entropy(logits.transpose(1, 2), sample["target"], ignore_index=self.pad,
+                                         reduction="none").sum(-1)
+        kl = gaussian_kl(posterior["mean"], posterior["log_var"])
+        loss = (reconstruction + self.cfg.kl_weight * kl + self.regularizer(posterior)).sum()
+        batch = len(sample["id"])
+        logging_output = {"loss": loss.detach(), "reconstruction": reconstruction.detach().sum(),
+                          "kl": kl.detach().sum(), "ntokens": sample["ntokens"], "nsentences": batch,
+                          "sample_size": batch}
+        if not model.training:
+            logging_output["codes"] = posterior["z"].detach()
+            logging_output["means"] = posterior["mean"].detach()
+        return loss, batch, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        n = sum(log["sample_size"] for log in logging_outputs)
+        for key in ("loss", "reconstruction", "kl"):
+            metrics.log_scalar(key, sum(float(log[key]) for log in logging_outputs) / max(n, 1), n, round=3)
+        codes = [log["codes"] for log in logging_outputs if "codes" in log]
+        if codes:
+            metrics.log_custom(AverageHoyerMeter, "average_hoyer", torch.cat(codes))
+            metrics.log_custom(AverageHoyerMeter, "average_hoyer_mean",
+                               torch.cat([log["means"] for log in logging_outputs]))
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return False  # the codes of a validation pass are gathered, not summed

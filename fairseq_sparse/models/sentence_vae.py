@@ -1,0 +1,65 @@
+"""``sentence_vae``: the GRU text VAE of Prokhorov et al. (2021, Sec. 5; after Bowman
+et al. 2016).
+
+Shared word embeddings for encoder and decoder; the encoder's last GRU state
+parametrises the posterior; the code z is concatenated to the decoder's word
+embedding at every step.  The paper: embeddings 256, hidden 512, latent 32 or 768.
+
+``encode`` returns the posterior's parameters (a diagonal Gaussian: mean and log
+variance); ``decode(z, prev_output_tokens)`` the next-word logits.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.models import BaseFairseqModel, register_model
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+
+@dataclass
+class SentenceVAEModelConfig(FairseqDataclass):
+    embed_dim: int = field(default=256, metadata={"help": "word embedding size (shared by encoder and decoder)"})
+    hidden_dim: int = field(default=512, metadata={"help": "GRU state size of encoder and decoder"})
+    latent_dim: int = field(default=32, metadata={"help": "dimension of the code z (the paper: 32 and 768)"})
+    dropout: float = field(default=0.0, metadata={"help": "dropout on the embeddings and decoder states"})
+
+
+@register_model("sentence_vae", dataclass=SentenceVAEModelConfig)
+class SentenceVAEModel(BaseFairseqModel):
+    def __init__(self, cfg, dictionary):
+        super().__init__()
+        self.pad = dictionary.pad()
+        self.latent_dim = cfg.latent_dim
+        self.embed = nn.Embedding(len(dictionary), cfg.embed_dim, padding_idx=self.pad)
+        self.encoder = nn.GRU(cfg.embed_dim, cfg.hidden_dim, batch_first=True)
+        self.posterior = nn.Linear(cfg.hidden_dim, 2 * cfg.latent_dim)
+        self.decoder = nn.GRU(cfg.embed_dim + cfg.latent_dim, cfg.hidden_dim, batch_first=True)
+        self.output = nn.Linear(cfg.hidden_dim, len(dictionary))
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        return cls(cfg, task.dictionary)
+
+    def encode(self, src_tokens, src_lengths):
+        """(mean, log variance), each (B, latent_dim), from the last state of each sentence."""
+        packed = pack_padded_sequence(self.dropout(self.embed(src_tokens)), src_lengths.cpu(), batch_first=True,
+                                      enforce_sorted=False)
+        _, last = self.encoder(packed)
+        return self.posterior(last[-1]).chunk(2, -1)
+
+    def decode(self, z, prev_output_tokens):
+        """Next-word logits (B, T, vocabulary) given codes z (B, latent_dim)."""
+        words = self.dropout(self.embed(prev_output_tokens))
+        states, _ = self.decoder(torch.cat([words, z[:, None].expand(-1, words.shape[1], -1)], -1))
+        return self.output(self.dropout(states))
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens):
+        """Posterior (mean, log variance), one reparameterised sample z, and the logits
+        given z (given the mean outside training)."""
+        mean, log_var = self.encode(src_tokens, src_lengths)
+        z = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
+        logits = self.decode(z if self.training else mean, prev_output_tokens)
+        return logits, {"mean": mean, "log_var": log_var, "z": z}

@@ -1,0 +1,51 @@
+"""The sentence_vae task and its objectives through fairseq-train on real Yelp text."""
+
+import pytest
+
+from fairseq_sparse.tasks.sentence_vae import build_vocabulary, read_corpus
+from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+
+COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch", "sentence_vae",
+          "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0", "--no-save",
+          "--log-format", "simple", "--embed-dim", "32", "--hidden-dim", "64"]
+
+
+@pytest.fixture
+def yelp_dir(tmp_path):
+    """Yelp as the paper uses it: train on the released valid split, test split cut in two."""
+    yelp = shared_data("text", "yelp5")
+    train = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()[:400]
+    test = (yelp / "test.txt").read_text(encoding="utf-8").splitlines()
+    data = tmp_path / "yelp"
+    data.mkdir()
+    for split, lines in (("train", train), ("valid", test[:80]), ("test", test[80:160])):
+        (data / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return data
+
+
+@pytest.mark.parametrize("criterion", ["vae", "vae_l1", "vae_l2"])
+def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path):
+    proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", criterion, "--latent-dim", "8",
+                   "--max-update", "6", cwd=tmp_path)
+    assert "400 train, 80 valid, 80 test sentences with class labels" in proc.stdout
+    metrics = valid_metrics(proc.stdout)
+    assert 0 <= metrics["average_hoyer"] <= 1 and 0 <= metrics["average_hoyer_mean"] <= 1
+    assert metrics["reconstruction"] > 0 and metrics["kl"] >= 0
+
+
+def test_unlabelled_text_and_errors_name_file_and_line(tmp_path):
+    ptb = shared_data("text", "ptb")
+    words, labels = read_corpus(ptb / "valid.txt", 200)
+    assert labels is None and len(words) == 3370
+    vocabulary = build_vocabulary(words, 100)
+    # Specials first, then by frequency; PTB's own <unk> is the dictionary's, not a new word.
+    assert len(vocabulary) == 4 + 100 - 1 and vocabulary.index("the") == 4
+    (tmp_path / "bad.txt").write_text("1 good line\n2 another\n\n3 after\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.txt:3: empty line"):
+        read_corpus(tmp_path / "bad.txt", 200)
+    (tmp_path / "long.txt").write_text("a b c\n" + " ".join(["w"] * 30) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"long.txt:2: 30 tokens, more than --max-sentence-tokens 20"):
+        read_corpus(tmp_path / "long.txt", 20)
+    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "vae", "--max-update", "1", cwd=tmp_path,
+                   check=False)
+    assert proc.returncode != 0 and "train.txt is missing" in proc.stderr
