@@ -2,10 +2,14 @@
 
     loss = -log p(x | z) + kl_weight * KL(q(z | x) || N(0, I)),   z ~ q(z | x),
 
-summed over sentences.  Logged: ``reconstruction`` (nats per sentence), ``kl`` and,
-in validation, ``average_hoyer`` of one sample z per sentence and
-``average_hoyer_mean`` of the posterior means (:mod:`..analysis.hoyer`), computed
-over the whole validation set.  Subclasses add a regulariser (``regularizer``).
+summed over sentences (one reparameterised z each, in training and validation).
+Logged: ``reconstruction`` (nats per sentence), ``kl`` (the objective's prior
+terms, unweighted) and, in validation, ``average_hoyer`` of one sample z per
+sentence and ``average_hoyer_mean`` of the posterior means
+(:mod:`..analysis.hoyer`), computed over the whole validation set.
+
+The other objectives subclass it: ``latent`` draws z and returns its prior terms
+(already weighted), ``regularizer`` adds a penalty.
 """
 
 from dataclasses import dataclass, field
@@ -36,23 +40,32 @@ class VAECriterion(FairseqCriterion):
         self.cfg = cfg
         self.pad = task.target_dictionary.pad()
 
+    def latent(self, posterior):
+        """(z, weighted prior terms per sentence, unweighted KL per sentence, mean code)."""
+        mean, log_var = posterior["mean"], posterior["log_var"]
+        z = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
+        kl = gaussian_kl(mean, log_var)
+        return z, self.cfg.kl_weight * kl, kl, mean
+
     def regularizer(self, posterior):
         """Extra per-sentence penalty on the posterior (none for the plain VAE)."""
         return torch.zeros_like(posterior["mean"][:, 0])
 
     def forward(self, model, sample, reduce=True):
-        logits, posterior = model(**sample["net_input"])
+        net_input = sample["net_input"]
+        posterior = model.encode(net_input["src_tokens"], net_input["src_lengths"])
+        z, prior_terms, kl, mean_code = self.latent(posterior)
+        logits = model.decode(z, net_input["prev_output_tokens"])
         reconstruction = F.cross_entropy(logits.transpose(1, 2), sample["target"], ignore_index=self.pad,
                                          reduction="none").sum(-1)
-        kl = gaussian_kl(posterior["mean"], posterior["log_var"])
-        loss = (reconstruction + self.cfg.kl_weight * kl + self.regularizer(posterior)).sum()
+        loss = (reconstruction + prior_terms + self.regularizer(posterior)).sum()
         batch = len(sample["id"])
         logging_output = {"loss": loss.detach(), "reconstruction": reconstruction.detach().sum(),
                           "kl": kl.detach().sum(), "ntokens": sample["ntokens"], "nsentences": batch,
                           "sample_size": batch}
         if not model.training:
-            logging_output["codes"] = posterior["z"].detach()
-            logging_output["means"] = posterior["mean"].detach()
+            logging_output["codes"] = z.detach()
+            logging_output["means"] = mean_code.detach()
         return loss, batch, logging_output
 
     @classmethod

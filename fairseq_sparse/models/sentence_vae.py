@@ -5,13 +5,17 @@ Shared word embeddings for encoder and decoder; the encoder's last GRU state
 parametrises the posterior; the code z is concatenated to the decoder's word
 embedding at every step.  The paper: embeddings 256, hidden 512, latent 32 or 768.
 
-``encode`` returns the posterior's parameters (a diagonal Gaussian: mean and log
-variance); ``decode(z, prev_output_tokens)`` the next-word logits.
+``encode`` returns the posterior's parameters per dimension: the Gaussian's
+``mean`` and ``log_var`` and, for the hierarchical sparse posterior of ``hsvae``,
+the Beta parameters ``gamma_a``, ``gamma_b`` of q(gamma | x) (unused by the other
+objectives); ``decode(z, prev_output_tokens)`` gives the next-word logits.  The
+objective (the criterion) draws z from the posterior it defines.
 """
 
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from fairseq.dataclass import FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model
 from torch import nn
@@ -34,7 +38,7 @@ class SentenceVAEModel(BaseFairseqModel):
         self.latent_dim = cfg.latent_dim
         self.embed = nn.Embedding(len(dictionary), cfg.embed_dim, padding_idx=self.pad)
         self.encoder = nn.GRU(cfg.embed_dim, cfg.hidden_dim, batch_first=True)
-        self.posterior = nn.Linear(cfg.hidden_dim, 2 * cfg.latent_dim)
+        self.posterior = nn.Linear(cfg.hidden_dim, 4 * cfg.latent_dim)
         self.decoder = nn.GRU(cfg.embed_dim + cfg.latent_dim, cfg.hidden_dim, batch_first=True)
         self.output = nn.Linear(cfg.hidden_dim, len(dictionary))
         self.dropout = nn.Dropout(cfg.dropout)
@@ -44,11 +48,14 @@ class SentenceVAEModel(BaseFairseqModel):
         return cls(cfg, task.dictionary)
 
     def encode(self, src_tokens, src_lengths):
-        """(mean, log variance), each (B, latent_dim), from the last state of each sentence."""
+        """The posterior's parameters, each (B, latent_dim), from the last state of each sentence."""
         packed = pack_padded_sequence(self.dropout(self.embed(src_tokens)), src_lengths.cpu(), batch_first=True,
                                       enforce_sorted=False)
         _, last = self.encoder(packed)
-        return self.posterior(last[-1]).chunk(2, -1)
+        mean, log_var, raw_a, raw_b = self.posterior(last[-1]).chunk(4, -1)
+        # Beta parameters kept in [1e-2, 1e2]: beyond, sampling and the Beta KL lose precision.
+        return {"mean": mean, "log_var": log_var.clamp(-20, 20),
+                "gamma_a": F.softplus(raw_a).clamp(1e-2, 1e2), "gamma_b": F.softplus(raw_b).clamp(1e-2, 1e2)}
 
     def decode(self, z, prev_output_tokens):
         """Next-word logits (B, T, vocabulary) given codes z (B, latent_dim)."""
@@ -57,9 +64,7 @@ class SentenceVAEModel(BaseFairseqModel):
         return self.output(self.dropout(states))
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens):
-        """Posterior (mean, log variance), one reparameterised sample z, and the logits
-        given z (given the mean outside training)."""
-        mean, log_var = self.encode(src_tokens, src_lengths)
-        z = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
-        logits = self.decode(z if self.training else mean, prev_output_tokens)
-        return logits, {"mean": mean, "log_var": log_var, "z": z}
+        """The Gaussian posterior's mean code and the logits given it (what a plain
+        autoencoder pass would do; the objectives call ``encode`` and ``decode``)."""
+        posterior = self.encode(src_tokens, src_lengths)
+        return self.decode(posterior["mean"], prev_output_tokens), posterior

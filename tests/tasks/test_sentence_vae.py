@@ -23,7 +23,7 @@ def yelp_dir(tmp_path):
     return data
 
 
-@pytest.mark.parametrize("criterion", ["vae", "vae_l1", "vae_l2"])
+@pytest.mark.parametrize("criterion", ["vae", "vae_l1", "vae_l2", "mat_vae", "hsvae"])
 def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path):
     proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", criterion, "--latent-dim", "8",
                    "--max-update", "6", cwd=tmp_path)
@@ -31,6 +31,16 @@ def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path)
     metrics = valid_metrics(proc.stdout)
     assert 0 <= metrics["average_hoyer"] <= 1 and 0 <= metrics["average_hoyer_mean"] <= 1
     assert metrics["reconstruction"] > 0 and metrics["kl"] >= 0
+
+
+def test_hsvae_prior_near_one_gives_sparser_codes_than_near_zero(yelp_dir, tmp_path):
+    """gamma is the spike probability: Beta(10, 1) puts most dimensions at exactly 0."""
+    hoyer = {}
+    for alpha, beta in ((10, 1), (1, 10)):
+        proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", "hsvae", "--latent-dim", "16",
+                       "--prior-alpha", alpha, "--prior-beta", beta, "--max-epoch", "2", "--seed", "3", cwd=tmp_path)
+        hoyer[alpha] = valid_metrics(proc.stdout)["average_hoyer"]
+    assert hoyer[10] > hoyer[1] + 0.2, hoyer
 
 
 def test_unlabelled_text_and_errors_name_file_and_line(tmp_path):
