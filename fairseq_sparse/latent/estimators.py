@@ -407,26 +407,33 @@ class SumAndSample(Estimator):
         return Estimate(surrogate, loss, torch.full_like(loss, float(k + 1)), self.space_for(scores).entropy(scores))
 
 
-def unordered_set_probability(p):
+def unordered_set_probability(p, rest=None):
     """P(S) for the unordered set of the columns of ``p`` (B, m): the probabilities under
     which they are drawn without replacement, summed over the m! orders in which they
     can come (Kool et al. 2020, eq. 4): sum_orders prod_i p_i / (1 - sum_{j<i} p_j).
+    ``rest`` (B,) is the mass outside the set (1 - sum p unless given): each
+    denominator is computed as rest + the set's mass still undrawn, a sum of positive
+    terms, because 1 - sum p_j cancels catastrophically for peaked distributions.
     Exact; the m! orders keep m small (at most 6)."""
     m = p.shape[1]
     if m > 6:
         raise ValueError(f"the unordered-set probability enumerates m! orders; m = {m} is too many (at most 6)")
+    if rest is None:
+        rest = (1 - p.sum(1)).clamp_min(0)
     total = p.new_zeros(p.shape[0])
     for order in itertools.permutations(range(m)):
         q = p[:, list(order)]
-        before = torch.cumsum(q, 1) - q
-        total = total + (q / (1 - before).clamp_min(1e-30)).prod(1)
+        undrawn = rest[:, None] + q.flip(1).cumsum(1).flip(1)  # rest + sum_{j >= i} q_j
+        total = total + (q / undrawn).prod(1)
     return total
 
 
-def _leave_out(p, i):
-    """The columns of p but i, renormalised to the domain without item i: p / (1 - p_i)."""
-    rest = torch.cat([p[:, :i], p[:, i + 1:]], 1)
-    return rest / (1 - p[:, i:i + 1]).clamp_min(1e-30)
+def _leave_out(p, rest, i):
+    """The set's probabilities without item i, and the mass outside it, renormalised to
+    the domain without item i (divided by 1 - p_i, computed as a sum of the rest)."""
+    kept = torch.cat([p[:, :i], p[:, i + 1:]], 1)
+    norm = rest + kept.sum(1)
+    return kept / norm[:, None], rest / norm
 
 
 @register_estimator("unordered_set")
@@ -452,23 +459,25 @@ class UnorderedSet(Estimator):
         log_probs = torch.log_softmax(scores, -1)
         uniform = torch.rand_like(scores).clamp(1e-20, 1.0)
         chosen = (log_probs.detach() - torch.log(-torch.log(uniform))).topk(k, -1).indices  # Gumbel-top-k
-        p = log_probs.detach().exp().gather(1, chosen)
         losses = torch.stack([_decode(loss_fn, F.one_hot(chosen[:, i], K).to(scores.dtype)) for i in range(k)], 1)
         with torch.no_grad():
-            total = unordered_set_probability(p)
-            weights = torch.stack([unordered_set_probability(_leave_out(p, i)) for i in range(k)], 1) / total[:, None]
-            weights = p * weights  # p(s) R(S, s)
+            # In float64: P(S) is a product of up to k small ratios, and R a ratio of two such.
+            probs = log_probs.detach().double().exp()
+            p = probs.gather(1, chosen)
+            rest = probs.scatter(1, chosen, 0.0).sum(1)  # the mass outside S, summed, not subtracted
+            total = unordered_set_probability(p, rest).clamp_min(torch.finfo(torch.float64).tiny)
+            leave_one_out = [_leave_out(p, rest, i) for i in range(k)]
+            weights = p * torch.stack([unordered_set_probability(*lo) for lo in leave_one_out], 1) / total[:, None]
             baselines = []
-            for i in range(k):
-                inner_p = _leave_out(p, i)  # the set S \ s under D \ s
-                inner_total = unordered_set_probability(inner_p)
+            for i, (inner_p, inner_rest) in enumerate(leave_one_out):  # the set S \ s under D \ s
+                inner_total = unordered_set_probability(inner_p, inner_rest).clamp_min(torch.finfo(torch.float64).tiny)
                 r = torch.ones_like(p)
                 for j in range(k):
                     if j != i:
-                        jj = j if j < i else j - 1
-                        r[:, j] = unordered_set_probability(_leave_out(inner_p, jj)) / inner_total
-                baselines.append((p * r * losses.detach()).sum(1))
-            baseline = torch.stack(baselines, 1)
+                        r[:, j] = unordered_set_probability(*_leave_out(inner_p, inner_rest, j if j < i else j - 1))
+                        r[:, j] /= inner_total
+                baselines.append((p * r * losses.detach().double()).sum(1))
+            weights, baseline = weights.to(scores.dtype), torch.stack(baselines, 1).to(scores.dtype)
         log_p = log_probs.gather(1, chosen)
         surrogate = (weights * losses).sum(1) + (weights * (losses.detach() - baseline) * _zero_valued(log_p)).sum(1)
         loss = (weights * losses.detach()).sum(1)
