@@ -38,7 +38,8 @@ def average_hoyer(codes):
 class AverageHoyerMeter(Meter):
     """Collects the codes of a validation pass (``update(codes)``) and reports their
     average Hoyer: a corpus-level statistic, which per-batch averages would get wrong.
-    Not checkpointed (it only lives through one validation)."""
+    It lives in the aggregator fairseq opens for one validation pass (``new_root``),
+    so it is never checkpointed; the test of resuming a run shows that."""
 
     def __init__(self):
         self.codes = []

@@ -59,3 +59,13 @@ def test_unlabelled_text_and_errors_name_file_and_line(tmp_path):
     proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "vae", "--max-update", "1", cwd=tmp_path,
                    check=False)
     assert proc.returncode != 0 and "train.txt is missing" in proc.stderr
+
+
+def test_resume_from_a_checkpoint_with_the_hoyer_meter(yelp_dir, tmp_path):
+    """An interrupted run resumes from its checkpoint (fairseq rebuilds checkpointed meters by
+    class name; the average-Hoyer meter must not be among them)."""
+    save = ["--save-dir", tmp_path / "ckpt", "--criterion", "hsvae", "--latent-dim", "8"]
+    args = [a for a in COMMON if a != "--no-save"]
+    run_cli("fairseq-train", yelp_dir, *args, *save, "--max-epoch", "1", cwd=tmp_path)
+    proc = run_cli("fairseq-train", yelp_dir, *args, *save, "--max-epoch", "2", cwd=tmp_path)
+    assert "Loaded checkpoint" in proc.stdout and "epoch 002 | valid on 'valid' subset" in proc.stdout
