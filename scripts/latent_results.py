@@ -127,9 +127,9 @@ def table(experiment, runs):
 def plot(results, path):
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

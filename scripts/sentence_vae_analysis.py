@@ -1,0 +1,213 @@
+"""Analyse a trained sentence VAE (Prokhorov et al. 2021, Sec. 6): frozen-encoder
+classification against an end-to-end classifier, average Hoyer, the gamma_class
+heat map and the classes' word-distribution divergences.
+
+    python scripts/sentence_vae_analysis.py CHECKPOINT DATA_DIR --out DIR
+
+DATA_DIR is the labelled corpus the model was trained on (train.txt, valid.txt,
+test.txt with leading class labels).  Steps:
+
+- the encoder is frozen; K = ``--samples`` posterior samples per sentence (drawn
+  as the model's objective draws them: spike-and-slab for hsvae) train a
+  classifier of two 32-unit Leaky-ReLU layers; at test time its class
+  probabilities are averaged over K samples;
+- the baseline: the same classifier head on a GRU encoder of the same size,
+  trained end to end on the labels;
+- average Hoyer of the test codes (one sample each) and of the posterior means;
+- ``gamma_class.png`` (hsvae only): per class, the fraction of sentences whose
+  posterior mean of gamma (the spike probability) exceeds 1/2, per dimension;
+- ``class_kl.png``: KL(class i || class j) between the add-1 smoothed word
+  distributions of the training sentences of each class.
+
+Everything is written to ``DIR/analysis.json`` and printed.
+"""
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import fairseq_sparse  # noqa: E402,F401  (registers the task, model and objectives)
+from fairseq import checkpoint_utils  # noqa: E402
+
+from fairseq_sparse.analysis.hoyer import average_hoyer  # noqa: E402
+
+logger = logging.getLogger("sentence_vae_analysis")
+
+
+def classifier_head(inputs, classes):
+    return nn.Sequential(nn.Linear(inputs, 32), nn.LeakyReLU(), nn.Linear(32, 32), nn.LeakyReLU(),
+                         nn.Linear(32, classes))
+
+
+def batches(dataset, size):
+    for start in range(0, len(dataset), size):
+        yield dataset.collater([dataset[i] for i in range(start, min(start + size, len(dataset)))])
+
+
+@torch.no_grad()
+def encode(model, criterion, dataset, samples):
+    """codes (N, K, d) drawn as the objective draws them, mean codes (N, d), posterior
+    spike probabilities E[gamma] (N, d), labels (N,)."""
+    codes, means, gammas, labels = [], [], [], []
+    for batch in batches(dataset, 128):
+        posterior = model.encode(batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"])
+        draws = [criterion.latent(posterior) for _ in range(samples)]
+        codes.append(torch.stack([d[0] for d in draws], 1))
+        means.append(draws[0][3])
+        gammas.append(posterior["gamma_a"] / (posterior["gamma_a"] + posterior["gamma_b"]))
+        labels.append(batch["labels"])
+    return torch.cat(codes), torch.cat(means), torch.cat(gammas), torch.cat(labels)
+
+
+def train_frozen_classifier(train_codes, train_labels, classes, epochs, seed):
+    torch.manual_seed(seed)
+    head = classifier_head(train_codes.shape[-1], classes)
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+    x = train_codes.reshape(-1, train_codes.shape[-1])
+    y = train_labels[:, None].expand(-1, train_codes.shape[1]).reshape(-1)
+    for _ in range(epochs):
+        for index in torch.randperm(len(x)).split(128):
+            optimizer.zero_grad()
+            F.cross_entropy(head(x[index]), y[index]).backward()
+            optimizer.step()
+    return head
+
+
+@torch.no_grad()
+def monte_carlo_accuracy(head, codes, labels):
+    """Accuracy of the class probabilities averaged over each sentence's K samples."""
+    probs = torch.softmax(head(codes), -1).mean(1)
+    return 100 * (probs.argmax(-1) == labels).float().mean().item()
+
+
+class EndToEndClassifier(nn.Module):
+    def __init__(self, vocabulary, embed_dim, hidden_dim, classes, pad):
+        super().__init__()
+        self.embed = nn.Embedding(vocabulary, embed_dim, padding_idx=pad)
+        self.encoder = nn.GRU(embed_dim, hidden_dim, batch_first=True)
+        self.head = classifier_head(hidden_dim, classes)
+
+    def forward(self, tokens, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(self.embed(tokens), lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        return self.head(self.encoder(packed)[1][-1])
+
+
+def end_to_end_accuracy(task, model_cfg, classes, epochs, seed):
+    torch.manual_seed(seed)
+    train, test = task.datasets["train"], task.datasets["test"]
+    model = EndToEndClassifier(len(task.dictionary), model_cfg.embed_dim, model_cfg.hidden_dim, classes,
+                               task.dictionary.pad())
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(epochs):
+        order = torch.randperm(len(train)).tolist()
+        for start in range(0, len(order), 64):
+            batch = train.collater([train[i] for i in order[start:start + 64]])
+            optimizer.zero_grad()
+            F.cross_entropy(model(batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"]),
+                            batch["labels"]).backward()
+            optimizer.step()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for batch in batches(test, 128):
+            scores = model(batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"])
+            correct += (scores.argmax(-1) == batch["labels"]).sum().item()
+    return 100 * correct / len(test)
+
+
+def class_word_kl(task, classes):
+    """KL(class i || class j) of add-1 smoothed unigram distributions over the vocabulary."""
+    sentences, labels = task.corpora["train"]
+    counts = np.ones((classes, len(task.dictionary)))
+    for words, label in zip(sentences, labels):
+        for word in words:
+            counts[label, task.dictionary.index(word)] += 1
+    p = counts / counts.sum(1, keepdims=True)
+    return (p[:, None, :] * (np.log(p[:, None, :]) - np.log(p[None, :, :]))).sum(-1)
+
+
+def heat_map(matrix, path, title, xlabel, ylabel, colorbar):
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.25 * matrix.shape[1] + 2), max(3, 0.4 * matrix.shape[0] + 1.5)))
+    image = ax.imshow(matrix, aspect="auto", cmap="viridis")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_yticks(range(matrix.shape[0]))
+    fig.colorbar(image, ax=ax, label=colorbar)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("data", type=Path, help="the labelled corpus directory (train/valid/test.txt)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--samples", type=int, default=5, help="K: posterior samples per sentence")
+    parser.add_argument("--classifier-epochs", type=int, default=30)
+    parser.add_argument("--baseline-epochs", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not args.checkpoint.is_file():
+        raise SystemExit(f"{args.checkpoint}: no such checkpoint")
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(args.checkpoint)], arg_overrides={"data": str(args.data)})
+    model = models[0].eval()
+    criterion = task.build_criterion(cfg.criterion)
+    classes = task.num_classes
+    if classes < 2:
+        raise SystemExit(f"{args.data}/train.txt has no class labels: frozen-encoder classification needs them")
+    for split in ("train", "test"):
+        task.load_dataset(split)
+    torch.manual_seed(args.seed)
+    train_codes, _, _, train_labels = encode(model, criterion, task.datasets["train"], args.samples)
+    test_codes, test_means, test_gamma, test_labels = encode(model, criterion, task.datasets["test"], args.samples)
+    head = train_frozen_classifier(train_codes, train_labels, classes, args.classifier_epochs, args.seed)
+    results = {
+        "objective": cfg.criterion._name, "latent_dim": test_codes.shape[-1], "classes": classes,
+        "samples_per_sentence": args.samples,
+        "frozen_encoder_accuracy": monte_carlo_accuracy(head, test_codes, test_labels),
+        "end_to_end_accuracy": end_to_end_accuracy(task, cfg.model, classes, args.baseline_epochs, args.seed),
+        "average_hoyer_samples": average_hoyer(test_codes[:, 0]),
+        "average_hoyer_means": average_hoyer(test_means),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    if cfg.criterion._name == "hsvae":
+        spiked = (test_gamma > 0.5).float()
+        gamma_class = torch.stack([spiked[test_labels == c].mean(0) for c in range(classes)]).numpy()
+        heat_map(gamma_class, args.out / "gamma_class.png", "gamma_class: fraction with E[gamma] > 1/2",
+                 "latent dimension", "class", "fraction of sentences")
+        results["gamma_class"] = gamma_class.round(4).tolist()
+    kl = class_word_kl(task, classes)
+    heat_map(kl, args.out / "class_kl.png", "KL(class i || class j), word distributions", "class j", "class i",
+             "nats")
+    results["class_word_kl"] = kl.round(4).tolist()
+    (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    for key in ("objective", "frozen_encoder_accuracy", "end_to_end_accuracy", "average_hoyer_samples",
+                "average_hoyer_means"):
+        value = results[key]
+        print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}")
+    print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

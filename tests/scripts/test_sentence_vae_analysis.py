@@ -1,0 +1,41 @@
+"""scripts/sentence_vae_analysis.py on a small hsvae trained by fairseq-train on real Yelp text."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.conftest import REPO, run_cli, shared_data
+
+
+def test_analysis_of_a_trained_hsvae(tmp_path):
+    yelp = shared_data("text", "yelp5")
+    data = tmp_path / "yelp"
+    data.mkdir()
+    train = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()[:300]
+    test = (yelp / "test.txt").read_text(encoding="utf-8").splitlines()
+    for split, lines in (("train", train), ("valid", test[:60]), ("test", test[60:160])):
+        (data / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run_cli("fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch",
+            "sentence_vae", "--criterion", "hsvae", "--latent-dim", "6", "--embed-dim", "32", "--hidden-dim", "48",
+            "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0",
+            "--max-epoch", "1", "--save-dir", tmp_path / "ckpt", "--log-format", "simple", cwd=tmp_path)
+    out = tmp_path / "analysis"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
+                           str(tmp_path / "ckpt" / "checkpoint_last.pt"), str(data), "--out", str(out),
+                           "--samples", "3", "--classifier-epochs", "3", "--baseline-epochs", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "analysis.json").read_text())
+    assert results["objective"] == "hsvae" and results["classes"] == 5 and results["latent_dim"] == 6
+    for key in ("frozen_encoder_accuracy", "end_to_end_accuracy"):
+        assert 0 <= results[key] <= 100
+    assert 0 <= results["average_hoyer_samples"] <= 1
+    gamma_class = np.array(results["gamma_class"])
+    assert gamma_class.shape == (5, 6) and ((0 <= gamma_class) & (gamma_class <= 1)).all()
+    kl = np.array(results["class_word_kl"])
+    assert np.allclose(np.diag(kl), 0) and (kl[~np.eye(5, dtype=bool)] > 0).all()
+    for png in ("gamma_class.png", "class_kl.png"):
+        assert (out / png).stat().st_size > 5000
+    assert "frozen_encoder_accuracy:" in proc.stdout
