@@ -22,6 +22,7 @@ def test_grid_tables_and_plot(tmp_path):
     tables = (out / "tables.md").read_text()
     assert "### ssvae" in tables and "### signaling_game" in tables and "### bitvector_vae/32 (lower is better)" in tables
     assert "| sparsemax |" in tables and "| 96.87 | 1.01 |" in tables  # the paper's sparsemax row, next to ours
+    assert "decoder calls (training mean) | decoder calls (last epoch)" in tables
     assert "| sparsemap |" in tables and "| 3.72 |" in tables
     assert "Mean ± standard deviation over 2 seed(s)." in tables
     results = json.loads((out / "results.json").read_text())
