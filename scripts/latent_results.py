@@ -86,6 +86,8 @@ def run_one(args, experiment, estimator, seed):
             "--batch-size", str(args.batch_size), "--max-epoch", str(args.epochs[experiment.split("/")[0]]),
             "--seed", str(seed), "--valid-subset", "valid,test", "--num-workers", "0", "--no-save",
             "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
+    if experiment.startswith("bitvector_vae"):
+        cmd += ["--nll-samples", str(args.nll_samples)]
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
@@ -170,6 +172,8 @@ def main(argv=None):
                         help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '
                              '"bitvector_vae": 10})')
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--nll-samples", type=int, default=32,
+                        help="importance samples per image of the bit-vector VAE's NLL estimate")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
