@@ -96,6 +96,9 @@ class Estimator(nn.Module):
         raise NotImplementedError
 
     def generalized_entropy(self, scores):
+        if self.sparse and isinstance(self.space, BitVector):
+            raise ValueError(f"--estimator {self.name}: the Gini entropy of its distribution is defined here for "
+                             "categorical latents only; use Estimate.entropy (Shannon) for bit-vectors")
         if self.sparse:
             p = sparsemax(scores, -1)
             return 0.5 * (1 - p.pow(2).sum(-1))
