@@ -21,3 +21,22 @@ def generate_hypotheses(output):
             sid, _, text = line.split("\t", 2)
             hyps[int(sid[2:])] = text
     return hyps
+
+
+def epoch_metrics(log_text):
+    """The per-epoch metrics of a fairseq-train log (``--log-format simple``):
+    {"train": [{metric: value}, ...], "valid": [...], "test": [...]}, one dict per epoch
+    and subset, in order."""
+    import re
+
+    found = {}
+    for line in log_text.splitlines():
+        if "| train | epoch" in line:
+            subset = "train"
+        else:
+            match = re.search(r"valid on '(\w+)' subset", line)
+            if not match:
+                continue
+            subset = match.group(1)
+        found.setdefault(subset, []).append({k: float(v) for k, v in re.findall(r"\| (\w+) ([-0-9.e]+)", line)})
+    return found

@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from cli_helpers import epoch_metrics  # noqa: E402
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
@@ -58,16 +59,9 @@ def estimators_for(experiment):
 
 def parse_log(text):
     """Per-epoch training decoder calls and the last validation/test metrics of a log."""
-    def fields(line):
-        return {k: float(v) for k, v in re.findall(r"\| (\w+) ([-0-9.e]+)", line)}
-
-    train = [fields(line) for line in text.splitlines() if "| train | epoch" in line]
-    last = {}
-    for line in text.splitlines():
-        found = re.search(r"valid on '(\w+)' subset", line)
-        if found:
-            last[found.group(1)] = fields(line)
-    return {"train_calls": [t.get("decoder_calls", math.nan) for t in train], **last}
+    epochs = epoch_metrics(text)
+    last = {subset: rows[-1] for subset, rows in epochs.items() if subset != "train"}
+    return {"train_calls": [t.get("decoder_calls", math.nan) for t in epochs.get("train", [])], **last}
 
 
 def run_one(args, experiment, estimator, seed):
@@ -85,6 +79,9 @@ def run_one(args, experiment, estimator, seed):
             "--criterion", "latent_marginalization", "--estimator", estimator, "--optimizer", "adam",
             "--batch-size", str(args.batch_size), "--max-epoch", str(args.epochs[experiment.split("/")[0]]),
             "--seed", str(seed), "--valid-subset", "valid,test", "--num-workers", "0", "--no-save",
+            # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
+            # or concurrent runs delete each other's probe.
+            "--save-dir", str(args.out / "checkpoints" / name),
             "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
     if experiment.startswith("bitvector_vae"):
         cmd += ["--nll-samples", str(args.nll_samples)]
