@@ -57,8 +57,10 @@ class BitVectorVAEModel(BaseFairseqModel):
 
     def latent_loss(self, sample, estimator, cfg):
         levels = sample["net_input"]["images"]
-        scores = self(levels)
-        est = estimator(scores, lambda rows, z: self.reconstruction(levels[rows], z), features=levels.float())
+        pixels = levels.float() / (self.levels - 1)
+        scores = self.encoder(pixels)
+        # NVIL's baseline reads the pixels in [0, 1], not raw grey levels up to 255.
+        est = estimator(scores, lambda rows, z: self.reconstruction(levels[rows], z), features=pixels)
         prior = self.bits * math.log(2)
         neg_elbo = est.surrogate - est.entropy + prior
         stats = {"decoder_calls": est.decoder_calls.sum(), "estimated": len(levels),
