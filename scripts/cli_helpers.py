@@ -38,5 +38,6 @@ def epoch_metrics(log_text):
             if not match:
                 continue
             subset = match.group(1)
-        found.setdefault(subset, []).append({k: float(v) for k, v in re.findall(r"\| (\w+) ([-0-9.e]+)", line)})
+        number = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"  # fairseq writes large values as 2.08011e+06
+        found.setdefault(subset, []).append({k: float(v) for k, v in re.findall(rf"\| (\w+) ({number})\b", line)})
     return found
