@@ -32,10 +32,10 @@ def run_cli(name, *args, cwd=None, check=True, timeout=600):
 
 def valid_metrics(stdout):
     """The metrics of the last "valid on 'valid' subset" line of a fairseq-train log."""
-    import re
+    sys.path.insert(0, str(REPO / "scripts"))
+    from cli_helpers import epoch_metrics
 
-    line = [line for line in stdout.splitlines() if "valid on 'valid' subset" in line][-1]
-    return {k: float(v) for k, v in re.findall(r"\| (\w+) ([0-9.]+)", line)}
+    return epoch_metrics(stdout)["valid"][-1]
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ import torch.nn.functional as F
 class Categorical:
     def __init__(self, num_classes):
         self.num_classes = num_classes
-        self.dim = num_classes
 
     def __repr__(self):
         return f"Categorical({self.num_classes})"
@@ -48,7 +47,6 @@ class BitVector:
         if budget is not None and not 0 < budget <= bits:
             raise ValueError(f"a budget of {budget} ones does not fit {bits} bits")
         self.bits, self.budget = bits, budget
-        self.dim = bits
 
     def __repr__(self):
         return f"BitVector({self.bits}, budget={self.budget})"
@@ -113,10 +111,3 @@ class BitVector:
                 out[row, j, bits] = 1 - out[row, j, bits]
         return out
 
-
-def build_space(kind, size, budget=None):
-    if kind == "categorical":
-        return Categorical(size)
-    if kind == "bitvector":
-        return BitVector(size, budget)
-    raise ValueError(f"unknown latent space {kind!r}")

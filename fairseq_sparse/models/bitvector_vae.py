@@ -48,7 +48,11 @@ class BitVectorVAEModel(BaseFairseqModel):
 
     def forward(self, levels):
         """Scores (B, D) of the bits given the images' grey levels (B, pixels)."""
-        return self.encoder(levels.float() / (self.levels - 1))
+        return self.encoder(self.intensities(levels))
+
+    def intensities(self, levels):
+        """Grey levels scaled to [0, 1]: the encoder's input and NVIL's baseline features."""
+        return levels.float() / (self.levels - 1)
 
     def reconstruction(self, levels, z):
         """-log p(x | z), one per row: z (N, D) bits (or relaxed ones), levels (N, pixels)."""
@@ -57,9 +61,8 @@ class BitVectorVAEModel(BaseFairseqModel):
 
     def latent_loss(self, sample, estimator, cfg):
         levels = sample["net_input"]["images"]
-        pixels = levels.float() / (self.levels - 1)
+        pixels = self.intensities(levels)
         scores = self.encoder(pixels)
-        # NVIL's baseline reads the pixels in [0, 1], not raw grey levels up to 255.
         est = estimator(scores, lambda rows, z: self.reconstruction(levels[rows], z), features=pixels)
         prior = self.bits * math.log(2)
         neg_elbo = est.surrogate - est.entropy + prior
@@ -89,7 +92,7 @@ class BitVectorVAEModel(BaseFairseqModel):
                 z_q = structures.gather(1, pick[..., None].expand(B, m, D))
             z = torch.where(torch.rand(B, m, 1, device=scores.device) < eps, uniform, z_q)
             if support is None:
-                log_q = (z * F.logsigmoid(scores)[:, None] + (1 - z) * F.logsigmoid(-scores)[:, None]).sum(-1)
+                log_q = estimator.space.log_prob(scores[:, None], z)
             else:
                 same = (z[:, :, None] == structures[:, None]).all(-1)  # (B, m, S)
                 mass = (same * probs[:, None]).sum(-1)
