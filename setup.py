@@ -26,6 +26,7 @@ setup(
         "console_scripts": [
             "fairseq-sparse-attention-report = fairseq_sparse.analysis.attention_report:main",
             "fairseq-sparse-ape-binarize = fairseq_sparse.data.ape_binarize:main",
+            "fairseq-sparse-sentence-vae-binarize = fairseq_sparse.data.sentence_vae_binarize:main",
         ]
     },
 )

@@ -1,6 +1,7 @@
-# Shared by the download pipelines: source it, then `fetch URL DIR [CHECKSUM]`.
+# Shared by the download pipelines: source it, then `fetch URL DIR [CHECKSUM] [NAME]`.
 #
-# Puts URL's file in DIR under its own name.  With MIRROR set to a directory that
+# Puts URL's file in DIR under its own name, or NAME where the URL has none (Google
+# Drive's download links).  With MIRROR set to a directory that
 # holds a file of that name, it is copied from there instead (offline runs, tests).
 # Downloads resume: an interrupted one leaves NAME.part, which the next run
 # continues (curl -C -) instead of starting over.  With CHECKSUM (a sha256, or
@@ -16,8 +17,8 @@ checksum_ok() {
 }
 
 fetch() {
-  local url=$1 dir=$2 sha=${3:-} name
-  name=$(basename "${url%%\?*}")
+  local url=$1 dir=$2 sha=${3:-} name=${4:-}
+  [ -n "$name" ] || name=$(basename "${url%%\?*}")
   mkdir -p "$dir"
   if [ -f "$dir/$name" ] && { [ -z "$sha" ] || checksum_ok "$sha" "$dir/$name"; }; then
     echo "[fetch] $name: already here"

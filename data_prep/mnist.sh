@@ -7,6 +7,7 @@
 # VERIFY=0 skips the md5 check (only for mirrors of other files, such as the tests').
 set -euo pipefail
 OUT=${1:?usage: mnist.sh OUT_DIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # the read-back below runs from the repository
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/fetch.sh"
 MNIST_URL=${MNIST_URL:-https://ossci-datasets.s3.amazonaws.com/mnist}

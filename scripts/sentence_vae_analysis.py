@@ -40,6 +40,7 @@ import fairseq_sparse  # noqa: E402,F401  (registers the task, model and objecti
 from fairseq import checkpoint_utils  # noqa: E402
 
 from fairseq_sparse.analysis.hoyer import average_hoyer  # noqa: E402
+from fairseq_sparse.models.sentence_vae import encoder_input  # noqa: E402
 
 logger = logging.getLogger("sentence_vae_analysis")
 
@@ -60,7 +61,7 @@ def encode(model, criterion, dataset, samples):
     spike probabilities E[gamma] (N, d), labels (N,)."""
     codes, means, gammas, labels = [], [], [], []
     for batch in batches(dataset, 128):
-        posterior = model.encode(batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"])
+        posterior = model.encode(**encoder_input(batch["net_input"]))
         draws = [criterion.latent(posterior) for _ in range(samples)]
         codes.append(torch.stack([d[0] for d in draws], 1))
         means.append(draws[0][3])
@@ -128,11 +129,11 @@ def end_to_end_accuracy(task, model_cfg, classes, epochs, seed):
 
 def class_word_kl(task, classes):
     """KL(class i || class j) of add-1 smoothed unigram distributions over the vocabulary."""
-    sentences, labels = task.corpora["train"]
+    train = task.datasets["train"]
     counts = np.ones((classes, len(task.dictionary)))
-    for words, label in zip(sentences, labels):
-        for word in words:
-            counts[label, task.dictionary.index(word)] += 1
+    for index in range(len(train)):
+        words = train.items[index][:-1].numpy()  # </s> is no word
+        np.add.at(counts[int(train.labels[index])], words, 1)
     p = counts / counts.sum(1, keepdims=True)
     return (p[:, None, :] * (np.log(p[:, None, :]) - np.log(p[None, :, :]))).sum(-1)
 

@@ -21,6 +21,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..analysis.hoyer import AverageHoyerMeter
+from ..models.sentence_vae import encoder_input
 
 
 @dataclass
@@ -53,7 +54,7 @@ class VAECriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
-        posterior = model.encode(net_input["src_tokens"], net_input["src_lengths"])
+        posterior = model.encode(**encoder_input(net_input))
         z, prior_terms, kl, mean_code = self.latent(posterior)
         logits = model.decode(z, net_input["prev_output_tokens"])
         reconstruction = F.cross_entropy(logits.transpose(1, 2), sample["target"], ignore_index=self.pad,

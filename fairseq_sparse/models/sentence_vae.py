@@ -22,6 +22,11 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 
+def encoder_input(net_input):
+    """The encoder's share of a batch's ``net_input``: all but the decoder's input."""
+    return {name: value for name, value in net_input.items() if name != "prev_output_tokens"}
+
+
 @dataclass
 class SentenceVAEModelConfig(FairseqDataclass):
     embed_dim: int = field(default=256, metadata={"help": "word embedding size (shared by encoder and decoder)"})
@@ -37,8 +42,8 @@ class SentenceVAEModel(BaseFairseqModel):
         self.pad = dictionary.pad()
         self.latent_dim = cfg.latent_dim
         self.embed = nn.Embedding(len(dictionary), cfg.embed_dim, padding_idx=self.pad)
-        self.encoder = nn.GRU(cfg.embed_dim, cfg.hidden_dim, batch_first=True)
-        self.posterior = nn.Linear(cfg.hidden_dim, 4 * cfg.latent_dim)
+        self.encoder, encoded_dim = self.build_encoder(cfg)
+        self.posterior = nn.Linear(encoded_dim, 4 * cfg.latent_dim)
         self.decoder = nn.GRU(cfg.embed_dim + cfg.latent_dim, cfg.hidden_dim, batch_first=True)
         self.output = nn.Linear(cfg.hidden_dim, len(dictionary))
         self.dropout = nn.Dropout(cfg.dropout)
@@ -47,12 +52,20 @@ class SentenceVAEModel(BaseFairseqModel):
     def build_model(cls, cfg, task):
         return cls(cfg, task.dictionary)
 
-    def encode(self, src_tokens, src_lengths):
-        """The posterior's parameters, each (B, latent_dim), from the last state of each sentence."""
+    def build_encoder(self, cfg):
+        """The sentence encoder and the size of the vector it gives the posterior."""
+        return nn.GRU(cfg.embed_dim, cfg.hidden_dim, batch_first=True), cfg.hidden_dim
+
+    def encode(self, src_tokens, src_lengths, **encoder_inputs):
+        """The posterior's parameters, each (B, latent_dim), from the last state of each
+        sentence.  ``encoder_inputs``: what else the task gives an encoder (BERT's ids)."""
         packed = pack_padded_sequence(self.dropout(self.embed(src_tokens)), src_lengths.cpu(), batch_first=True,
                                       enforce_sorted=False)
         _, last = self.encoder(packed)
-        mean, log_var, raw_a, raw_b = self.posterior(last[-1]).chunk(4, -1)
+        return self.posterior_parameters(last[-1])
+
+    def posterior_parameters(self, sentence_vector):
+        mean, log_var, raw_a, raw_b = self.posterior(sentence_vector).chunk(4, -1)
         # Beta parameters kept in [1e-2, 1e2]: beyond, sampling and the Beta KL lose precision.
         return {"mean": mean, "log_var": log_var.clamp(-20, 20),
                 "gamma_a": F.softplus(raw_a).clamp(1e-2, 1e2), "gamma_b": F.softplus(raw_b).clamp(1e-2, 1e2)}
@@ -63,8 +76,8 @@ class SentenceVAEModel(BaseFairseqModel):
         states, _ = self.decoder(torch.cat([words, z[:, None].expand(-1, words.shape[1], -1)], -1))
         return self.output(self.dropout(states))
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens):
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **encoder_inputs):
         """The Gaussian posterior's mean code and the logits given it (what a plain
         autoencoder pass would do; the objectives call ``encode`` and ``decode``)."""
-        posterior = self.encode(src_tokens, src_lengths)
+        posterior = self.encode(src_tokens, src_lengths, **encoder_inputs)
         return self.decode(posterior["mean"], prev_output_tokens), posterior
