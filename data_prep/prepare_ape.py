@@ -1,0 +1,160 @@
+"""Assemble the English-German APE training data of Correia & Martins (2019) from
+unpacked WMT APE, AMU and eSCAPE releases.
+
+    python data_prep/prepare_ape.py OUT --real DIR [DIR ...] [--artificial DIR ...] [--oversample 20]
+
+Triplets are found by name inside each release directory: every ``NAME.pe`` with
+``NAME.mt`` and ``NAME.src`` (or ``NAME.en``) beside it.  In a ``--real`` release
+(WMT16/17/18 APE) a name containing ``train`` is training data, ``dev`` the
+validation set and ``test`` a test set, named by the year in its directory
+(``test2016`` ...).  Every triplet of an ``--artificial`` release (AMU's 4M and
+500K, eSCAPE) is training data.
+
+OUT gets ``train.{src,mt,pe}`` (the artificial triplets, then the real training
+triplets repeated ``--oversample`` times: 23K x 20 + 4M + 500K in the paper),
+``valid.*`` (WMT16 dev), ``test{YEAR}.*`` per test set and ``test.*`` (the
+earliest, WMT16's), for ``--task ape`` or ``fairseq-sparse-ape-binarize``.  Files
+are streamed, never held whole.  Triplet files whose line counts differ are an
+error naming the file and line; triplets with an empty field are dropped and
+counted; real training triplets that appear in more than one release (WMT17
+republishes WMT16's) are kept once.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+FIELDS = ("src", "mt", "pe")
+
+
+def triplets_in(release):
+    """{role: [prefix, ...]} of the triplet files under one release directory."""
+    found = []
+    for pe in sorted(release.rglob("*.pe")):
+        prefix = str(pe)[:-len(".pe")]  # names such as train.2017.pe: no with_suffix
+        source = next((Path(prefix + s) for s in (".src", ".en") if Path(prefix + s).is_file()), None)
+        if source is None or not Path(prefix + ".mt").is_file():
+            name = Path(prefix).name
+            raise SystemExit(f"{pe}: no {name}.mt and {name}.src (or .en) beside it")
+        found.append({"src": source, "mt": Path(prefix + ".mt"), "pe": pe})
+    if not found:
+        raise SystemExit(f"{release}: no triplet files (NAME.src/.mt/.pe) found")
+    return found
+
+
+def read_aligned(paths):
+    """Yield (src, mt, pe) lines; a file that ends early is an error naming it and the line."""
+    files = [open(paths[f], encoding="utf-8", newline="\n") for f in FIELDS]
+    try:
+        number = 0
+        while True:
+            lines = [f.readline() for f in files]
+            ended = [not line for line in lines]
+            if all(ended):
+                return
+            number += 1
+            if any(ended):
+                short = paths[FIELDS[ended.index(True)]]
+                longer = paths[FIELDS[ended.index(False)]]
+                raise SystemExit(f"{short} ends at line {number - 1} but {longer} goes on: not line-aligned")
+            yield tuple(line.rstrip("\n") for line in lines)
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"{paths['src'].parent}: not UTF-8 near line {number + 1} ({e})") from None
+    finally:
+        for f in files:
+            f.close()
+
+
+class Writer:
+    def __init__(self, out, split):
+        self.files = [open(out / f"{split}.{f}", "w", encoding="utf-8") for f in FIELDS]
+        self.count = self.dropped = 0
+
+    def add(self, triplet):
+        if not all(field.strip() for field in triplet):
+            self.dropped += 1
+            return
+        for f, line in zip(self.files, triplet):
+            f.write(line + "\n")
+        self.count += 1
+
+    def close(self):
+        for f in self.files:
+            f.close()
+
+
+def year_of(path):
+    match = re.search(r"(20\d\d)", str(path))
+    return match.group(1) if match else None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--real", type=Path, nargs="+", required=True, help="unpacked WMT APE releases")
+    parser.add_argument("--artificial", type=Path, nargs="*", default=[], help="unpacked AMU / eSCAPE releases")
+    parser.add_argument("--oversample", type=int, default=20, help="times the real training triplets are repeated")
+    args = parser.parse_args(argv)
+    if args.oversample < 1:
+        raise SystemExit("--oversample must be at least 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    real_train, seen, duplicates, empty = [], set(), 0, 0
+    valid, tests = None, {}
+    for release in args.real:
+        for paths in triplets_in(release):
+            name = paths["pe"].name.lower()
+            if "train" in name:
+                for triplet in read_aligned(paths):
+                    if not all(field.strip() for field in triplet):
+                        empty += 1
+                    elif triplet in seen:
+                        duplicates += 1
+                    else:
+                        seen.add(triplet)
+                        real_train.append(triplet)
+            elif "dev" in name:
+                if valid is not None:
+                    raise SystemExit(f"{paths['pe']}: a second dev set (the first: {valid['pe']})")
+                valid = paths
+            elif "test" in name:
+                year = year_of(paths["pe"].relative_to(release.parent)) or str(len(tests))
+                if year in tests:
+                    raise SystemExit(f"{paths['pe']}: a second test set for {year} (the first: {tests[year]['pe']})")
+                tests[year] = paths
+            else:
+                raise SystemExit(f"{paths['pe']}: neither train, dev nor test by its name")
+    if not real_train:
+        raise SystemExit(f"no real training triplets (a *train*.pe) in {' '.join(map(str, args.real))}")
+
+    train = Writer(args.out, "train")
+    for release in args.artificial:
+        for paths in triplets_in(release):
+            for triplet in read_aligned(paths):
+                train.add(triplet)
+    artificial = train.count
+    for _ in range(args.oversample):
+        for triplet in real_train:
+            train.add(triplet)
+    train.close()
+    report = [f"train: {train.count} triplets = {artificial} artificial + {len(real_train)} real x "
+              f"{args.oversample}; {train.dropped + empty} with an empty field dropped; "
+              f"{duplicates} real duplicates kept once"]
+    splits = {"valid": valid} if valid is not None else {}
+    for year in sorted(tests):
+        splits[f"test{year}"] = tests[year]
+    if tests:
+        splits["test"] = tests[sorted(tests)[0]]
+    for split, paths in splits.items():
+        writer = Writer(args.out, split)
+        for triplet in read_aligned(paths):
+            writer.add(triplet)
+        writer.close()
+        report.append(f"{split}: {writer.count} triplets from {paths['pe'].parent}"
+                      f"{f' ({writer.dropped} with an empty field dropped)' if writer.dropped else ''}")
+    print("\n".join(f"[prepare_ape] {line}" for line in report), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
