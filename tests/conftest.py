@@ -21,6 +21,19 @@ def shared_data(*parts):
     return path
 
 
+def yelp_corpus(directory, train, valid, test):
+    """A labelled sentence_vae corpus as the paper cuts Yelp: train from the released
+    valid split, valid and test from consecutive slices of the released test split."""
+    yelp = shared_data("text", "yelp5")
+    released_valid = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()
+    released_test = (yelp / "test.txt").read_text(encoding="utf-8").splitlines()
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, lines in (("train", released_valid[:train]), ("valid", released_test[:valid]),
+                         ("test", released_test[valid:valid + test])):
+        (directory / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return directory
+
+
 def run_cli(name, *args, cwd=None, check=True, timeout=600):
     """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
     cmd = [str(BIN / name), *map(str, args)]

@@ -6,19 +6,12 @@ import pytest
 import torch
 
 from fairseq_sparse.tasks.sentence_vae import SentenceVAEConfig, SentenceVAETask
-from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+from tests.conftest import REPO, run_cli, valid_metrics, yelp_corpus
 
 
 @pytest.fixture
 def yelp_dir(tmp_path):
-    yelp = shared_data("text", "yelp5")
-    train = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()[:200]
-    test = (yelp / "test.txt").read_text(encoding="utf-8").splitlines()
-    data = tmp_path / "yelp"
-    data.mkdir()
-    for split, lines in (("train", train), ("valid", test[:40]), ("test", test[40:90])):
-        (data / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return data
+    return yelp_corpus(tmp_path / "yelp", 200, 40, 50)
 
 
 def test_binarised_equals_text_and_trains(yelp_dir, tiny_bert, tmp_path):

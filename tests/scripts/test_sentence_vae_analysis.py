@@ -6,17 +6,11 @@ import sys
 
 import numpy as np
 
-from tests.conftest import REPO, run_cli, shared_data
+from tests.conftest import REPO, run_cli, yelp_corpus
 
 
 def test_analysis_of_a_trained_hsvae(tmp_path):
-    yelp = shared_data("text", "yelp5")
-    data = tmp_path / "yelp"
-    data.mkdir()
-    train = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()[:300]
-    test = (yelp / "test.txt").read_text(encoding="utf-8").splitlines()
-    for split, lines in (("train", train), ("valid", test[:60]), ("test", test[60:160])):
-        (data / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = yelp_corpus(tmp_path / "yelp", 300, 60, 100)
     run_cli("fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch",
             "sentence_vae", "--criterion", "hsvae", "--latent-dim", "6", "--embed-dim", "32", "--hidden-dim", "48",
             "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0",

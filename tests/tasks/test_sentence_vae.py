@@ -3,7 +3,7 @@
 import pytest
 
 from fairseq_sparse.tasks.sentence_vae import build_vocabulary, read_corpus
-from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+from tests.conftest import REPO, run_cli, shared_data, valid_metrics, yelp_corpus
 
 COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch", "sentence_vae",
           "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0", "--no-save",
@@ -12,15 +12,7 @@ COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--ar
 
 @pytest.fixture
 def yelp_dir(tmp_path):
-    """Yelp as the paper uses it: train on the released valid split, test split cut in two."""
-    yelp = shared_data("text", "yelp5")
-    train = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()[:400]
-    test = (yelp / "test.txt").read_text(encoding="utf-8").splitlines()
-    data = tmp_path / "yelp"
-    data.mkdir()
-    for split, lines in (("train", train), ("valid", test[:80]), ("test", test[80:160])):
-        (data / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return data
+    return yelp_corpus(tmp_path / "yelp", 400, 80, 80)
 
 
 @pytest.mark.parametrize("criterion", ["vae", "vae_l1", "vae_l2", "mat_vae", "hsvae"])
