@@ -188,6 +188,8 @@ def main(argv=None):
         "samples_per_sentence": args.samples,
         "frozen_encoder_accuracy": monte_carlo_accuracy(head, test_codes, test_labels),
         "end_to_end_accuracy": end_to_end_accuracy(task, cfg.model, classes, args.baseline_epochs, args.seed),
+        # What always answering train's most frequent class scores on test: the floor both must beat.
+        "majority_class_accuracy": 100 * (test_labels == train_labels.mode().values).float().mean().item(),
         "average_hoyer_samples": average_hoyer(test_codes[:, 0]),
         "average_hoyer_means": average_hoyer(test_means),
     }
@@ -203,8 +205,8 @@ def main(argv=None):
              "nats")
     results["class_word_kl"] = kl.round(4).tolist()
     (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    for key in ("objective", "frozen_encoder_accuracy", "end_to_end_accuracy", "average_hoyer_samples",
-                "average_hoyer_means"):
+    for key in ("objective", "frozen_encoder_accuracy", "end_to_end_accuracy", "majority_class_accuracy",
+                "average_hoyer_samples", "average_hoyer_means"):
         value = results[key]
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {value}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")

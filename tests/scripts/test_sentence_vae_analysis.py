@@ -23,7 +23,7 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "analysis.json").read_text())
     assert results["objective"] == "hsvae" and results["classes"] == 5 and results["latent_dim"] == 6
-    for key in ("frozen_encoder_accuracy", "end_to_end_accuracy"):
+    for key in ("frozen_encoder_accuracy", "end_to_end_accuracy", "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
     assert 0 <= results["average_hoyer_samples"] <= 1
     gamma_class = np.array(results["gamma_class"])
