@@ -19,7 +19,8 @@ from .sentence_vae import SentenceVAEModel, SentenceVAEModelConfig
 
 @dataclass
 class BertSentenceVAEModelConfig(SentenceVAEModelConfig):
-    bert_model: Optional[str] = II("task.bert_model")
+    bert_model: Optional[str] = field(default=II("task.bert_model"), metadata={
+        "help": "the BERT checkpoint the task's --bert-model names (one option configures both)"})
     freeze_bert: bool = field(default=False, metadata={
         "help": "keep the BERT encoder's weights fixed (default: fine-tuned with the VAE)"})
 
