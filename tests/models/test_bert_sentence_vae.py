@@ -1,15 +1,12 @@
 """bert_sentence_vae (B-VAE, B-HSVAE): a BERT checkpoint as the sentence VAE's encoder."""
 
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from fairseq_sparse.models.bert_sentence_vae import BertSentenceVAEModel, BertSentenceVAEModelConfig
 from fairseq_sparse.tasks.sentence_vae import SentenceVAEConfig, SentenceVAETask
 from tests.conftest import REPO, run_cli, valid_metrics, yelp_corpus
+from tests.scripts.test_sentence_vae_analysis import run_analysis
 
 
 @pytest.fixture
@@ -73,12 +70,7 @@ def test_b_hsvae_trains_through_fairseq_train_and_is_analysed(yelp_dir, tiny_ber
     metrics = valid_metrics(proc.stdout)
     assert metrics["reconstruction"] > 0 and 0 <= metrics["average_hoyer"] <= 1
     assert "BertModel" in proc.stdout  # fairseq prints the model: BERT, not the GRU, encodes
-    out = tmp_path / "analysis"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
-                           str(tmp_path / "ckpt" / "checkpoint_last.pt"), str(yelp_dir), "--out", str(out),
-                           "--samples", "2", "--classifier-epochs", "2", "--baseline-epochs", "1"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((out / "analysis.json").read_text())
+    results, _ = run_analysis(tmp_path / "ckpt" / "checkpoint_last.pt", yelp_dir, tmp_path / "analysis", samples=2,
+                              classifier_epochs=2)
     assert results["objective"] == "hsvae" and results["latent_dim"] == 6
     assert 0 <= results["frozen_encoder_accuracy"] <= 100

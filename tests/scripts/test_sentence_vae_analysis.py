@@ -9,6 +9,16 @@ import numpy as np
 from tests.conftest import REPO, run_cli, yelp_corpus
 
 
+def run_analysis(checkpoint, data, out, samples, classifier_epochs):
+    """scripts/sentence_vae_analysis.py on a checkpoint (one baseline epoch): its analysis.json and printout."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"), str(checkpoint),
+                           str(data), "--out", str(out), "--samples", str(samples), "--classifier-epochs",
+                           str(classifier_epochs), "--baseline-epochs", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "analysis.json").read_text()), proc.stdout
+
+
 def test_analysis_of_a_trained_hsvae(tmp_path):
     data = yelp_corpus(tmp_path / "yelp", 300, 60, 100)
     run_cli("fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch",
@@ -16,12 +26,7 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
             "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0",
             "--max-epoch", "1", "--save-dir", tmp_path / "ckpt", "--log-format", "simple", cwd=tmp_path)
     out = tmp_path / "analysis"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
-                           str(tmp_path / "ckpt" / "checkpoint_last.pt"), str(data), "--out", str(out),
-                           "--samples", "3", "--classifier-epochs", "3", "--baseline-epochs", "1"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((out / "analysis.json").read_text())
+    results, printed = run_analysis(tmp_path / "ckpt" / "checkpoint_last.pt", data, out, samples=3, classifier_epochs=3)
     assert results["objective"] == "hsvae" and results["classes"] == 5 and results["latent_dim"] == 6
     for key in ("frozen_encoder_accuracy", "end_to_end_accuracy", "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
@@ -32,4 +37,4 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     assert np.allclose(np.diag(kl), 0) and (kl[~np.eye(5, dtype=bool)] > 0).all()
     for png in ("gamma_class.png", "class_kl.png"):
         assert (out / png).stat().st_size > 5000
-    assert "frozen_encoder_accuracy:" in proc.stdout
+    assert "frozen_encoder_accuracy:" in printed
