@@ -25,7 +25,8 @@ import re
 import sys
 from pathlib import Path
 
-FIELDS = ("src", "mt", "pe")
+from fairseq_sparse.data.ape_binarize import aligned_chunks
+from fairseq_sparse.tasks.ape import FIELDS
 
 
 def triplets_in(release):
@@ -44,26 +45,9 @@ def triplets_in(release):
 
 
 def read_aligned(paths):
-    """Yield (src, mt, pe) lines; a file that ends early is an error naming it and the line."""
-    files = [open(paths[f], encoding="utf-8", newline="\n") for f in FIELDS]
-    try:
-        number = 0
-        while True:
-            lines = [f.readline() for f in files]
-            ended = [not line for line in lines]
-            if all(ended):
-                return
-            number += 1
-            if any(ended):
-                short = paths[FIELDS[ended.index(True)]]
-                longer = paths[FIELDS[ended.index(False)]]
-                raise SystemExit(f"{short} ends at line {number - 1} but {longer} goes on: not line-aligned")
-            yield tuple(line.rstrip("\n") for line in lines)
-    except UnicodeDecodeError as e:
-        raise SystemExit(f"{paths['src'].parent}: not UTF-8 near line {number + 1} ({e})") from None
-    finally:
-        for f in files:
-            f.close()
+    """Yield (src, mt, pe) lines, streamed; misalignment stops with the file and line."""
+    for chunk in aligned_chunks(paths, 10000):
+        yield from zip(*(chunk[field] for field in FIELDS))
 
 
 class Writer:

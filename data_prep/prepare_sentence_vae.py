@@ -91,17 +91,16 @@ def draw(path, corpus, counts, sentences, seen, rng):
     while any(len(chosen[c]) < need for c in range(classes)):
         # Clean only a batch of candidates per class (twice what is still missing):
         # tokenising every row of Yahoo's 1.4M would take many minutes.
-        batch = {}
+        batch = set()
         for c in range(classes):
             missing = need - len(chosen[c])
             if missing > 0:
                 if tried[c] == len(order[c]):
                     raise ValueError(f"{path}: class {c + 1} has {len(chosen[c])} usable distinct sentences, "
                                      f"{need} needed (per-class counts {counts})")
-                for index in order[c][tried[c]:tried[c] + 2 * missing + 10]:
-                    batch[int(index)] = c
+                batch.update(int(i) for i in order[c][tried[c]:tried[c] + 2 * missing + 10])
         texts = {}
-        for number, label, text in rows(path, corpus):
+        for number, _, text in rows(path, corpus):
             if number - 1 in batch:
                 texts[number - 1] = text
         for c in range(classes):

@@ -26,8 +26,13 @@ logger = logging.getLogger("fairseq_sparse.ape_binarize")
 
 
 def chunks_of_triplets(raw, split, size):
-    """Yield {field: [lines]} chunks, checking alignment as it goes."""
-    paths = {name: raw / f"{split}.{name}" for name in FIELDS}
+    """Yield {field: [lines]} chunks of RAW/{split}.{src,mt,pe}, checking alignment as it goes."""
+    return aligned_chunks({name: raw / f"{split}.{name}" for name in FIELDS}, size)
+
+
+def aligned_chunks(paths, size):
+    """Yield {field: [lines]} chunks of line-aligned files ({field: path}); a missing, empty,
+    non-UTF-8 or shorter file stops with its name (and line)."""
     for path in paths.values():
         if not path.is_file():
             raise SystemExit(f"{path}: missing")
@@ -46,8 +51,9 @@ def chunks_of_triplets(raw, split, size):
             lengths = {len(v) for v in chunk.values()}
             if len(lengths) != 1:
                 short = min(chunk, key=lambda n: len(chunk[n]))
-                raise SystemExit(f"{paths[short]} ends at line {line + len(chunk[short])} but the other triplet "
-                                 f"files go on: not line-aligned")
+                longer = max(chunk, key=lambda n: len(chunk[n]))
+                raise SystemExit(f"{paths[short]} ends at line {line + len(chunk[short])} but {paths[longer]} "
+                                 f"goes on: not line-aligned")
             n = lengths.pop()
             if n == 0:
                 return
