@@ -3,10 +3,11 @@ unpacked WMT APE, AMU and eSCAPE releases.
 
     python data_prep/prepare_ape.py OUT --real DIR [DIR ...] [--artificial DIR ...] [--oversample 20]
 
-Triplets are found by name inside each release directory: every ``NAME.pe`` with
-``NAME.mt`` and ``NAME.src`` (or ``NAME.en``) beside it.  In a ``--real`` release
+Triplets are found by name inside each release directory: files whose names differ
+only in the field, ``src`` (or a trailing ``en``), ``mt`` or ``pe``, wherever it
+stands (``train.pe``, WMT17's ``en-de.pe.test.2017``).  In a ``--real`` release
 (WMT16/17/18 APE) a name containing ``train`` is training data, ``dev`` the
-validation set and ``test`` a test set, named by the year in its directory
+validation set and ``test`` a test set, named by the year in its path
 (``test2016`` ...).  Every triplet of an ``--artificial`` release (AMU's 4M and
 500K, eSCAPE) is training data.
 
@@ -29,16 +30,54 @@ from fairseq_sparse.data.ape_binarize import aligned_chunks
 from fairseq_sparse.tasks.ape import FIELDS
 
 
+def field_of(name):
+    """(field, pattern) for a triplet file name, e.g. ``train.pe`` -> ("pe", "train.{}") and
+    ``en-de.src.test.2017`` -> ("src", "en-de.{}.test.2017") (WMT17's test names); None
+    for other files.  A trailing ``.en`` stands for the source where no ``.src`` exists."""
+    parts = name.split(".")
+    hits = [i for i, part in enumerate(parts) if part in FIELDS]
+    if len(hits) == 1:
+        i = hits[0]
+        return parts[i], ".".join(parts[:i] + ["{}"] + parts[i + 1:])
+    if not hits and len(parts) > 1 and parts[-1] == "en":
+        return "en", ".".join(parts[:-1] + ["{}"])
+    return None
+
+
 def triplets_in(release):
-    """{role: [prefix, ...]} of the triplet files under one release directory."""
+    """[{field: path}] of the triplets under one release directory.
+
+    Files are matched by name pattern within a directory; a field missing there is taken
+    from the one file of that pattern elsewhere in the release (WMT16's references come in
+    their own archive, test_pe.zip).  Groups without a ``pe`` file (blind test sets) are
+    not triplets."""
+    groups, by_pattern = {}, {}
+    for path in sorted(p for p in release.rglob("*") if p.is_file()):
+        # Archives made on macOS carry __MACOSX/._NAME resource forks: not text.
+        if path.name.startswith(".") or "__MACOSX" in path.parts:
+            continue
+        hit = field_of(path.name)
+        if hit is None:
+            continue
+        field, pattern = hit
+        group = groups.setdefault((path.parent, pattern), {})
+        if field == "en":
+            group.setdefault("src", path)
+        else:
+            group[field] = path
+        by_pattern.setdefault(pattern, {}).setdefault(field if field != "en" else "src", []).append(path)
     found = []
-    for pe in sorted(release.rglob("*.pe")):
-        prefix = str(pe)[:-len(".pe")]  # names such as train.2017.pe: no with_suffix
-        source = next((Path(prefix + s) for s in (".src", ".en") if Path(prefix + s).is_file()), None)
-        if source is None or not Path(prefix + ".mt").is_file():
-            name = Path(prefix).name
-            raise SystemExit(f"{pe}: no {name}.mt and {name}.src (or .en) beside it")
-        found.append({"src": source, "mt": Path(prefix + ".mt"), "pe": pe})
+    for (directory, pattern), group in groups.items():
+        if "pe" not in group:
+            continue
+        for field in FIELDS:
+            if field not in group:
+                elsewhere = by_pattern[pattern].get(field, [])
+                if len(elsewhere) != 1:
+                    where = "nowhere in the release" if not elsewhere else f"{len(elsewhere)} times elsewhere"
+                    raise SystemExit(f"{group['pe']}: its {pattern.format(field)} is not beside it and {where}")
+                group[field] = elsewhere[0]
+        found.append({field: group[field] for field in FIELDS})
     if not found:
         raise SystemExit(f"{release}: no triplet files (NAME.src/.mt/.pe) found")
     return found

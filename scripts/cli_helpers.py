@@ -5,12 +5,18 @@ import subprocess
 
 
 def run_logged(cmd, log):
-    """Run a command line, keep its whole output in `log`, stop with its tail if it fails."""
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    """Run a command line, keep its whole output in `log`, stop with its tail if it fails.
+
+    stdout goes to `log` as it is written (fairseq logs its progress there), so a long
+    run can be followed with ``tail -f``; stderr is appended when the command ends."""
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.run([str(c) for c in cmd], stdout=out, stderr=subprocess.PIPE, text=True)
+    stdout = log.read_text(encoding="utf-8")
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(proc.stderr)
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}); full log in {log}:\n{proc.stderr[-3000:]}")
-    return proc
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}); full log in {log}:\n{(stdout + proc.stderr)[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, proc.stderr)
 
 
 def generate_hypotheses(output):

@@ -42,13 +42,18 @@ def write_tgz(path, files):
 
 def build_mirror(mirror, t):
     """WMT16: 40 train, 10 dev, 10 test; WMT17: 30 train (5 of them WMT16's again) and
-    10 test; AMU: 4M (20) and 500K (15)."""
-    write_zip(mirror / "2016" / "TrainDev.zip", files_of({"TrainDev/train": t[:40], "TrainDev/dev": t[40:50]}))
+    10 test; AMU: 4M (20) and 500K (15).  Names as in the releases: WMT16's references
+    unpack apart from Test/ (their own archive), WMT17 names its test files
+    en-de.{src,mt,pe}.test.2017; a macOS resource fork rides along."""
+    write_zip(mirror / "2016" / "TrainDev.zip", {**files_of({"TrainDev/train": t[:40], "TrainDev/dev": t[40:50]}),
+                                                 "__MACOSX/TrainDev/._train.pe": "\x00\x05\x16\x07"})
     test = files_of({"Test/test": t[50:60]})
     write_zip(mirror / "2016" / "Test.zip", {k: v for k, v in test.items() if not k.endswith(".pe")})
-    write_zip(mirror / "2016" / "test_pe.zip", {k: v for k, v in test.items() if k.endswith(".pe")})
-    write_tgz(mirror / "2017" / "ape17.tar.gz", files_of({"train/train.2017": t[60:85] + t[:5],
-                                                         "test/test2017": t[85:95]}))
+    write_zip(mirror / "2016" / "test_pe.zip", {"test.pe": test["Test/test.pe"]})
+    wmt17 = files_of({"train/en-de.train": t[60:85] + t[:5]})
+    wmt17.update({f"test/en-de.{field}.test.2017": "".join(triplet[i] + "\n" for triplet in t[85:95])
+                  for i, field in enumerate(FIELDS)})
+    write_tgz(mirror / "2017" / "ape17.tar.gz", wmt17)
     write_tgz(mirror / "amu" / "data.tgz", files_of({"data/4M/4M": t[100:120], "data/500K/500K": t[120:135]}))
 
 
@@ -100,3 +105,16 @@ def test_misaligned_release_and_bad_options_are_named(tmp_path):
     (mirror / "2016" / "Test.zip").write_bytes(b"<html>accept the licence</html>")
     proc = run(tmp_path / "out3", mirror, ARTIFICIAL="none")
     assert proc.returncode != 0 and "Test.zip is not a readable zip archive" in proc.stderr
+
+
+def test_a_triplet_with_a_field_nowhere_is_named(tmp_path):
+    t = real_triplets()
+    release = tmp_path / "2016"
+    for name, text in files_of({"train": t[:5]}).items():
+        if not name.endswith(".mt"):
+            (release / name).parent.mkdir(parents=True, exist_ok=True)
+            (release / name).write_text(text, encoding="utf-8")
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "python"), str(REPO / "data_prep" / "prepare_ape.py"),
+                           str(tmp_path / "out"), "--real", str(release)], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert f"{release / 'train.pe'}: its train.mt is not beside it and nowhere in the release" in proc.stderr
