@@ -67,7 +67,7 @@ def triplets_in(release):
             group[field] = path
         by_pattern.setdefault(pattern, {}).setdefault(field if field != "en" else "src", []).append(path)
     found = []
-    for (directory, pattern), group in groups.items():
+    for (_, pattern), group in groups.items():
         if "pe" not in group:
             continue
         for field in FIELDS:
