@@ -96,7 +96,9 @@ def main(argv=None):
              f"Train: {len((data / 'train.src').read_text(encoding='utf-8').splitlines())} triplets; dev: the last "
              f"{args.dev_size}. bert_ape from {args.bert_model} (first {args.bert_layers} layers), "
              f"{args.attention_normalizer} attention, {args.max_epoch} epochs"
-             + (f" / {args.max_update} updates" if args.max_update else "") + f", {args.device}. Scores {case}.", "",
+             + (f" / {args.max_update} updates" if args.max_update else "")
+             + f" of {args.max_tokens} tokens, Adam lr {args.lr} (inverse_sqrt, {args.warmup} warm-up updates), "
+             f"{args.device}. Scores {case}.", "",
              "| system | TER | BLEU |", "| --- | --- | --- |"]
     signatures = None
     for name, (hyps, missing) in rows.items():
