@@ -24,7 +24,9 @@ def ape_scores(hyps, refs):
     TER as above, BLEU on the tokenised text as is (``-tok none``)."""
     from sacrebleu.metrics import BLEU
 
-    ter, bleu = official_ter(), BLEU(tokenize="none")
+    # APE text is tokenised by design: force only silences sacrebleu's "forgot to
+    # detokenize" warning (same score, same signature).
+    ter, bleu = official_ter(), BLEU(tokenize="none", force=True)
     return (ter.corpus_score(hyps, [refs]).score, str(ter.get_signature()),
             bleu.corpus_score(hyps, [refs]).score, str(bleu.get_signature()))
 

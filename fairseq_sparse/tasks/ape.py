@@ -8,7 +8,9 @@ post-edit ``pe [SEP]`` (Correia & Martins, ACL 2019).  Segment ids (0 for src,
 the first ``[SEP]`` is segment 1.
 
 Text is tokenised by the BERT checkpoint's own WordPiece tokenizer, one vocabulary
-for source and target.  DATA_DIR may hold the raw triplets (tokenised when
+for source and target, with punctuation inside a data token kept as ``##`` pieces
+(:func:`~fairseq_sparse.data.bert_dictionary.wordpiece_ids`), so that post-edits
+come back in the data's own tokenisation, scorable against ``.pe``.  DATA_DIR may hold the raw triplets (tokenised when
 loaded: fine for small data) or the output of ``fairseq-sparse-ape-binarize``
 (fairseq's memory-mapped datasets, for millions of triplets).  The tokenizer's files
 are kept with the data in ``DATA_DIR/tokenizer``, as fairseq keeps ``dict.txt``
@@ -27,7 +29,8 @@ from fairseq.data.list_dataset import ListDataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 
-from ..data.bert_dictionary import BertDictionary, WordPieceDetokenizer, load_bert_tokenizer, tokenizer_files_exist
+from ..data.bert_dictionary import (BertDictionary, WordPieceDetokenizer, load_bert_tokenizer,
+                                    tokenizer_files_exist, wordpiece_ids)
 
 logger = logging.getLogger(__name__)
 FIELDS = ("src", "mt", "pe")
@@ -76,7 +79,7 @@ def read_triplets(directory, split):
 
 def encode_segments(tokenizer, lines, max_tokens):
     """WordPiece ids of each line, cut to max_tokens; also how many lines were cut."""
-    ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
+    ids = wordpiece_ids(tokenizer, lines)
     cut = sum(len(x) > max_tokens for x in ids)
     return [x[:max_tokens] for x in ids], cut
 
