@@ -57,7 +57,7 @@ def wordpiece_ids(tokenizer, lines):
     ``film - coated``, "4.4" -> ``4 . 4``), so merging WordPieces cannot tell those
     splits from the data's spaces: on WMT APE text a perfect copy of the MT then loses
     5 TER points.  Here a basic token that follows the previous one without whitespace
-    continues the same word with ``##`` pieces (``film ##- ##coated``, ``4 ##. ##4``), so
+    continues the same word with ``##`` pieces (``film ##- ##coat ##ed``, ``4 ##. ##4``), so
     that merging ``##`` (:class:`WordPieceDetokenizer`) gives back the data's tokens
     exactly: lowercased and without accents for an uncased BERT, ``[UNK]`` where the
     vocabulary cannot spell a piece.  Pieces are BERT's greedy longest-match-first."""
