@@ -11,10 +11,10 @@ Text is tokenised by the BERT checkpoint's own WordPiece tokenizer, one vocabula
 for source and target, with punctuation inside a data token kept as ``##`` pieces
 (:func:`~fairseq_sparse.data.bert_dictionary.wordpiece_ids`), so that post-edits
 come back in the data's own tokenisation, scorable against ``.pe``.  DATA_DIR may
-hold the raw triplets (tokenised when loaded: fine for small data) or the output of ``fairseq-sparse-ape-binarize``
-(fairseq's memory-mapped datasets, for millions of triplets).  The tokenizer's files
-are kept with the data in ``DATA_DIR/tokenizer``, as fairseq keeps ``dict.txt``
-there, so that ``fairseq-generate DATA_DIR --task ape`` needs no ``--bert-model``.
+hold the raw triplets (tokenised when loaded: fine for small data) or the output of
+``fairseq-sparse-ape-binarize`` (fairseq's memory-mapped datasets, for millions of
+triplets).  The tokenizer's files are kept with the data in ``DATA_DIR/tokenizer``,
+as fairseq keeps ``dict.txt`` there, so that ``fairseq-generate DATA_DIR --task ape`` needs no ``--bert-model``.
 """
 
 import logging
