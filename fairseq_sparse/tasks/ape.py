@@ -14,7 +14,8 @@ come back in the data's own tokenisation, scorable against ``.pe``.  DATA_DIR ma
 hold the raw triplets (tokenised when loaded: fine for small data) or the output of
 ``fairseq-sparse-ape-binarize`` (fairseq's memory-mapped datasets, for millions of
 triplets).  The tokenizer's files are kept with the data in ``DATA_DIR/tokenizer``,
-as fairseq keeps ``dict.txt`` there, so that ``fairseq-generate DATA_DIR --task ape`` needs no ``--bert-model``.
+as fairseq keeps ``dict.txt`` there, so that ``fairseq-generate DATA_DIR --task ape``
+needs no ``--bert-model``.
 """
 
 import logging
