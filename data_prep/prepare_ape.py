@@ -51,7 +51,7 @@ def triplets_in(release):
     from the one file of that pattern elsewhere in the release (WMT16's references come in
     their own archive, test_pe.zip).  Groups without a ``pe`` file (blind test sets) are
     not triplets."""
-    groups, by_pattern = {}, {}
+    groups = {}
     for path in sorted(p for p in release.rglob("*") if p.is_file()):
         # Archives made on macOS carry __MACOSX/._NAME resource forks: not text.
         if path.name.startswith(".") or "__MACOSX" in path.parts:
@@ -65,19 +65,19 @@ def triplets_in(release):
             group.setdefault("src", path)
         else:
             group[field] = path
-        by_pattern.setdefault(pattern, {}).setdefault(field if field != "en" else "src", []).append(path)
     found = []
     for (_, pattern), group in groups.items():
         if "pe" not in group:
             continue
+        triplet = dict(group)  # groups stay as found on disk while others look into them
         for field in FIELDS:
             if field not in group:
-                elsewhere = by_pattern[pattern].get(field, [])
+                elsewhere = [other[field] for (_, name), other in groups.items() if name == pattern and field in other]
                 if len(elsewhere) != 1:
                     where = "nowhere in the release" if not elsewhere else f"{len(elsewhere)} times elsewhere"
                     raise SystemExit(f"{group['pe']}: its {pattern.format(field)} is not beside it and {where}")
-                group[field] = elsewhere[0]
-        found.append({field: group[field] for field in FIELDS})
+                triplet[field] = elsewhere[0]
+        found.append({field: triplet[field] for field in FIELDS})
     if not found:
         raise SystemExit(f"{release}: no triplet files (NAME.src/.mt/.pe) found")
     return found
