@@ -13,6 +13,10 @@ signatures.  The seed paper's shape (Correia & Martins 2019, ~23K real triplets)
 random initialisation is worse than doing nothing (27.73 TER vs 24.48), BERT
 initialisation much better (19.03).  With an uncased BERT everything is scored
 lowercased (said in the table).
+
+Running again with a larger budget resumes each system from its last checkpoint;
+``--systems bert`` resumes only that one, and the other is scored from the post-edits
+and logs its earlier run left in --out.
 """
 
 import argparse
@@ -48,6 +52,7 @@ def split_corpus(corpus, data, dev_size):
 
 
 def train_and_post_edit(system, data, args):
+    """Train (or resume) one system, then post-edit the dev set with its last checkpoint."""
     save = args.out / system
     save.mkdir(parents=True, exist_ok=True)
     device = ["--cpu"] if args.device == "cpu" else []
@@ -60,13 +65,18 @@ def train_and_post_edit(system, data, args):
          "--max-epoch", args.max_epoch, *limit, "--seed", "1", *device, "--num-workers", "0",
          "--no-epoch-checkpoints", "--save-dir", save, "--log-format", "simple",
          "--tensorboard-logdir", args.out / "tensorboard" / system], save / "train.log")
-    gen = run_logged([BIN / "fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
-               "--path", save / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "5", *device,
-               "--max-tokens", "6000"], save / "generate.log")
-    hyps = generate_hypotheses(gen.stdout)
+    run_logged([BIN / "fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
+                "--path", save / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "5", *device,
+                "--max-tokens", "6000"], save / "generate.log")
+
+
+def system_results(save, dev_size):
+    """(post-edits of the dev set, how many are missing, last validation metrics) from the
+    logs that a system's last run left in `save`."""
+    hyps = generate_hypotheses((save / "generate.log").read_text(encoding="utf-8"))
     # A resumed run logs only its own epochs; the last validation still states the totals.
     valid = epoch_metrics((save / "train.log").read_text(encoding="utf-8")).get("valid", [{}])[-1]
-    return [hyps.get(i, "") for i in range(args.dev_size)], args.dev_size - len(hyps), valid
+    return [hyps.get(i, "") for i in range(dev_size)], dev_size - len(hyps), valid
 
 
 def main(argv=None):
@@ -83,6 +93,9 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS),
+                        help="systems to train (or resume) and post-edit in this run; any other is scored "
+                             "from what its earlier run left in --out, or left out of the table")
     args = parser.parse_args(argv)
     data = args.out / "data"
     split_corpus(args.corpus, data, args.dev_size)
@@ -92,7 +105,12 @@ def main(argv=None):
     lower = bool(getattr(load_bert_tokenizer(args.bert_model), "do_lower_case", False))
     rows = {"do nothing (MT as is)": (mts, 0, {})}
     for system in SYSTEMS:
-        rows[f"bert_ape, {system} initialisation"] = train_and_post_edit(system, data, args)
+        save = args.out / system
+        if system in args.systems:
+            train_and_post_edit(system, data, args)
+        elif not (save / "generate.log").is_file():
+            continue
+        rows[f"bert_ape, {system} initialisation"] = system_results(save, args.dev_size)
     case = "lowercased (uncased BERT)" if lower else "case-sensitive"
     lines = ["# APE with little data: BERT vs random initialisation (WMT17 APE de-en, pharma)", "",
              f"Train: {len((data / 'train.src').read_text(encoding='utf-8').splitlines())} triplets; dev: the last "
