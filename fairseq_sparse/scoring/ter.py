@@ -31,6 +31,26 @@ def ape_scores(hyps, refs):
             bleu.corpus_score(hyps, [refs]).score, str(bleu.get_signature()))
 
 
+def edit_effects(hyps, mts, refs):
+    """What post-editing did sentence by sentence, as the WMT APE shared tasks report it
+    (Chatterjee et al., Findings of the WMT 2018 APE task): how many MT sentences the
+    system modified, and of those how many got a lower sentence TER against the
+    reference than the MT had (improved) or a higher one (deteriorated); precision is
+    improved / modified.  A corpus TER close to doing nothing can hide many small
+    repairs and as many breakages; these counts show which."""
+    ter = official_ter()
+    modified = improved = deteriorated = 0
+    for hyp, mt, ref in zip(hyps, mts, refs, strict=True):
+        if hyp == mt:
+            continue
+        modified += 1
+        delta = ter.sentence_score(hyp, [ref]).score - ter.sentence_score(mt, [ref]).score
+        improved += delta < 0
+        deteriorated += delta > 0
+    return {"sentences": len(refs), "modified": modified, "improved": improved, "deteriorated": deteriorated,
+            "precision": improved / modified if modified else 0.0}
+
+
 @dataclass
 class TerScorerConfig(FairseqDataclass):
     ter_lowercase: bool = field(

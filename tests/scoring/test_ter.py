@@ -6,6 +6,8 @@ import sys
 import pytest
 from fairseq.scoring import build_scorer
 
+from fairseq_sparse.scoring.ter import edit_effects
+
 from tests.conftest import BIN, REPO, shared_data
 
 
@@ -52,6 +54,10 @@ def test_score_script_matches_sacrebleu_cli(it_triplets, tmp_path):
         ter, bleu = rows[name]
         assert ter == pytest.approx(sacrebleu_cli(pe, path, "-m", "ter", "--ter-case-sensitive"), abs=0.005)
         assert bleu == pytest.approx(sacrebleu_cli(pe, path, "-m", "bleu", "-tok", "none"), abs=0.005)
+    effects = edit_effects(hyp.read_text(encoding="utf-8").splitlines(), lines, pe.read_text(encoding="utf-8").splitlines())
+    assert effects["modified"] == sum(" ," in line for line in lines[150:]) > 0
+    assert (f"edits: modified {effects['modified']} of 300 sentences, improved {effects['improved']}, "
+            f"deteriorated {effects['deteriorated']}") in proc.stdout
 
 
 def test_score_script_names_misaligned_files(it_triplets, tmp_path):
@@ -61,3 +67,29 @@ def test_score_script_names_misaligned_files(it_triplets, tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "score_ape.py"), "--hyp", str(hyp), "--mt", str(mt),
                            "--pe", str(pe)], capture_output=True, text=True)
     assert proc.returncode != 0 and f"{hyp} has 1 lines but {pe} has 300" in proc.stderr
+
+
+def sentence_ters_cli(ref, hyp):
+    proc = subprocess.run([str(BIN / "sacrebleu"), str(ref), "-i", str(hyp), "-m", "ter", "--ter-case-sensitive",
+                           "--sentence-level", "-b", "-w", "4"], capture_output=True, text=True, check=True)
+    return [float(x) for x in proc.stdout.split()]
+
+
+def test_edit_effects_match_sentence_ter_of_sacrebleu_cli(it_triplets, tmp_path):
+    mt, pe = it_triplets
+    mts, pes = (path.read_text(encoding="utf-8").splitlines() for path in (mt, pe))
+    # 75 left alone, 75 replaced by the reference, 75 lose their commas, 75 get noise.
+    hyps = (mts[:75] + pes[75:150] + [line.replace(" ,", "") for line in mts[150:225]]
+            + ["zzz qqq " + line for line in mts[225:]])
+    hyp = tmp_path / "hyp"
+    hyp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    before, after = sentence_ters_cli(pe, mt), sentence_ters_cli(pe, hyp)
+    changed = [i for i in range(300) if hyps[i] != mts[i]]
+    effects = edit_effects(hyps, mts, pes)
+    assert effects["sentences"] == 300 and effects["modified"] == len(changed)
+    assert effects["improved"] == sum(after[i] < before[i] for i in changed)
+    assert effects["deteriorated"] == sum(after[i] > before[i] for i in changed)
+    assert effects["precision"] == pytest.approx(effects["improved"] / len(changed))
+    # Copying the reference repairs every sentence the MT had wrong; noise breaks them all.
+    assert effects["improved"] >= sum(mts[i] != pes[i] for i in range(75, 150))
+    assert effects["deteriorated"] >= 75

@@ -26,11 +26,15 @@ def test_experiment_writes_bert_random_and_do_nothing_rows_and_resumes(tmp_path,
     write_ape_split(tmp_path, "slice", 0, 220)
     out = tmp_path / "exp"
     results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, epochs=1)
-    assert "Train: 200 triplets; dev: the last 20." in results and "lowercased (uncased BERT)" in results
+    assert "Train: 200 triplets; dev: the last 20. Trained (or resumed) in this run: bert, random;" in results
+    assert "lowercased (uncased BERT)" in results
     assert set(rows) == {"do nothing (MT as is)", "bert_ape, bert initialisation", "bert_ape, random initialisation"}
-    assert rows["do nothing (MT as is)"][2:] == ["–", "–"], "doing nothing trains nothing"
-    updates = {name: int(cells[2]) for name, cells in rows.items() if "initialisation" in name}
-    assert min(updates.values()) > 0 and all(float(rows[name][3]) > 1 for name in updates)
+    assert rows["do nothing (MT as is)"][2:] == ["0", "0", "0", "–", "–"], "doing nothing trains nothing"
+    updates = {name: int(cells[5]) for name, cells in rows.items() if "initialisation" in name}
+    assert min(updates.values()) > 0 and all(float(rows[name][6]) > 1 for name in updates)
+    for name in updates:
+        modified, improved, deteriorated = (int(x) for x in rows[name][2:5])
+        assert 0 <= improved + deteriorated <= modified <= 20
     mt = (out / "data" / "test.mt").read_text(encoding="utf-8").lower().splitlines()
     pe = (out / "data" / "test.pe").read_text(encoding="utf-8").lower().splitlines()
     ter, _, bleu, _ = ape_scores(mt, pe)
@@ -43,6 +47,8 @@ def test_experiment_writes_bert_random_and_do_nothing_rows_and_resumes(tmp_path,
     # start); the random system is not trained again, and its row is scored from its
     # first run's post-edits, unchanged.
     first = rows
-    _, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 2, "--systems", "bert")
-    assert int(rows["bert_ape, bert initialisation"][2]) == 2 * updates["bert_ape, bert initialisation"]
+    results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 2, "--systems", "bert")
+    assert "Trained (or resumed) in this run: bert;" in results
+    assert "earlier run (see its train.log for its settings): random." in results
+    assert int(rows["bert_ape, bert initialisation"][5]) == 2 * updates["bert_ape, bert initialisation"]
     assert rows["bert_ape, random initialisation"] == first["bert_ape, random initialisation"]
