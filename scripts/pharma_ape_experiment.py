@@ -10,9 +10,9 @@ weights (``--encoder-init random --decoder-init random``).  The last checkpoint
 of each post-edits the dev set (fairseq-generate, beam 5), and ``results.md`` puts
 TER/BLEU of both next to the do-nothing baseline (mt vs pe), with sacrebleu
 signatures, and how many dev sentences each modified, improved and deteriorated
-(sentence TER, as the WMT APE tasks report).  The seed paper's shape (Correia & Martins 2019, ~23K real triplets):
-random initialisation is worse than doing nothing (27.73 TER vs 24.48), BERT
-initialisation much better (19.03).  With an uncased BERT everything is scored
+(sentence TER, as the WMT APE tasks report).  The seed paper's shape (Correia &
+Martins 2019, ~23K real triplets): random initialisation is worse than doing
+nothing (27.73 TER vs 24.48), BERT initialisation much better (19.03).  With an uncased BERT everything is scored
 lowercased (said in the table).
 
 Running again with a larger budget resumes each system from its last checkpoint;
@@ -124,12 +124,11 @@ def main(argv=None):
         hyps, missing, valid = system_results(save, args.dev_size)
         rows[f"bert_ape, {system} initialisation"] = (hyps, copies, missing, valid)
     case = "lowercased (uncased BERT)" if lower else "case-sensitive"
-    trained_now = [system for system in args.systems if f"bert_ape, {system} initialisation" in rows]
-    settings = (f"Trained (or resumed) in this run: {', '.join(trained_now)}; bert_ape from {args.bert_model} "
+    settings = (f"Trained (or resumed) in this run: {', '.join(args.systems)}; bert_ape from {args.bert_model} "
                 f"(first {args.bert_layers} layers), {args.attention_normalizer} attention, at most "
                 f"{args.max_epoch} epochs" + (f" or {args.max_update} updates" if args.max_update else "")
                 + f" of {args.max_tokens} tokens, Adam lr {args.lr} (inverse_sqrt, {args.warmup} warm-up updates), "
-                f"{args.device}; the last checkpoint post-edits the dev set. " if trained_now else "")
+                f"{args.device}; the last checkpoint post-edits the dev set. " if args.systems else "")
     if earlier:
         settings += (f"Scored from the post-edits of their own earlier run (see its train.log for its settings): "
                      f"{', '.join(earlier)}. ")
@@ -141,8 +140,8 @@ def main(argv=None):
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     signatures = None
 
-    def scored(lines):
-        return [line.lower() for line in lines] if lower else lines
+    def scored(texts):
+        return [text.lower() for text in texts] if lower else texts
 
     for name, (hyps, unedited, missing, valid) in rows.items():
         ter, ter_sig, bleu, bleu_sig = ape_scores(scored(hyps), scored(refs))
