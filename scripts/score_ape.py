@@ -7,7 +7,9 @@ HYP has one post-edit per line, or is the output of ``fairseq-generate`` with
 APE shared tasks: TER case-sensitive, no normalisation, on the tokenised text
 (sacrebleu's TER, the ``ter`` scorer), and BLEU on the same text with
 ``-tok none``.  Below them, the sentence-level effect of the edits (modified,
-improved, deteriorated, precision), as the WMT APE tasks also report.  ``--lowercase`` scores lowercased text (for uncased BERT models,
+improved, deteriorated, precision), as the WMT APE tasks also report; with
+``--bert-model`` an edit is what differs from the MT as that BERT spells it (an
+uncased BERT drops accents: a plain copy of the MT is then no edit).  ``--lowercase`` scores lowercased text (for uncased BERT models,
 whose output has no case); it applies to every row alike.
 """
 
@@ -15,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from cli_helpers import generate_hypotheses
+from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
 from fairseq_sparse.scoring.ter import ape_scores, edit_effects
 
 
@@ -38,6 +41,8 @@ def main(argv=None):
     parser.add_argument("--pe", required=True)
     parser.add_argument("--fairseq-output", action="store_true", help="HYP is fairseq-generate's output")
     parser.add_argument("--lowercase", action="store_true", help="score lowercased text (uncased models)")
+    parser.add_argument("--bert-model", help="the system's BERT (name or directory): count edits against the MT "
+                                             "as its vocabulary spells it")
     args = parser.parse_args(argv)
     refs, mts = read_lines(args.pe), read_lines(args.mt)
     if len(refs) != len(mts):
@@ -51,7 +56,15 @@ def main(argv=None):
     print(f"{'':18s} {'TER':>7s} {'BLEU':>7s}")
     for name, (ter, _, bleu, _) in rows.items():
         print(f"{name:18s} {ter:7.2f} {bleu:7.2f}")
-    effects = edit_effects(hyps, mts, refs)
+    unedited = mts
+    if args.bert_model:
+        try:
+            unedited = model_spelling(load_bert_tokenizer(args.bert_model), mts)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(str(e)) from None
+    if args.lowercase:
+        unedited = [line.lower() for line in unedited]
+    effects = edit_effects(hyps, unedited, refs)
     print(f"edits: modified {effects['modified']} of {effects['sentences']} sentences, improved "
           f"{effects['improved']}, deteriorated {effects['deteriorated']} (sentence TER against the MT's); "
           f"precision {100 * effects['precision']:.1f}%")

@@ -100,6 +100,15 @@ def wordpiece_ids(tokenizer, lines):
     return result
 
 
+def model_spelling(tokenizer, lines):
+    """Each line as a model with this tokenizer writes it when it copies it exactly: its
+    :func:`wordpiece_ids` merged back by :class:`WordPieceDetokenizer`.  For an uncased
+    BERT that is lowercased and without accents, so an APE system's edits are what
+    differs from this, not from the MT's own bytes."""
+    detokenizer = WordPieceDetokenizer()
+    return [detokenizer.decode(" ".join(tokenizer.convert_ids_to_tokens(ids))) for ids in wordpiece_ids(tokenizer, lines)]
+
+
 class WordPieceDetokenizer:
     """fairseq ``bpe`` object for WordPiece: ``decode`` merges ``##`` continuations,
     giving back the data's tokenisation for text encoded by :func:`wordpiece_ids`."""

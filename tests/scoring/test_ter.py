@@ -2,13 +2,15 @@
 
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 from fairseq.scoring import build_scorer
 
+from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
 from fairseq_sparse.scoring.ter import edit_effects
 
-from tests.conftest import BIN, REPO, shared_data
+from tests.conftest import BIN, REPO, minilm_path, shared_data
 
 
 def sacrebleu_cli(ref, hyp, *metric_args):
@@ -93,3 +95,24 @@ def test_edit_effects_match_sentence_ter_of_sacrebleu_cli(it_triplets, tmp_path)
     # Copying the reference repairs every sentence the MT had wrong; noise breaks them all.
     assert effects["improved"] >= sum(mts[i] != pes[i] for i in range(75, 150))
     assert effects["deteriorated"] >= 75
+
+
+def test_score_script_counts_edits_against_the_models_own_spelling_of_the_mt(it_triplets, tmp_path):
+    """An uncased BERT copying German MT drops its umlauts: that copy is no edit when the
+    script knows the BERT, and is one (a deterioration, mostly) when it does not."""
+    mt, pe = it_triplets
+    mts = mt.read_text(encoding="utf-8").splitlines()
+    copy = tmp_path / "copy"
+    copy.write_text("\n".join(model_spelling(load_bert_tokenizer(minilm_path()), mts)) + "\n", encoding="utf-8")
+    # BERT's uncased tokenizer strips what Unicode decomposes into combining marks (ä, é; not ß).
+    accented = sum(any(unicodedata.category(c) == "Mn" for c in unicodedata.normalize("NFD", line)) for line in mts)
+    assert accented > 10
+
+    def edits(*extra):
+        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "score_ape.py"), "--hyp", str(copy),
+                               "--mt", str(mt), "--pe", str(pe), "--lowercase", *extra],
+                              capture_output=True, text=True, check=True)
+        return next(line for line in proc.stdout.splitlines() if line.startswith("edits:"))
+
+    assert edits("--bert-model", str(minilm_path())).startswith("edits: modified 0 of 300 sentences")
+    assert edits().startswith(f"edits: modified {accented} of 300 sentences")
