@@ -6,11 +6,13 @@ HYP has one post-edit per line, or is the output of ``fairseq-generate`` with
 ``--fairseq-output`` (its ``D-`` lines, put back in corpus order).  As in the WMT
 APE shared tasks: TER case-sensitive, no normalisation, on the tokenised text
 (sacrebleu's TER, the ``ter`` scorer), and BLEU on the same text with
-``-tok none``.  Below them, the sentence-level effect of the edits (modified,
-improved, deteriorated, precision), as the WMT APE tasks also report; with
-``--bert-model`` an edit is what differs from the MT as that BERT spells it (an
-uncased BERT drops accents: a plain copy of the MT is then no edit).  ``--lowercase`` scores lowercased text (for uncased BERT models,
+``-tok none``.  ``--lowercase`` scores lowercased text (for uncased BERT models,
 whose output has no case); it applies to every row alike.
+
+Below them, the sentence-level effect of the edits (modified, improved,
+deteriorated, precision), as the WMT APE tasks also report.  With ``--bert-model``
+an edit is what differs from the MT as that BERT spells it (an uncased BERT drops
+accents: its exact copy of the MT is then no edit).
 """
 
 import argparse

@@ -106,7 +106,8 @@ def model_spelling(tokenizer, lines):
     BERT that is lowercased and without accents, so an APE system's edits are what
     differs from this, not from the MT's own bytes."""
     detokenizer = WordPieceDetokenizer()
-    return [detokenizer.decode(" ".join(tokenizer.convert_ids_to_tokens(ids))) for ids in wordpiece_ids(tokenizer, lines)]
+    return [detokenizer.decode(" ".join(tokenizer.convert_ids_to_tokens(ids)))
+            for ids in wordpiece_ids(tokenizer, lines)]
 
 
 class WordPieceDetokenizer:

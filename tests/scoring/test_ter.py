@@ -56,7 +56,8 @@ def test_score_script_matches_sacrebleu_cli(it_triplets, tmp_path):
         ter, bleu = rows[name]
         assert ter == pytest.approx(sacrebleu_cli(pe, path, "-m", "ter", "--ter-case-sensitive"), abs=0.005)
         assert bleu == pytest.approx(sacrebleu_cli(pe, path, "-m", "bleu", "-tok", "none"), abs=0.005)
-    effects = edit_effects(hyp.read_text(encoding="utf-8").splitlines(), lines, pe.read_text(encoding="utf-8").splitlines())
+    effects = edit_effects(hyp.read_text(encoding="utf-8").splitlines(), lines,
+                           pe.read_text(encoding="utf-8").splitlines())
     assert effects["modified"] == sum(" ," in line for line in lines[150:]) > 0
     assert (f"edits: modified {effects['modified']} of 300 sentences, improved {effects['improved']}, "
             f"deteriorated {effects['deteriorated']}") in proc.stdout
@@ -99,7 +100,7 @@ def test_edit_effects_match_sentence_ter_of_sacrebleu_cli(it_triplets, tmp_path)
 
 def test_score_script_counts_edits_against_the_models_own_spelling_of_the_mt(it_triplets, tmp_path):
     """An uncased BERT copying German MT drops its umlauts: that copy is no edit when the
-    script knows the BERT, and is one (a deterioration, mostly) when it does not."""
+    script knows the BERT, and is one when it does not."""
     mt, pe = it_triplets
     mts = mt.read_text(encoding="utf-8").splitlines()
     copy = tmp_path / "copy"
