@@ -12,8 +12,8 @@ TER/BLEU of both next to the do-nothing baseline (mt vs pe), with sacrebleu
 signatures, and how many dev sentences each modified, improved and deteriorated
 (sentence TER, as the WMT APE tasks report).  The seed paper's shape (Correia &
 Martins 2019, ~23K real triplets): random initialisation is worse than doing
-nothing (27.73 TER vs 24.48), BERT initialisation much better (19.03).  With an uncased BERT everything is scored
-lowercased (said in the table).
+nothing (27.73 TER vs 24.48), BERT initialisation much better (19.03).  With an
+uncased BERT everything is scored lowercased (said in the table).
 
 Running again with a larger budget resumes each system from its last checkpoint;
 ``--systems bert`` resumes only that one, and the other is scored from the post-edits
@@ -140,10 +140,12 @@ def main(argv=None):
     def scored(texts):
         return [text.lower() for text in texts] if lower else texts
 
+    refs = scored(refs)
     for name, (hyps, unedited, missing, valid) in rows.items():
-        ter, ter_sig, bleu, bleu_sig = ape_scores(scored(hyps), scored(refs))
+        hyps = scored(hyps)
+        ter, ter_sig, bleu, bleu_sig = ape_scores(hyps, refs)
         signatures = (ter_sig, bleu_sig)
-        effects = edit_effects(scored(hyps), scored(unedited), scored(refs))
+        effects = edit_effects(hyps, scored(unedited), refs)
         trained = f"{valid['num_updates']:.0f} | {valid['ppl']:.2f}" if valid else "– | –"
         lines.append(f"| {name} | {ter:.2f} | {bleu:.2f} | {effects['modified']} | {effects['improved']} | "
                      f"{effects['deteriorated']} | {trained} |"

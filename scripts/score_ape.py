@@ -52,12 +52,6 @@ def main(argv=None):
     hyps = read_fairseq_output(args.hyp, len(refs)) if args.fairseq_output else read_lines(args.hyp)
     if len(hyps) != len(refs):
         raise SystemExit(f"{args.hyp} has {len(hyps)} lines but {args.pe} has {len(refs)}")
-    if args.lowercase:
-        refs, mts, hyps = ([x.lower() for x in xs] for xs in (refs, mts, hyps))
-    rows = {"do-nothing (MT)": ape_scores(mts, refs), "post-edited": ape_scores(hyps, refs)}
-    print(f"{'':18s} {'TER':>7s} {'BLEU':>7s}")
-    for name, (ter, _, bleu, _) in rows.items():
-        print(f"{name:18s} {ter:7.2f} {bleu:7.2f}")
     unedited = mts
     if args.bert_model:
         try:
@@ -65,7 +59,11 @@ def main(argv=None):
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(str(e)) from None
     if args.lowercase:
-        unedited = [line.lower() for line in unedited]
+        refs, mts, hyps, unedited = ([x.lower() for x in xs] for xs in (refs, mts, hyps, unedited))
+    rows = {"do-nothing (MT)": ape_scores(mts, refs), "post-edited": ape_scores(hyps, refs)}
+    print(f"{'':18s} {'TER':>7s} {'BLEU':>7s}")
+    for name, (ter, _, bleu, _) in rows.items():
+        print(f"{name:18s} {ter:7.2f} {bleu:7.2f}")
     effects = edit_effects(hyps, unedited, refs)
     print(f"edits: modified {effects['modified']} of {effects['sentences']} sentences, improved "
           f"{effects['improved']}, deteriorated {effects['deteriorated']} (sentence TER against the MT's); "
