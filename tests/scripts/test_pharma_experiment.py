@@ -41,6 +41,16 @@ def test_experiment_writes_bert_random_and_do_nothing_rows_and_resumes(tmp_path,
     assert [float(x) for x in rows["do nothing (MT as is)"][:2]] == [pytest.approx(ter, abs=0.005),
                                                                      pytest.approx(bleu, abs=0.005)]
     assert "nrefs:1|case:mixed|tok:tercom" in results and "tok:none" in results
+    # The authors' configuration is the default, for both systems alike.
+    for system in ("bert", "random"):
+        log = (out / system / "train.log").read_text(encoding="utf-8")
+        assert "share_self_attn_with_encoder=True" in log
+        assert "'_name': 'polynomial_decay', 'warmup_updates': 10, 'force_anneal': None, 'end_learning_rate': 0.0, " \
+               "'power': 1.0, 'total_num_update': 50000.0" in log
+        assert "'adam_betas': '(0.9, 0.999)', 'adam_eps': 1e-06, 'weight_decay': 0.01" in log
+        assert "'clip_norm': 1.0" in log and "'update_freq': [2]" in log
+    assert "decoder self-attention shared with the encoder's, at most 1 epoch or 50000 updates of 2 x 512 " \
+           "tokens" in results
 
     # Run again with a longer budget for the BERT system only: it goes on from its last
     # checkpoint, so the second epoch adds as many updates as the first had (not a fresh
@@ -52,3 +62,11 @@ def test_experiment_writes_bert_random_and_do_nothing_rows_and_resumes(tmp_path,
     assert "earlier run (see its train.log for its settings): random." in results
     assert int(rows["bert_ape, bert initialisation"][5]) == 2 * updates["bert_ape, bert initialisation"]
     assert rows["bert_ape, random initialisation"] == first["bert_ape, random initialisation"]
+
+
+def test_linear_decay_without_an_end_is_refused(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "pharma_ape_experiment.py"), "--out", str(tmp_path),
+                           "--max-update", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0" in proc.stderr
+    assert not (tmp_path / "data").exists()
