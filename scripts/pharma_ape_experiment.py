@@ -20,8 +20,8 @@ deep-spin/OpenNMT-APE) in fairseq's terms: 50,000 updates of 2 x 512 tokens; Ada
 with betas (0.9, 0.999), eps 1e-6, decoupled weight decay 0.01 and gradients
 clipped to norm 1 (BertAdam); learning rate 5e-5, warmed up linearly over 5,000
 updates and then decayed linearly to 0 at the last update (BertAdam's
-warmup_linear: fairseq's polynomial_decay of power 1); label smoothing and
-dropout 0.1; decoder self-attention shared with the encoder's (their
+warmup_linear: fairseq's polynomial_decay of power 1); label smoothing 0.1 and
+BERT's own dropout (0.1); decoder self-attention shared with the encoder's (their
 ``share_self_attn``).  Their running average of the weights (``average_decay``)
 is not reproduced: the last checkpoint post-edits.
 
@@ -71,11 +71,10 @@ def train_and_post_edit(system, data, args):
     device = ["--cpu"] if args.device == "cpu" else []
     limit = ["--max-update", args.max_update] if args.max_update else []
     sharing = ["--share-self-attn-with-encoder"] if args.share_self_attn_with_encoder else []
+    schedule = ["--lr-scheduler", args.lr_scheduler]
     if args.lr_scheduler == "polynomial_decay":
-        schedule = ["--lr-scheduler", "polynomial_decay", "--power", "1", "--end-learning-rate", "0",
-                    "--total-num-update", args.max_update]
-    else:
-        schedule = ["--lr-scheduler", "inverse_sqrt"]
+        # fairseq's defaults, power 1 down to 0, are BertAdam's warmup_linear.
+        schedule += ["--total-num-update", args.max_update]
     run_logged([BIN / "fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert_ape",
          "--bert-model", args.bert_model, "--bert-layers", args.bert_layers, *SYSTEMS[system], *sharing,
          "--attention-normalizer", args.attention_normalizer, "--optimizer", "adam", "--adam-betas", args.adam_betas,
