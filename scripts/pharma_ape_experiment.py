@@ -154,8 +154,12 @@ def main(argv=None):
         hyps, missing, valid = system_results(save, args.dev_size)
         rows[f"bert_ape, {system} initialisation"] = (hyps, copies, missing, valid)
     case = "lowercased (uncased BERT)" if lower else "case-sensitive"
-    budget = " or ".join([f"{args.max_epoch} epoch" + "s" * (args.max_epoch > 1)] * bool(args.max_epoch)
-                         + [f"{args.max_update} updates"] * bool(args.max_update)) or "no limit"
+    limits = []
+    if args.max_epoch:
+        limits.append(f"{args.max_epoch} epoch" + ("s" if args.max_epoch > 1 else ""))
+    if args.max_update:
+        limits.append(f"{args.max_update} updates")
+    budget = " or ".join(limits) or "no limit"
     schedule = ("decayed linearly to 0 at the last update" if args.lr_scheduler == "polynomial_decay"
                 else "then inverse square root")
     settings = (f"Trained (or resumed) in this run: {', '.join(args.systems)}; bert_ape from {args.bert_model} "
