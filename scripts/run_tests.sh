@@ -7,6 +7,6 @@ bash scripts/setup_env.sh
 # serially). Each worker and the fairseq-train processes it starts use one intra-op
 # thread: with torch's default of one thread per core, N workers oversubscribe the
 # cores and spin-wait (measured on 2 cores: 19 min with 2 threads each, 14 with 1).
-workers=${PYTEST_WORKERS:-$(python3 -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
+workers=${PYTEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec .venv/bin/python -m pytest tests -n "$workers" "$@"
