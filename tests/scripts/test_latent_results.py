@@ -19,7 +19,7 @@ def test_grid_tables_and_plot(tmp_path):
     out = tmp_path / "grid"
     run("--out", out, "--experiments", "ssvae", "signaling_game", "bitvector_vae/32", "--estimators", "sparsemax",
         "sfe", "sparsemap", "--seeds", "2", "--epochs", '{"ssvae": 2, "signaling_game": 1, "bitvector_vae": 1}',
-        "--jobs", "2")  # 18 short runs, mostly start-up: two at a time took 92 s against 154 s on 2 cores
+        "--jobs", "2")  # 18 short runs, mostly start-up: two at a time took 92 s against 154 s (serial suite, 2 cores)
     tables = (out / "tables.md").read_text()
     assert "### ssvae" in tables and "### signaling_game" in tables and "### bitvector_vae/32 (lower is better)" in tables
     assert "| sparsemax |" in tables and "| 96.87 | 1.01 |" in tables  # the paper's sparsemax row, next to ours
