@@ -187,6 +187,23 @@ class APETask(FairseqTask):
             left_pad_source=False, left_pad_target=False, shuffle=(split == "train"),
         )
 
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """Every triplet is kept or the run stops: fairseq skips training examples longer than
+        the model's positions with only a warning (it always passes ignore_invalid_inputs for
+        training), which here would silently train on part of the data.  The cut is explicit
+        (--max-segment-tokens), so an example that does not fit names that option."""
+        kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
+        if len(too_long) > 0:
+            split = next((name for name, d in self.datasets.items() if d is dataset), "input")
+            first = int(min(too_long))
+            source, target = (int(n) for n in dataset.size(first))
+            raise ValueError(
+                f"ape {split}: {len(too_long)} triplets are longer than the model's (source, target) positions "
+                f"{max_positions}, the first on line {first + 1} of the {split} triplets ({source} source, "
+                f"{target} target tokens); lower --max-segment-tokens (src and mt are each cut to it in "
+                f"[CLS] src [SEP] mt [SEP]), for binarised data when running fairseq-sparse-ape-binarize")
+        return kept
+
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         return LanguagePairDataset(src_tokens, src_lengths, self.dictionary, left_pad_source=False,
                                    constraints=constraints)

@@ -112,3 +112,26 @@ def test_generation_needs_the_tokenizer_or_bert_model(tmp_path, ape_raw):
         APETask.setup_task(APEConfig(data=str(ape_raw)))
     with pytest.raises(FileNotFoundError, match="--bert-model .*nowhere"):
         APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tmp_path / "nowhere")))
+
+
+
+def test_triplets_too_long_for_the_model_stop_training_instead_of_being_dropped(ape_raw, tiny_bert):
+    from fairseq_sparse.tasks.ape import APEConfig, APETask
+
+    def train_batches(max_segment_tokens):
+        task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert), max_source_positions=64,
+                                            max_segment_tokens=max_segment_tokens))
+        task.load_dataset("train")
+        # ignore_invalid_inputs=True is what fairseq's trainer always passes for training
+        return task.get_batch_iterator(task.dataset("train"), max_tokens=2000, max_positions=task.max_positions(),
+                                       ignore_invalid_inputs=True).frozen_batches
+
+    assert sum(len(b) for b in train_batches(30)) == 200  # cut to fit: every triplet is trained on
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert)))
+    task.load_dataset("train")
+    sizes = task.dataset("train").src_sizes
+    first_too_long = 1 + min(i for i in range(200) if sizes[i] > 64)
+    with pytest.raises(ValueError, match=rf"ape train: {sum(sizes > 64)} triplets are longer than the model's "
+                                         rf".* \(64, 512\), the first on line {first_too_long} of the train "
+                                         rf"triplets .*lower --max-segment-tokens"):
+        train_batches(200)
