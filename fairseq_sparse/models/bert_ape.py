@@ -205,23 +205,28 @@ class BertAPEModel(EntmaxTransformerModel):
 
     @staticmethod
     def set_bert_shape(args, config):
-        """Every size of the fairseq transformer from BERT's config (overriding the transformer options)."""
-        for side in ("encoder", "decoder"):
-            setattr(args, f"{side}_embed_dim", config.hidden_size)
-            setattr(args, f"{side}_ffn_embed_dim", config.intermediate_size)
-            setattr(args, f"{side}_layers", config.num_hidden_layers)
-            setattr(args, f"{side}_attention_heads", config.num_attention_heads)
-            setattr(args, f"{side}_normalize_before", False)
-            setattr(args, f"{side}_learned_pos", True)
-        args.dropout = config.hidden_dropout_prob
-        args.attention_dropout = config.attention_probs_dropout_prob
-        args.activation_dropout = 0.0
-        args.activation_fn = "gelu"
-        args.no_scale_embedding = True
-        args.layernorm_embedding = True
-        args.share_all_embeddings = True
-        args.share_decoder_input_output_embed = True
-        args.no_token_positional_embeddings = False
+        """Every size of the fairseq transformer from BERT's config.  A transformer option given
+        on the command line must agree with BERT (fewer layers: --bert-layers); --dropout,
+        --attention-dropout and --activation-dropout override BERT's own rates."""
+        shape = {"embed_dim": config.hidden_size, "ffn_embed_dim": config.intermediate_size,
+                 "layers": config.num_hidden_layers, "attention_heads": config.num_attention_heads,
+                 "normalize_before": False, "learned_pos": True}
+        fixed = {f"{side}_{name}": value for side in ("encoder", "decoder") for name, value in shape.items()}
+        fixed.update(activation_fn="gelu", no_scale_embedding=True, layernorm_embedding=True,
+                     share_all_embeddings=True, share_decoder_input_output_embed=True,
+                     no_token_positional_embeddings=False)
+        for option, value in fixed.items():
+            given = getattr(args, option, None)  # fairseq's transformer options have no defaults: None if not given
+            if given is not None and given != value:
+                hint = "; for fewer layers use --bert-layers" if option.endswith("_layers") else ""
+                raise ValueError(f"--{option.replace('_', '-')} {given}: bert_ape takes it from the BERT checkpoint "
+                                 f"({value}){hint}")
+            setattr(args, option, value)
+        rates = {"dropout": config.hidden_dropout_prob, "attention_dropout": config.attention_probs_dropout_prob,
+                 "activation_dropout": 0.0}
+        for option, value in rates.items():
+            if getattr(args, option, None) is None:
+                setattr(args, option, value)
         args.max_source_positions = min(getattr(args, "max_source_positions", 512) or 512,
                                         config.max_position_embeddings)
         args.max_target_positions = min(getattr(args, "max_target_positions", 512) or 512,

@@ -143,6 +143,24 @@ def test_sparse_attention_in_every_site(tiny_bert, data):
     assert any("alpha" in name for name, _ in model.named_parameters())
 
 
+def test_dropout_options_override_bert_s_and_sizes_must_agree_with_it(tiny_bert, data):
+    from transformers import BertConfig
+
+    config = BertConfig.from_pretrained(str(tiny_bert))
+    model, _ = build(data, tiny_bert)
+    assert model.encoder.dropout_module.p == config.hidden_dropout_prob
+    assert model.decoder.layers[0].self_attn.dropout_module.p == config.attention_probs_dropout_prob
+    model, _ = build(data, tiny_bert, "--dropout", "0.3", "--attention-dropout", "0")
+    assert model.encoder.dropout_module.p == model.decoder.layers[1].dropout_module.p == 0.3
+    assert model.encoder.layers[0].self_attn.dropout_module.p == 0
+    model, _ = build(data, tiny_bert, "--encoder-layers", str(config.num_hidden_layers), "--share-all-embeddings")
+    assert len(model.encoder.layers) == config.num_hidden_layers  # agreeing with BERT is allowed
+    with pytest.raises(ValueError, match="--decoder-layers 1: bert_ape takes it from the BERT checkpoint .*--bert-layers"):
+        build(data, tiny_bert, "--decoder-layers", "1")
+    with pytest.raises(ValueError, match="--encoder-embed-dim 64: bert_ape takes it from the BERT checkpoint \\(32\\)"):
+        build(data, tiny_bert, "--encoder-embed-dim", "64")
+
+
 def test_missing_bert_checkpoint_is_named(tmp_path, data):
     with pytest.raises(FileNotFoundError, match="--bert-model .*no-such-bert"):
         build(data, tmp_path / "no-such-bert")
