@@ -19,6 +19,8 @@ needs no ``--bert-model``.
 """
 
 import logging
+import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -85,6 +87,24 @@ def encode_segments(tokenizer, lines, max_tokens):
     return [x[:max_tokens] for x in ids], cut
 
 
+def keep_tokenizer(tokenizer, stored):
+    """Save the tokenizer as ``stored`` in one step: written beside it, then renamed, so that
+    distributed ranks starting together on new data never read a half-written one."""
+    try:
+        staging = stored.parent / f".tokenizer-{uuid.uuid4().hex}"  # mkdir, unlike mkdtemp, honours the umask
+        staging.mkdir()
+        tokenizer.save_pretrained(str(staging))
+    except OSError as e:
+        raise OSError(f"cannot keep the tokenizer with the data in {stored} ({e}); make DATA_DIR writable "
+                      "or binarise it elsewhere with fairseq-sparse-ape-binarize") from None
+    try:
+        staging.rename(stored)
+    except OSError:  # another rank kept its copy first
+        shutil.rmtree(staging)
+        if not tokenizer_files_exist(stored):
+            raise FileExistsError(f"{stored} exists but holds no tokenizer; remove it") from None
+
+
 def mt_segment(src_tokens, sep_index, pad_index):
     """1 where a token of ``[CLS] src [SEP] mt [SEP]`` belongs to the mt segment
     (everything after the first ``[SEP]``), else 0 (also for padding, on either side)."""
@@ -140,11 +160,7 @@ class APETask(FairseqTask):
             raise ValueError(f"--bert-model is required: {stored} does not exist yet (it is written the first "
                              "time the task runs with --bert-model)")
         tokenizer = load_bert_tokenizer(cfg.bert_model)
-        try:
-            tokenizer.save_pretrained(str(stored))
-        except OSError as e:
-            raise OSError(f"cannot keep the tokenizer with the data in {stored} ({e}); make DATA_DIR writable "
-                          "or binarise it elsewhere with fairseq-sparse-ape-binarize") from None
+        keep_tokenizer(tokenizer, stored)
         return tokenizer
 
     @property
