@@ -81,7 +81,10 @@ def wordpiece_ids(tokenizer, lines):
             continuations[word] = pieces
         return continuations[word]
 
-    encoded = tokenizer(list(lines), add_special_tokens=False, return_offsets_mapping=True)
+    lines = list(lines)
+    if not lines:  # the fast tokenizer fails on an empty batch
+        return []
+    encoded = tokenizer(lines, add_special_tokens=False, return_offsets_mapping=True)
     result = []
     for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"]):
         pieces = tokenizer.convert_ids_to_tokens(ids)

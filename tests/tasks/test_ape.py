@@ -58,6 +58,7 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
     src = (ape_raw / "test.src").read_text(encoding="utf-8").splitlines()[:3]
     mt = (ape_raw / "test.mt").read_text(encoding="utf-8").splitlines()[:3]
     assert editor.postedit(src, mt) == [hyps[i] for i in range(3)]
+    assert editor.postedit([], []) == []
 
 
 def test_binarised_data_trains_and_generates(tmp_path, ape_raw, tiny_bert):
