@@ -43,6 +43,37 @@ def run_cli(name, *args, cwd=None, check=True, timeout=600):
     return proc
 
 
+def assert_two_gloo_workers_equal_one(common, tmp_path):
+    """fairseq-train `common` (3 updates) on two gloo CPU ranks, one process each as fairseq
+    needs on CPU, and on one process with --update-freq 2: the same total batch, so the
+    same updates and parameters."""
+    import socket
+
+    import fairseq_sparse  # noqa: F401  (allow-lists what fairseq checkpoints hold, for torch.load)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workers = [
+        subprocess.Popen(
+            [str(BIN / "fairseq-train"), *map(str, common), "--save-dir", str(tmp_path / "two"),
+             "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-backend", "gloo",
+             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for rank in (0, 1)
+    ]
+    for w in workers:
+        out, _ = w.communicate(timeout=300)
+        assert w.returncode == 0, out[-3000:]
+    run_cli("fairseq-train", *common, "--save-dir", tmp_path / "one", "--update-freq", "2")
+    two = torch.load(tmp_path / "two" / "checkpoint_last.pt")
+    one = torch.load(tmp_path / "one" / "checkpoint_last.pt")
+    assert two["optimizer_history"][-1]["num_updates"] == one["optimizer_history"][-1]["num_updates"] == 3
+    for k, v in one["model"].items():
+        torch.testing.assert_close(two["model"][k], v, atol=2e-6, rtol=1e-5, msg=f"{k} differs")
+
+
 def valid_metrics(stdout):
     """The metrics of the last "valid on 'valid' subset" line of a fairseq-train log."""
     sys.path.insert(0, str(REPO / "scripts"))

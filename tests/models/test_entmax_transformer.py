@@ -1,15 +1,12 @@
 """entmax_transformer: equivalence with fairseq's transformer, and the CLI contract
 (train, tensorboard alpha metrics, generate, resume, distributed, sparse outputs)."""
 
-import socket
-import subprocess
-
 import pytest
 import torch
 from fairseq import options, tasks
 
 import fairseq_sparse  # noqa: F401  (registers the model and criterion)
-from tests.conftest import BIN, REPO, run_cli
+from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
 
 USER_DIR = str(REPO / "fairseq_sparse")
 TINY = ["--arch", "entmax_transformer_tiny", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500",
@@ -94,29 +91,9 @@ def test_train_logs_alphas_generate_and_resume_exactly(multi30k_bin, tmp_path):
 
 
 def test_two_gloo_workers_equal_one_worker_with_the_same_total_batch(multi30k_bin, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     common = [multi30k_bin, "--user-dir", USER_DIR, "--task", "translation", *TINY, "--dropout", "0",
               "--max-update", "3", "--disable-validation", "--ddp-backend", "legacy_ddp"]
-    workers = [
-        subprocess.Popen(
-            [str(BIN / "fairseq-train"), *map(str, common), "--save-dir", str(tmp_path / "two"),
-             "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-backend", "gloo",
-             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for rank in (0, 1)
-    ]
-    for w in workers:
-        out, _ = w.communicate(timeout=300)
-        assert w.returncode == 0, out[-3000:]
-    run_cli("fairseq-train", *common, "--save-dir", tmp_path / "one", "--update-freq", "2")
-    two = torch.load(tmp_path / "two" / "checkpoint_last.pt")
-    one = torch.load(tmp_path / "one" / "checkpoint_last.pt")
-    assert two["optimizer_history"][-1]["num_updates"] == one["optimizer_history"][-1]["num_updates"] == 3
-    for k, v in one["model"].items():
-        torch.testing.assert_close(two["model"][k], v, atol=2e-6, rtol=1e-5, msg=f"{k} differs")
+    assert_two_gloo_workers_equal_one(common, tmp_path)
 
 
 def test_sparse_output_layer_trains_and_generates(multi30k_bin, tmp_path):

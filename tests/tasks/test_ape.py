@@ -1,14 +1,12 @@
 """The ape task end to end through fairseq's CLIs on real WMT APE triplets, and its input checks."""
 
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
-import torch
 
-from tests.conftest import BIN, REPO, run_cli
+from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
 
 TRAIN = ["--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert_ape",
          "--attention-normalizer", "alpha_entmax", "--optimizer", "adam", "--lr", "1e-3",
@@ -142,30 +140,10 @@ def test_triplets_too_long_for_the_model_stop_training_instead_of_being_dropped(
 
 def test_two_gloo_workers_on_new_raw_data_equal_one_worker_with_the_same_total_batch(tmp_path, ape_raw, tiny_bert):
     """Both ranks start on a DATA_DIR without a tokenizer: each keeps one, and they agree."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     common = [ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-tokens", "1000", "--dropout", "0",
               "--attention-dropout", "0", "--max-update", "3", "--disable-validation", "--ddp-backend", "legacy_ddp"]
-    workers = [
-        subprocess.Popen(
-            [str(BIN / "fairseq-train"), *map(str, common), "--save-dir", str(tmp_path / "two"),
-             "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-backend", "gloo",
-             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for rank in (0, 1)
-    ]
-    for w in workers:
-        out, _ = w.communicate(timeout=300)
-        assert w.returncode == 0, out[-3000:]
+    assert_two_gloo_workers_equal_one(common, tmp_path)
     assert [p.name for p in ape_raw.iterdir() if p.name.startswith(".tokenizer")] == []
-    run_cli("fairseq-train", *common, "--save-dir", tmp_path / "one", "--update-freq", "2")
-    two = torch.load(tmp_path / "two" / "checkpoint_last.pt")
-    one = torch.load(tmp_path / "one" / "checkpoint_last.pt")
-    assert two["optimizer_history"][-1]["num_updates"] == one["optimizer_history"][-1]["num_updates"] == 3
-    for k, v in one["model"].items():
-        torch.testing.assert_close(two["model"][k], v, atol=2e-6, rtol=1e-5, msg=f"{k} differs")
 
 
 def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_bert):
