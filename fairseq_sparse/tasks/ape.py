@@ -90,11 +90,12 @@ def encode_segments(tokenizer, lines, max_tokens):
 def keep_tokenizer(tokenizer, stored):
     """Save the tokenizer as ``stored`` in one step: written beside it, then renamed, so that
     distributed ranks starting together on new data never read a half-written one."""
+    staging = stored.parent / f".tokenizer-{uuid.uuid4().hex}"  # mkdir, unlike mkdtemp, honours the umask
     try:
-        staging = stored.parent / f".tokenizer-{uuid.uuid4().hex}"  # mkdir, unlike mkdtemp, honours the umask
         staging.mkdir()
         tokenizer.save_pretrained(str(staging))
     except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
         raise OSError(f"cannot keep the tokenizer with the data in {stored} ({e}); make DATA_DIR writable "
                       "or binarise it elsewhere with fairseq-sparse-ape-binarize") from None
     try:

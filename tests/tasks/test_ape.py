@@ -146,7 +146,7 @@ def test_two_gloo_workers_on_new_raw_data_equal_one_worker_with_the_same_total_b
     assert [p.name for p in ape_raw.iterdir() if p.name.startswith(".tokenizer")] == []
 
 
-def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_bert):
+def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_bert, monkeypatch):
     from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer
     from fairseq_sparse.tasks.ape import keep_tokenizer
 
@@ -161,3 +161,11 @@ def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_
     with pytest.raises(FileExistsError, match="junk exists but holds no tokenizer"):
         keep_tokenizer(tokenizer, tmp_path / "junk")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "tokenizer"]
+
+    def disk_full(directory):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(tokenizer, "save_pretrained", disk_full)
+    with pytest.raises(OSError, match="cannot keep the tokenizer with the data in .*new .*No space left"):
+        keep_tokenizer(tokenizer, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "tokenizer"]  # no half-written copy left
