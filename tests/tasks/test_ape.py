@@ -115,7 +115,6 @@ def test_generation_needs_the_tokenizer_or_bert_model(tmp_path, ape_raw):
         APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tmp_path / "nowhere")))
 
 
-
 def test_triplets_too_long_for_the_model_stop_training_instead_of_being_dropped(ape_raw, tiny_bert):
     from fairseq_sparse.tasks.ape import APEConfig, APETask
 
