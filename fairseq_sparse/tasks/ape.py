@@ -225,6 +225,21 @@ class APETask(FairseqTask):
         return LanguagePairDataset(src_tokens, src_lengths, self.dictionary, left_pad_source=False,
                                    constraints=constraints)
 
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq-interactive: each input line is one ``src<TAB>mt`` pair, encoded as
+        training encodes its triplets.  ``encode_fn`` (fairseq's --tokenizer/--bpe hook) is
+        not applied: the input is tokenised like the ``.src``/``.mt`` files, and WordPiece
+        is the task's own."""
+        pairs = [line.split("\t") for line in lines]
+        for line, pair in zip(lines, pairs):
+            if len(pair) != 2:
+                raise ValueError(
+                    f"fairseq-interactive --task ape reads one 'src<TAB>mt' pair per line; this line has "
+                    f"{len(pair)} tab-separated fields: {line[:100]!r} (--constraints, which also splits "
+                    "lines on tabs, cannot be used with --task ape)")
+        sources = self.encode_inputs([src for src, _ in pairs], [mt for _, mt in pairs])
+        return sources, [len(s) for s in sources]
+
     def encode_inputs(self, src_lines, mt_lines):
         """Source tensors for (src, mt) pairs, as training builds them."""
         if len(src_lines) != len(mt_lines):

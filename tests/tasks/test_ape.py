@@ -5,7 +5,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+import fairseq_sparse  # noqa: F401  (allow-lists what fairseq checkpoints hold, for torch.load)
 from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
 
 TRAIN = ["--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert_ape",
@@ -30,6 +32,17 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
     assert "ape train: 200 triplets" in train.stderr + train.stdout
     assert "alpha_encoder0" in train.stderr + train.stdout
     assert (ape_raw / "tokenizer").is_dir()  # kept with the data: generation needs no --bert-model
+
+    # Interrupted after one epoch and resumed (BERT's dropout on): the same weights as the
+    # uninterrupted run, so resuming re-reads neither BERT's weights nor other batches.
+    split = tmp_path / "split"
+    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", split)
+    resumed = run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "2",
+                      "--save-dir", split)
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch 2 @ \d+ updates\)", resumed.stdout)
+    straight = torch.load(save / "checkpoint_last.pt")["model"]
+    for name, weight in torch.load(split / "checkpoint_last.pt")["model"].items():
+        torch.testing.assert_close(weight, straight[name], atol=1e-6, rtol=1e-5, msg=f"{name} differs after the resume")
 
     ter = generate(ape_raw, save / "checkpoint_best.pt", "--scoring", "ter")
     hyps = hypotheses(ter.stdout)
@@ -57,6 +70,16 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
     mt = (ape_raw / "test.mt").read_text(encoding="utf-8").splitlines()[:3]
     assert editor.postedit(src, mt) == [hyps[i] for i in range(3)]
     assert editor.postedit([], []) == []
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{s}\t{m}\n" for s, m in zip(src, mt)), encoding="utf-8")
+    interactive = run_cli("fairseq-interactive", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
+                          "--path", save / "checkpoint_best.pt", "--cpu", "--beam", "2", "--max-len-b", "30",
+                          "--input", pairs)
+    assert hypotheses(interactive.stdout) == {i: hyps[i] for i in range(3)}
+    with pytest.raises(ValueError, match=r"one 'src<TAB>mt' pair per line; this line has 1 tab-separated fields: "
+                                         r"'Das ist gut \.'"):
+        editor.task.get_interactive_tokens_and_lengths(["Das ist gut ."], encode_fn=None)
 
 
 def test_binarised_data_trains_and_generates(tmp_path, ape_raw, tiny_bert):
