@@ -93,6 +93,8 @@ def main(argv=None):
     parser.add_argument("--max-segment-tokens", type=int, default=200,
                         help="cut src, mt and pe to this many WordPieces each (counted and reported)")
     args = parser.parse_args(argv)
+    if args.max_segment_tokens < 1:
+        parser.error(f"--max-segment-tokens {args.max_segment_tokens}: must be at least 1")
     try:
         tokenizer = load_bert_tokenizer(args.bert_model)
     except (FileNotFoundError, ValueError) as e:

@@ -82,6 +82,8 @@ def read_triplets(directory, split):
 
 def encode_segments(tokenizer, lines, max_tokens):
     """WordPiece ids of each line, cut to max_tokens; also how many lines were cut."""
+    if max_tokens < 1:  # a negative cut would silently drop the end of every line instead
+        raise ValueError(f"--max-segment-tokens {max_tokens}: must be at least 1")
     ids = wordpiece_ids(tokenizer, lines)
     cut = sum(len(x) > max_tokens for x in ids)
     return [x[:max_tokens] for x in ids], cut

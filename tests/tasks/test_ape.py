@@ -160,6 +160,23 @@ def test_triplets_too_long_for_the_model_stop_training_instead_of_being_dropped(
         train_batches(200)
 
 
+@pytest.mark.parametrize("max_segment_tokens", [0, -5])
+def test_a_cut_below_one_wordpiece_is_refused(tmp_path, ape_raw, tiny_bert, capsys, max_segment_tokens):
+    from fairseq_sparse.data.ape_binarize import main as binarize
+    from fairseq_sparse.tasks.ape import APEConfig, APETask
+
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert),
+                                        max_segment_tokens=max_segment_tokens))
+    with pytest.raises(ValueError, match=f"--max-segment-tokens {max_segment_tokens}: must be at least 1"):
+        task.load_dataset("valid")
+    with pytest.raises(ValueError, match=f"--max-segment-tokens {max_segment_tokens}: must be at least 1"):
+        task.encode_inputs(["Das ist gut ."], ["This is well ."])
+    with pytest.raises(SystemExit):
+        binarize(["--bert-model", str(tiny_bert), "--raw", str(ape_raw), "--destdir", str(tmp_path / "bin"),
+                  "--max-segment-tokens", str(max_segment_tokens)])
+    assert f"--max-segment-tokens {max_segment_tokens}: must be at least 1" in capsys.readouterr().err
+
+
 def test_two_gloo_workers_on_new_raw_data_equal_one_worker_with_the_same_total_batch(tmp_path, ape_raw, tiny_bert):
     """Both ranks start on a DATA_DIR without a tokenizer: each keeps one, and they agree."""
     common = [ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-tokens", "1000", "--dropout", "0",
