@@ -5,7 +5,7 @@ import re
 import torch
 from fairseq import options, tasks
 
-from tests.conftest import REPO, run_cli, write_ape_split
+from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli, write_ape_split
 
 TINY = ["--encoder-layers", "1", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
@@ -79,3 +79,11 @@ def test_trains_and_generates_on_the_ape_task(tmp_path, ape_raw, tiny_bert):
                   "--max-len-b", "20", "--scoring", "ter")
     assert len(re.findall(r"^D-\d+\t", gen.stdout, re.M)) == 20
     assert "TER = " in gen.stdout
+
+
+def test_two_gloo_workers_equal_one_worker_with_the_same_total_batch(tmp_path, ape_raw, tiny_bert):
+    common = [ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "dual_source_transformer",
+              "--bert-model", tiny_bert, *TINY, "--attention-normalizer", "alpha_entmax", "--optimizer", "adam",
+              "--lr", "1e-3", "--max-tokens", "1000", "--dropout", "0", "--max-update", "3", "--cpu",
+              "--num-workers", "0", "--disable-validation", "--ddp-backend", "legacy_ddp"]
+    assert_two_gloo_workers_equal_one(common, tmp_path)
