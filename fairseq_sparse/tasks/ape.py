@@ -246,7 +246,10 @@ class APETask(FairseqTask):
         """Source tensors for (src, mt) pairs, as training builds them."""
         if len(src_lines) != len(mt_lines):
             raise ValueError(f"{len(src_lines)} source sentences but {len(mt_lines)} MT outputs")
-        src, _ = encode_segments(self.tokenizer, list(src_lines), self.cfg.max_segment_tokens)
-        mt, _ = encode_segments(self.tokenizer, list(mt_lines), self.cfg.max_segment_tokens)
+        src, src_cut = encode_segments(self.tokenizer, list(src_lines), self.cfg.max_segment_tokens)
+        mt, mt_cut = encode_segments(self.tokenizer, list(mt_lines), self.cfg.max_segment_tokens)
+        if src_cut or mt_cut:
+            logger.warning(f"ape input: of {len(src)} (src, mt) pairs, {src_cut} src and {mt_cut} mt cut to "
+                           f"--max-segment-tokens {self.cfg.max_segment_tokens}")
         cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         return [torch.tensor(build_source(cls, sep, s, m), dtype=torch.long) for s, m in zip(src, mt)]

@@ -160,6 +160,16 @@ def test_triplets_too_long_for_the_model_stop_training_instead_of_being_dropped(
         train_batches(200)
 
 
+def test_inputs_to_post_edit_are_cut_like_training_data_and_counted(ape_raw, tiny_bert, caplog):
+    from fairseq_sparse.tasks.ape import APEConfig, APETask
+
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert), max_segment_tokens=3))
+    with caplog.at_level("WARNING"):
+        sources = task.encode_inputs(["Das ist ein langer Satz .", "gut"], ["This is well .", "good"])
+    assert [len(s) for s in sources] == [1 + 3 + 1 + 3 + 1, 1 + 1 + 1 + 1 + 1]  # [CLS] src [SEP] mt [SEP]
+    assert "ape input: of 2 (src, mt) pairs, 1 src and 1 mt cut to --max-segment-tokens 3" in caplog.text
+
+
 @pytest.mark.parametrize("max_segment_tokens", [0, -5])
 def test_a_cut_below_one_wordpiece_is_refused(tmp_path, ape_raw, tiny_bert, capsys, max_segment_tokens):
     from fairseq_sparse.data.ape_binarize import main as binarize
