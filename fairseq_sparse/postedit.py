@@ -9,8 +9,9 @@
 WordPiece-merged text, as ``fairseq-generate`` prints on its ``D-`` lines.
 """
 
+import numpy as np
 import torch
-from fairseq import checkpoint_utils
+from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.configs import GenerationConfig
 
 from . import tasks  # noqa: F401  (registers the ape task)
@@ -24,11 +25,16 @@ class PostEditor:
             model.eval()
         self.generator = task.build_generator(models, GenerationConfig(beam=beam, max_len_b=max_len_b))
         self.batch_size = batch_size
+        self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
         self.detokenizer = WordPieceDetokenizer()
 
     @classmethod
-    def from_checkpoint(cls, path, data=None, device="cpu", **kwargs):
+    def from_checkpoint(cls, path, data=None, device="cpu", max_segment_tokens=None, **kwargs):
+        """``max_segment_tokens`` overrides the training run's cut of src and mt (for a model
+        whose positions cannot hold longer inputs); ``kwargs`` go to :class:`PostEditor`."""
         overrides = {"data": str(data)} if data is not None else {}
+        if max_segment_tokens is not None:
+            overrides["max_segment_tokens"] = max_segment_tokens
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
         if task.__class__.__name__ != "APETask":
             raise ValueError(f"{path} was not trained with --task ape")
@@ -42,6 +48,9 @@ class PostEditor:
         device = next(self.models[0].parameters()).device
         outputs = [None] * len(sources)
         dataset = self.task.build_dataset_for_inference(sources, [len(s) for s in sources])
+        # As fairseq-generate does: a pair longer than the model's positions is an error that
+        # names it and --max-segment-tokens, not an IndexError deep in the position embedding.
+        self.task.filter_indices_by_size(np.arange(len(sources)), dataset, self.max_positions)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         for start in range(0, len(order), self.batch_size):
             batch = dataset.collater([dataset[i] for i in order[start:start + self.batch_size]])

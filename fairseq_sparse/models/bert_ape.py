@@ -127,7 +127,8 @@ def _load_feed_forward(layer_module, bert, layer):
 
 
 def _load_positions(embed_positions, bert, padding_idx, extra=0):
-    table = bert["embeddings.position_embeddings.weight"]
+    # --max-source/target-positions below BERT's keep its first positions.
+    table = bert["embeddings.position_embeddings.weight"][:embed_positions.weight.shape[0] - padding_idx - 1]
     with torch.no_grad():
         embed_positions.weight[padding_idx + 1:padding_idx + 1 + table.shape[0]] = table + extra
 

@@ -212,6 +212,14 @@ class APETask(FairseqTask):
         training), which here would silently train on part of the data.  The cut is explicit
         (--max-segment-tokens), so an example that does not fit names that option."""
         kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
+        if len(too_long) > 0 and dataset.tgt is None:  # inference: pairs from fairseq-interactive or PostEditor
+            first = int(min(too_long))
+            source_positions = max_positions[0] if isinstance(max_positions, tuple) else max_positions
+            raise ValueError(
+                f"ape input: {len(too_long)} (src, mt) pairs are longer than the model's {source_positions} source "
+                f"positions, the first is pair {first + 1} ({int(dataset.size(first)[0])} tokens as "
+                f"[CLS] src [SEP] mt [SEP]); lower --max-segment-tokens (src and mt are each cut to it; from Python, "
+                f"PostEditor.from_checkpoint(..., max_segment_tokens=N))")
         if len(too_long) > 0:
             split = next((name for name, d in self.datasets.items() if d is dataset), "input")
             first = int(min(too_long))

@@ -75,6 +75,13 @@ def test_decoder_starts_as_the_bert_layers(tiny_bert, data):
     segment_a, _ = build(data, tiny_bert, "--decoder-segment", "0")
     pos = bert["embeddings.position_embeddings.weight"] + bert["embeddings.token_type_embeddings.weight"][0]
     torch.testing.assert_close(segment_a.decoder.embed_positions.weight[1:513], pos, rtol=0, atol=0)
+    # Fewer positions than BERT's (to save memory) keep its first ones; row 0 is padding.
+    short, _ = build(data, tiny_bert, "--max-source-positions", "64", "--max-target-positions", "32")
+    assert short.max_positions() == (64, 32)
+    table = bert["embeddings.position_embeddings.weight"]
+    torch.testing.assert_close(short.encoder.embed_positions.weight[1:], table[:64], rtol=0, atol=0)
+    segment_b = bert["embeddings.token_type_embeddings.weight"][1]
+    torch.testing.assert_close(short.decoder.embed_positions.weight[1:], table[:32] + segment_b, rtol=0, atol=0)
     for i, layer in enumerate(dec.layers):
         p = f"encoder.layer.{i}"
         for attn, norm in ((layer.self_attn, layer.self_attn_layer_norm),

@@ -70,6 +70,8 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
     mt = (ape_raw / "test.mt").read_text(encoding="utf-8").splitlines()[:3]
     assert editor.postedit(src, mt) == [hyps[i] for i in range(3)]
     assert editor.postedit([], []) == []
+    shorter = PostEditor.from_checkpoint(save / "checkpoint_best.pt", data=ape_raw, max_segment_tokens=3)
+    assert shorter.task.cfg.max_segment_tokens == 3 and editor.task.cfg.max_segment_tokens == 200
 
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("".join(f"{s}\t{m}\n" for s, m in zip(src, mt)), encoding="utf-8")
@@ -168,6 +170,22 @@ def test_inputs_to_post_edit_are_cut_like_training_data_and_counted(ape_raw, tin
         sources = task.encode_inputs(["Das ist ein langer Satz .", "gut"], ["This is well .", "good"])
     assert [len(s) for s in sources] == [1 + 3 + 1 + 3 + 1, 1 + 1 + 1 + 1 + 1]  # [CLS] src [SEP] mt [SEP]
     assert "ape input: of 2 (src, mt) pairs, 1 src and 1 mt cut to --max-segment-tokens 3" in caplog.text
+
+
+def test_a_pair_too_long_for_the_model_is_named_when_post_editing(ape_raw, tiny_bert):
+    from fairseq import options, tasks
+
+    from fairseq_sparse.postedit import PostEditor
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(ape_raw), *map(str, TRAIN), "--bert-model", str(tiny_bert),
+                                                "--max-source-positions", "64"])
+    task = tasks.setup_task(args)
+    editor = PostEditor([task.build_model(args)], task, beam=1, max_len_b=3)
+    assert len(editor.postedit(["das ist gut ."], ["this is good ."])) == 1
+    with pytest.raises(ValueError, match=r"ape input: 1 \(src, mt\) pairs are longer than the model's 64 source "
+                                         r"positions, the first is pair 2 \(99 tokens .*lower --max-segment-tokens"):
+        editor.postedit(["ja", "das ist gut . " * 12], ["yes", "this is good . " * 12])
 
 
 @pytest.mark.parametrize("max_segment_tokens", [0, -5])
