@@ -210,7 +210,8 @@ class APETask(FairseqTask):
         """Every triplet is kept or the run stops: fairseq skips training examples longer than
         the model's positions with only a warning (it always passes ignore_invalid_inputs for
         training), which here would silently train on part of the data.  The cut is explicit
-        (--max-segment-tokens), so an example that does not fit names that option."""
+        (--max-segment-tokens), so an example that does not fit names that option; so does an
+        input pair to post-edit (fairseq-interactive, PostEditor) that does not fit."""
         kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
         if len(too_long) > 0 and dataset.tgt is None:  # inference: pairs from fairseq-interactive or PostEditor
             first = int(min(too_long))
