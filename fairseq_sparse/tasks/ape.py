@@ -15,7 +15,7 @@ hold the raw triplets (tokenised when loaded: fine for small data) or the output
 ``fairseq-sparse-ape-binarize`` (fairseq's memory-mapped datasets, for millions of
 triplets).  The tokenizer's files are kept with the data in ``DATA_DIR/tokenizer``,
 as fairseq keeps ``dict.txt`` there, so that ``fairseq-generate DATA_DIR --task ape``
-needs no ``--bert-model``.
+needs no ``--bert-model``.  ``fairseq-interactive`` reads one ``src<TAB>mt`` pair per line.
 """
 
 import logging
