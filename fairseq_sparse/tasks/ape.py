@@ -213,24 +213,23 @@ class APETask(FairseqTask):
         (--max-segment-tokens), so an example that does not fit names that option; so does an
         input pair to post-edit (fairseq-interactive, PostEditor) that does not fit."""
         kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
-        if len(too_long) > 0 and dataset.tgt is None:  # inference: pairs from fairseq-interactive or PostEditor
-            first = int(min(too_long))
+        if len(too_long) == 0:
+            return kept
+        first = int(min(too_long))
+        if dataset.tgt is None:  # inference: pairs from fairseq-interactive or PostEditor
             source_positions = max_positions[0] if isinstance(max_positions, tuple) else max_positions
             raise ValueError(
                 f"ape input: {len(too_long)} (src, mt) pairs are longer than the model's {source_positions} source "
                 f"positions, the first is pair {first + 1} ({int(dataset.size(first)[0])} tokens as "
                 f"[CLS] src [SEP] mt [SEP]); lower --max-segment-tokens (src and mt are each cut to it; from Python, "
                 f"PostEditor.from_checkpoint(..., max_segment_tokens=N))")
-        if len(too_long) > 0:
-            split = next((name for name, d in self.datasets.items() if d is dataset), "input")
-            first = int(min(too_long))
-            source, target = (int(n) for n in dataset.size(first))
-            raise ValueError(
-                f"ape {split}: {len(too_long)} triplets are longer than the model's (source, target) positions "
-                f"{max_positions}, the first on line {first + 1} of the {split} triplets ({source} source, "
-                f"{target} target tokens); lower --max-segment-tokens (src and mt are each cut to it in "
-                f"[CLS] src [SEP] mt [SEP]), for binarised data when running fairseq-sparse-ape-binarize")
-        return kept
+        split = next((name for name, d in self.datasets.items() if d is dataset), "input")
+        source, target = (int(n) for n in dataset.size(first))
+        raise ValueError(
+            f"ape {split}: {len(too_long)} triplets are longer than the model's (source, target) positions "
+            f"{max_positions}, the first on line {first + 1} of the {split} triplets ({source} source, "
+            f"{target} target tokens); lower --max-segment-tokens (src and mt are each cut to it in "
+            f"[CLS] src [SEP] mt [SEP]), for binarised data when running fairseq-sparse-ape-binarize")
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         return LanguagePairDataset(src_tokens, src_lengths, self.dictionary, left_pad_source=False,
