@@ -128,7 +128,7 @@ def fairseq_round_trip(workdir):
     for section in ("## Learned alpha per head", "## Attention density per head"):
         body = text.split(section)[1].split("\n## ")[0]
         print("  " + section[3:] + ":")
-        print("\n".join("    " + line for line in body.splitlines() if line.startswith("| ")))
+        print("\n".join("    " + line for line in body.splitlines() if line.startswith(("| ", "Change since"))))
     print()
     return exact
 

@@ -11,7 +11,8 @@ attention normaliser with identical settings and seed, translates
 - training tokens per second (fairseq's ``wps``, mean over epochs) relative to softmax, same run;
   rerunning the script on a finished ``--out`` trains nothing and only re-evaluates;
 - attention density per site (fraction of allowed keys with nonzero weight, valid split);
-- mean learned alpha per site, and the full attention report of the alpha-entmax model.
+- mean learned alpha per site, how far training moved any head's alpha from its
+  initialisation, and the full attention report of the alpha-entmax model.
 """
 
 import argparse
@@ -114,11 +115,13 @@ def attention_summary(checkpoint, data):
     model, task = load(checkpoint, data)
     acc, _, _ = collect(model, task, "valid", 1014, set())
     density = per_head(acc, "density")
+    learned, initial = model.head_alphas(), model.head_alphas(initial=True)
     by_site = {}
     for site in ("encoder", "decoder", "cross"):
         vals = [x for (s, _), v in density.items() if s == site for x in v]
-        alphas = [float(a) for (s, _), v in model.head_alphas().items() if s == site for a in v]
-        by_site[site] = (statistics.mean(vals), statistics.mean(alphas))
+        alphas = [float(a) for (s, _), v in learned.items() if s == site for a in v]
+        moved = max(float((v - initial[sl]).abs().max()) for sl, v in learned.items() if sl[0] == site)
+        by_site[site] = (statistics.mean(vals), statistics.mean(alphas), moved)
     return by_site
 
 
@@ -163,8 +166,9 @@ def main(argv=None):
         f"shared embeddings, sentencepiece 8k; at most {args.max_epoch} epochs{limit}, seed 1, "
         f"{device_name(args)}{together}. Test: test_2016_flickr, beam 5.", "",
         f"sacrebleu signature: `{signature}`", "",
-        "| attention | BLEU | epochs | train tokens/s vs softmax | density enc / dec / cross | mean alpha enc / dec / cross |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| attention | BLEU | epochs | train tokens/s vs softmax | density enc / dec / cross | mean alpha enc / dec / cross "
+        "| largest alpha change since initialisation enc / dec / cross |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     base = rows[args.normalizers[0]]["wps"] if "softmax" not in rows else rows["softmax"]["wps"]
     for normalizer, r in rows.items():
@@ -172,7 +176,10 @@ def main(argv=None):
         lines.append(
             f"| {normalizer} | {r['bleu']:.2f} | {r['epochs']} | {r['wps'] / base:.2f} ({r['wps']:.0f} tok/s) | "
             + " / ".join(f"{att[s][0]:.3f}" for s in ("encoder", "decoder", "cross")) + " | "
-            + " / ".join(f"{att[s][1]:.2f}" for s in ("encoder", "decoder", "cross")) + " |")
+            + " / ".join(f"{att[s][1]:.2f}" for s in ("encoder", "decoder", "cross")) + " | "
+            # NaN: a checkpoint written before the initial alphas were kept.
+            + " / ".join(f"{att[s][2]:.3f}" if att[s][2] == att[s][2] else "unknown"
+                         for s in ("encoder", "decoder", "cross")) + " |")
     for normalizer, r in rows.items():
         if r["missing"]:
             lines.append(f"\n{normalizer}: fairseq-generate gave no output for {r['missing']} test sentences "

@@ -5,8 +5,9 @@
 
 Writes ``report.md`` (tables) and, next to it:
   alpha_per_head.png    learned alpha of every head, by site and layer
+  alpha_change.png      how far training moved each head's alpha from its initialisation
   alpha_histogram.png   distribution of the learned alphas by site
-  alpha_trajectories.png  mean alpha per site and layer across the --trajectory checkpoints
+  alpha_trajectories.png  alpha of every head from initialisation across the --trajectory checkpoints
   density.png           attention density per head (fraction of allowed keys with nonzero weight)
   diversity.png         Jensen-Shannon divergence between the heads of each layer
   attention_<n>_<site><layer>.png  attention maps of the chosen sentences, one panel per head
@@ -38,6 +39,12 @@ def load(path, data):
     if not hasattr(model, "attention_modules"):
         raise ValueError(f"{path}: not an entmax_transformer checkpoint (model {type(model).__name__})")
     return model, task
+
+
+def initial_alphas(model):
+    """{(site, layer): alpha per head at initialisation}, or None where the checkpoint predates keeping them."""
+    initial = {sl: a.tolist() for sl, a in model.head_alphas(initial=True).items()}
+    return None if any(x != x for v in initial.values() for x in v) else initial
 
 
 def num_updates(path):
@@ -102,7 +109,7 @@ def per_head(acc, key, count_key="queries"):
     return {sl: (a[key] / max(a[count_key], 1)).tolist() for sl, a in acc.items() if count_key in a and a[count_key]}
 
 
-def heatmap(values, title, path, vmin=None, vmax=None, cmap="viridis"):
+def heatmap(values, title, path, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}", text_color="w"):
     rows = sorted(values, key=lambda sl: (SITES.index(sl[0]), sl[1]))
     matrix = [values[r] for r in rows]
     fig, ax = plt.subplots(figsize=(1.2 + 0.6 * len(matrix[0]), 0.8 + 0.45 * len(rows)))
@@ -111,7 +118,7 @@ def heatmap(values, title, path, vmin=None, vmax=None, cmap="viridis"):
     ax.set_xticks(range(len(matrix[0])), [f"h{h}" for h in range(len(matrix[0]))])
     for i, row in enumerate(matrix):
         for j, v in enumerate(row):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w")
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color=text_color)
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
     fig.tight_layout()
@@ -135,6 +142,7 @@ def write_report(args):
     out.mkdir(parents=True, exist_ok=True)
     model, task = load(args.path, args.data)
     alphas = {sl: a.tolist() for sl, a in model.head_alphas().items()}
+    initial = initial_alphas(model)
     acc, maps, sentences = collect(model, task, args.split, args.max_sentences, set(args.sentences))
     dens = per_head(acc, "density")
     diversity = {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
@@ -142,6 +150,15 @@ def write_report(args):
     same_word = per_head(acc, "same_word", "same_word_queries")
 
     heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png", 1.0, 2.0)
+    if initial is not None:
+        change = {sl: [a - i for a, i in zip(alphas[sl], initial[sl])] for sl in alphas}
+        bound = max(max(abs(x) for v in change.values() for x in v), 1e-3)
+        heatmap(change, "alpha change since initialisation", out / "alpha_change.png", -bound, bound, "RdBu_r",
+                "{:+.3f}", "k")
+        change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
+                     "spreads the heads over (alpha_min, 2)):", "", table(change, "{:+.3f}"), "", "![](alpha_change.png)"]
+    else:
+        change_md = ["(The initial alphas are unknown: the checkpoint was written before they were kept.)"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for site in SITES:
         vals = [x for (s, _), v in alphas.items() if s == site for x in v]
@@ -174,26 +191,45 @@ def write_report(args):
     trajectory_md = ""
     if args.trajectory:
         points = sorted((num_updates(p), p) for p in args.trajectory)
-        series = defaultdict(list)
+        series = {}  # (site, layer) -> [(updates, alpha per head)]
         for updates, path in points:
             m, _ = load(path, args.data)
+            start = initial_alphas(m)
             for sl, a in m.head_alphas().items():
-                series[sl].append((updates, float(a.mean())))
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for (site, layer), pts in sorted(series.items(), key=lambda kv: (SITES.index(kv[0][0]), kv[0][1])):
-            ax.plot([u for u, _ in pts], [a for _, a in pts], marker=".", label=f"{site} {layer}")
-        ax.set_xlabel("updates")
-        ax.set_ylabel("mean alpha")
-        ax.set_title("alpha trajectories")
-        ax.legend(fontsize=7, ncol=2)
+                if start is not None and sl not in series:
+                    series[sl] = [(0, start[sl])]
+                series.setdefault(sl, []).append((updates, a.tolist()))
+        rows = sorted(series, key=lambda sl: (SITES.index(sl[0]), sl[1]))
+        sites = [site for site in SITES if any(s == site for s, _ in rows)]
+        layers = max(layer for _, layer in rows) + 1
+        # One panel per attention module: a row per site, a column per layer.
+        fig, axes = plt.subplots(len(sites), layers, figsize=(2.6 * layers, 2.4 * len(sites)), sharex=True,
+                                 sharey=True, squeeze=False)
+        for ax in axes.flat:
+            ax.set_visible(False)
+        for site, layer in rows:
+            ax = axes[sites.index(site), layer]
+            ax.set_visible(True)
+            pts = series[(site, layer)]
+            for h in range(len(pts[0][1])):
+                ax.plot([u for u, _ in pts], [a[h] for _, a in pts], marker=".", lw=1, label=f"h{h}")
+            ax.set_title(f"{site} {layer}", fontsize=9)
+        for ax in axes[-1]:
+            ax.set_xlabel("updates")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("alpha")
+        axes[0, 0].set_ylim(1.0, 2.0)
+        axes[0, 0].legend(fontsize=6)
+        fig.suptitle("alpha trajectories per head (update 0: initialisation)")
         fig.tight_layout()
         fig.savefig(out / "alpha_trajectories.png", dpi=120)
         plt.close(fig)
-        trajectory_md = ("\n## Alpha trajectories\n\n![](alpha_trajectories.png)\n\n| updates | "
-                         + " | ".join(f"{s} {layer}" for s, layer in series) + " |\n|"
-                         + " --- |" * (len(series) + 1) + "\n")
-        for i, (updates, _) in enumerate(points):
-            trajectory_md += f"| {updates} | " + " | ".join(f"{pts[i][1]:.3f}" for pts in series.values()) + " |\n"
+        trajectory_md = ("\n## Alpha trajectories\n\n![](alpha_trajectories.png)\n\nMean alpha per site and layer "
+                         "(update 0: initialisation):\n\n| updates | " + " | ".join(f"{s} {layer}" for s, layer in rows)
+                         + " |\n|" + " --- |" * (len(rows) + 1) + "\n")
+        for i, (updates, _) in enumerate(series[rows[0]]):
+            trajectory_md += f"| {updates} | " + " | ".join(
+                f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows) + " |\n"
 
     for (sid, site, layer), (p, src, tgt) in maps.items():
         keys = tgt if site == "decoder" else src
@@ -221,6 +257,7 @@ def write_report(args):
         f"# Attention report: `{args.path}`", "",
         f"Split `{args.split}`, {sentences} sentences.", "",
         "## Learned alpha per head", "", table(alphas), "", "![](alpha_per_head.png) ![](alpha_histogram.png)", "",
+        *change_md, "",
         "## Attention density per head", "",
         "Mean fraction of the keys a query may attend to that get nonzero weight (softmax: 1.000).", "",
         table(dens), "", "![](density.png)", "",

@@ -143,9 +143,10 @@ class EntmaxTransformerModel(TransformerModel):
         for site, i, owner, name in self._attention_slots():
             yield site, i, getattr(owner, name)
 
-    def head_alphas(self):
-        """{(site, layer): alpha per head (tensor)} for every attention module."""
-        return {(site, i): module.alpha().detach() for site, i, module in self.attention_modules()}
+    def head_alphas(self, initial=False):
+        """{(site, layer): alpha per head (tensor)} for every attention module; with ``initial``,
+        each head's alpha at initialisation (NaN where the checkpoint predates keeping it)."""
+        return {(site, i): module.alpha(initial).detach() for site, i, module in self.attention_modules()}
 
     def forward(self, *args, **kwargs):
         out = super().forward(*args, **kwargs)

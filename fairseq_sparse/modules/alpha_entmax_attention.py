@@ -41,10 +41,11 @@ class AlphaEntmaxAttention(MultiheadAttention):
         self.record_attention = False
         self.last_attention = None
 
-    def alpha(self):
-        """Current alpha of each head, shape (num_heads,): fixed for the fixed normalisers."""
+    def alpha(self, initial=False):
+        """Current alpha of each head, shape (num_heads,), or with ``initial`` its alpha at
+        initialisation (:class:`HeadAlpha`); fixed for the fixed normalisers."""
         if self.head_alpha is not None:
-            return self.head_alpha()
+            return self.head_alpha.initial_alpha if initial else self.head_alpha()
         return torch.full((self.num_heads,), FIXED_ALPHA[self.normalizer], device=self.q_proj.weight.device)
 
     def normalize(self, scores):

@@ -26,6 +26,11 @@ class HeadAlpha(nn.Module):
     ``init`` is a number in (alpha_min, 2) for every head, or ``"random"``:
     uniform in (alpha_min, 2) per head, from torch's generator (so ``--seed``
     fixes it).  The parameter is named ``pre_alpha`` as in the paper's code.
+
+    ``initial_alpha`` (a buffer, saved with the checkpoint) is each head's alpha at
+    initialisation, so that what training changed can be told from where a head
+    started: a random initialisation alone spreads the heads over (alpha_min, 2).
+    It is NaN in a model loaded from a checkpoint written before it was kept.
     """
 
     def __init__(self, num_heads, init="random", alpha_min=1.01):
@@ -42,10 +47,19 @@ class HeadAlpha(nn.Module):
                 raise ValueError(f"--alpha-init must lie in (alpha_min={alpha_min}, 2), got {init}")
             fraction = torch.full((num_heads,), (init - alpha_min) / (2.0 - alpha_min))
         self.pre_alpha = nn.Parameter(torch.logit(fraction))
+        self.register_buffer("initial_alpha", self().detach().clone())
 
     def forward(self):
         """alpha of each head, shape (num_heads,)."""
         return self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.pre_alpha)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A trained alpha without its starting point (an older checkpoint): unknown, not this
+        # model's fresh draw.  Without pre_alpha either (a stock fairseq module's weights)
+        # there is nothing to load and the draw stays.
+        if prefix + "pre_alpha" in state_dict and prefix + "initial_alpha" not in state_dict:
+            state_dict[prefix + "initial_alpha"] = torch.full_like(self.initial_alpha, float("nan"))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self):
         return f"num_heads={self.pre_alpha.numel()}, alpha_min={self.alpha_min}"

@@ -14,11 +14,11 @@ TINY = ["--arch", "entmax_transformer_tiny", "--optimizer", "adam", "--lr", "1e-
         "--num-workers", "0"]
 
 
-def build(data, *extra):
+def build(data, *extra, seed=0):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [str(data), "--user-dir", USER_DIR, "--task", "translation", *extra])
     task = tasks.setup_task(args)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)  # seed=--seed draws the model fairseq-train draws (setting up the task draws nothing)
     return task, task.build_model(args)
 
 
@@ -71,7 +71,16 @@ def test_train_logs_alphas_generate_and_resume_exactly(multi30k_bin, tmp_path):
     events = b"".join(p.read_bytes() for p in (tmp_path / "tb").rglob("events.out.tfevents*"))
     assert b"alpha_decoder1" in events, "alpha metrics missing from tensorboard"
     alphas = alpha_params(straight / "checkpoint_last.pt")
-    assert len(alphas) == 6 and all(v.shape == (4,) for v in alphas.values())
+    assert len(alphas) == 12 and all(v.shape == (4,) for v in alphas.values())  # pre_alpha and initial_alpha
+
+    # The checkpoint keeps each head's alpha at initialisation: what fairseq-train drew
+    # (the same model built under the same seed), not moved by training.
+    _, model = build(multi30k_bin, *TINY, seed=3)
+    drawn = model.head_alphas()
+    model.load_state_dict(torch.load(straight / "checkpoint_last.pt")["model"])
+    for sl, start in model.head_alphas(initial=True).items():
+        torch.testing.assert_close(start, drawn[sl])
+        assert (model.head_alphas()[sl] - start).abs().max() > 1e-3, f"{sl}: alpha did not move in training"
 
     # Interrupted after 2 epochs and resumed to the end (dropout on): the resumed
     # run ends with the alphas and weights of the uninterrupted one, to float

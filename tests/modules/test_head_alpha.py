@@ -44,3 +44,34 @@ def test_gradient_reaches_pre_alpha_near_the_bound():
 def test_bad_options_name_the_option(kwargs, message):
     with pytest.raises(ValueError, match=message):
         HeadAlpha(2, **kwargs)
+
+
+def test_initial_alpha_is_kept_through_training_and_checkpoints():
+    torch.manual_seed(1)
+    head = HeadAlpha(4, init="random")
+    start = head().detach().clone()
+    torch.testing.assert_close(head.initial_alpha, start)
+    opt = torch.optim.Adam(head.parameters(), lr=0.1)
+    for _ in range(5):
+        opt.zero_grad()
+        (head() ** 2).sum().backward()
+        opt.step()
+    assert not torch.allclose(head(), start)  # training moved the heads ...
+    torch.testing.assert_close(head.initial_alpha, start)  # ... not their recorded start
+    torch.manual_seed(2)
+    restored = HeadAlpha(4, init="random")
+    restored.load_state_dict(head.state_dict())
+    torch.testing.assert_close(restored.initial_alpha, start)
+    torch.testing.assert_close(restored(), head())
+
+
+def test_a_checkpoint_without_initial_alpha_loads_it_as_unknown():
+    old = {"pre_alpha": torch.zeros(3)}  # as written before initial_alpha was kept
+    head = HeadAlpha(3, init=1.2)
+    head.load_state_dict(old)
+    assert bool(head.initial_alpha.isnan().all())
+    torch.testing.assert_close(head(), torch.full((3,), 1.505))
+    # Nothing to load at all (a stock module's weights, loaded non-strictly): the draw stays.
+    fresh = HeadAlpha(3, init=1.2)
+    fresh.load_state_dict({}, strict=False)
+    torch.testing.assert_close(fresh.initial_alpha, torch.full((3,), 1.2))

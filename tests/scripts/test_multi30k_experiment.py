@@ -19,7 +19,7 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results
-    rows = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \| (\d+) \| ([0-9.]+) \(.*\| (.*) \| (.*) \|$",
+    rows = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \| (\d+) \| ([0-9.]+) \(.*\| (.*) \| (.*) \| (.*) \|$",
                       results, re.M)
     assert [r[0] for r in rows] == ["softmax", "entmax15", "alpha_entmax"]
     assert [int(r[2]) for r in rows] == [1, 1, 1]
@@ -28,4 +28,7 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     assert softmax_density == [1.0, 1.0, 1.0]
     assert all(0 < float(x) < 1 for x in rows[1][4].split(" / "))  # 1.5-entmax heads are sparse
     assert [float(x) for x in rows[1][5].split(" / ")] == [1.5, 1.5, 1.5]
+    assert [float(x) for x in rows[1][6].split(" / ")] == [0, 0, 0]  # a fixed alpha does not move
+    # Learned alphas may move (by little in this 1-epoch run, still in its warm-up), never past (1.01, 2).
+    assert all(0 <= float(x) < 0.99 for x in rows[2][6].split(" / "))
     assert (out / "alpha_entmax_report" / "report.md").exists()
