@@ -101,16 +101,16 @@ def show_alphas(checkpoint, data):
     print("== 5. alpha per head after training (alpha-entmax; 1 = softmax-like, 2 = sparsemax), "
           "and below each layer its change since initialisation ==")
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
-    alphas, initial = models[0].head_alphas(), models[0].head_alphas(initial=True)
+    alphas, changes = models[0].head_alphas(), models[0].head_alpha_changes()
     heads = len(next(iter(alphas.values())))
     print(f"   {'site':8s} {'layer':>5s}  " + " ".join(f"h{h:<5d}" for h in range(heads)) + "  mean")
     for (site, layer), values in alphas.items():
-        change = values - initial[(site, layer)]
+        change = changes[(site, layer)]
         print(f"   {site:8s} {layer:5d}  " + " ".join(f"{v:6.3f}" for v in values.tolist())
               + f"  {values.mean().item():.3f}")
         print(f"   {'change':>14s}  " + " ".join(f"{v:+6.3f}" for v in change.tolist())
               + f"  {change.mean().item():+.3f}")
-    moved = max(float((alphas[sl] - initial[sl]).abs().max()) for sl in alphas)
+    moved = max(float(change.abs().max()) for change in changes.values())
     updates = torch.load(checkpoint, map_location="cpu")["optimizer_history"][-1]["num_updates"]
     print(f"   The heads start at random alphas in (1.01, 2) (--alpha-init random); in {updates} updates "
           f"training moved none by more than {moved:.3f}.")

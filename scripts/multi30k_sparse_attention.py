@@ -115,12 +115,12 @@ def attention_summary(checkpoint, data):
     model, task = load(checkpoint, data)
     acc, _, _ = collect(model, task, "valid", 1014, set())
     density = per_head(acc, "density")
-    learned, initial = model.head_alphas(), model.head_alphas(initial=True)
+    learned, changes = model.head_alphas(), model.head_alpha_changes()
     by_site = {}
     for site in ("encoder", "decoder", "cross"):
         vals = [x for (s, _), v in density.items() if s == site for x in v]
         alphas = [float(a) for (s, _), v in learned.items() if s == site for a in v]
-        moved = max(float((v - initial[sl]).abs().max()) for sl, v in learned.items() if sl[0] == site)
+        moved = max(float(c.abs().max()) for sl, c in changes.items() if sl[0] == site)
         by_site[site] = (statistics.mean(vals), statistics.mean(alphas), moved)
     return by_site
 

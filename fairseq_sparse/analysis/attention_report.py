@@ -151,7 +151,7 @@ def write_report(args):
 
     heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png", 1.0, 2.0)
     if initial is not None:
-        change = {sl: [a - i for a, i in zip(alphas[sl], initial[sl])] for sl in alphas}
+        change = {sl: c.tolist() for sl, c in model.head_alpha_changes().items()}
         bound = max(max(abs(x) for v in change.values() for x in v), 1e-3)
         heatmap(change, "alpha change since initialisation", out / "alpha_change.png", -bound, bound, "RdBu_r",
                 "{:+.3f}", "k")

@@ -148,6 +148,11 @@ class EntmaxTransformerModel(TransformerModel):
         each head's alpha at initialisation (NaN where the checkpoint predates keeping it)."""
         return {(site, i): module.alpha(initial).detach() for site, i, module in self.attention_modules()}
 
+    def head_alpha_changes(self):
+        """{(site, layer): learned minus initial alpha per head}: how far training moved each head."""
+        initial = self.head_alphas(initial=True)
+        return {sl: alpha - initial[sl] for sl, alpha in self.head_alphas().items()}
+
     def forward(self, *args, **kwargs):
         out = super().forward(*args, **kwargs)
         if self.training:
