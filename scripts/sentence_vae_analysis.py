@@ -139,7 +139,6 @@ def class_word_kl(task, classes):
 
 
 def heat_map(matrix, path, title, xlabel, ylabel, colorbar):
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
     import matplotlib
 
     matplotlib.use("Agg")

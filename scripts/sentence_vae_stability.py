@@ -13,7 +13,6 @@ already ends its training are collected, not rerun.
 
 import argparse
 import json
-import logging
 import os
 import statistics
 import subprocess
@@ -60,7 +59,6 @@ def run_one(args, objective, setting, seed):
 
 
 def plot(results, path):
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,5 @@
-"""Attention report of trained ``entmax_transformer`` checkpoints: tables and PNG plots.
+"""Attention report of trained ``entmax_transformer`` checkpoints, and of the models built
+on it (``bert_ape``, ``dual_source_transformer``): tables and PNG plots.
 
     fairseq-sparse-attention-report --path ckpts/checkpoint_last.pt --data DATA_BIN \\
         --split valid --out report/ [--trajectory ckpts/checkpoint*.pt] [--sentences 0 3]
@@ -15,7 +16,6 @@ and a head-role table: previous-token heads and subword-merging heads.
 """
 
 import argparse
-import logging
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,9 +27,12 @@ import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_sparse  # noqa: E402,F401  (registers the model; checkpoint allow-list)
+from fairseq_sparse.models.dual_source_transformer import DualSourceEncoder  # noqa: E402
 from . import attention_stats as stats  # noqa: E402
 
-SITES = ("encoder", "decoder", "cross")
+# dual_source_transformer adds an mt encoder and a decoder attention over it.
+SITES = ("encoder", "mt_encoder", "decoder", "cross", "mt_cross")
+ENCODER_SITES, CROSS_SITES = ("encoder", "mt_encoder"), ("cross", "mt_cross")
 ROLE_THRESHOLD = 0.5
 
 
@@ -37,7 +40,8 @@ def load(path, data):
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
     model = models[0].eval()
     if not hasattr(model, "attention_modules"):
-        raise ValueError(f"{path}: not an entmax_transformer checkpoint (model {type(model).__name__})")
+        raise ValueError(f"{path}: not a checkpoint of entmax_transformer or a model built on it (bert_ape, "
+                         f"dual_source_transformer); model {type(model).__name__}")
     return model, task
 
 
@@ -53,33 +57,63 @@ def num_updates(path):
     return history[-1].get("num_updates", 0)
 
 
+def encoder_inputs(model, src_tokens):
+    """{site: the tokens its keys are} for the sites that attend over an encoder's input:
+    dual_source_transformer reads [CLS] src [SEP] mt [SEP] with two encoders, one per segment."""
+    if isinstance(model.encoder, DualSourceEncoder):
+        src_part, mt_part = model.encoder.split(src_tokens)
+        return {"encoder": src_part, "cross": src_part, "mt_encoder": mt_part, "mt_cross": mt_part}
+    return {"encoder": src_tokens, "cross": src_tokens}
+
+
 def collect(model, task, split, max_sentences, keep_sentences):
-    """Per (site, layer): summed density, diversity, role scores and query counts; attention maps of kept sentences."""
+    """Per (site, layer): summed density, diversity, role scores and query counts over the
+    first ``max_sentences`` sentences; attention maps of the ``keep_sentences`` ids, wherever
+    they are in the split."""
     task.load_dataset(split)
     dataset = task.dataset(split)
+    outside = sorted(i for i in keep_sentences if not 0 <= i < len(dataset))
+    if outside:
+        raise ValueError(f"--sentences {' '.join(map(str, outside))}: split {split} has {len(dataset)} sentences "
+                         f"(ids 0 to {len(dataset) - 1})")
     itr = task.get_batch_iterator(dataset, max_tokens=4000, max_positions=model.max_positions(),
                                   ignore_invalid_inputs=True).next_epoch_itr(shuffle=False)
-    pad = task.source_dictionary.pad()
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    pad = src_dict.pad()
+    specials = {src_dict[i] for i in (src_dict.bos(), src_dict.eos(), src_dict.pad())}
     modules = {(site, i): m for site, i, m in model.attention_modules()}
     for m in modules.values():
         m.record_attention = True
     acc = defaultdict(lambda: defaultdict(float))
-    maps, seen = {}, 0
+    maps, seen, missing = {}, 0, set(keep_sentences)
     with torch.no_grad():
         for batch in itr:
             model(**batch["net_input"])
             src, tgt = batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]
+            sources = encoder_inputs(model, src)
             for b in range(src.size(0)):
-                if seen >= max_sentences:
-                    break
                 sid = int(batch["id"][b])
-                src_keep, tgt_keep = src[b].ne(pad), tgt[b].ne(pad)
-                src_pieces = task.source_dictionary.string(src[b][src_keep]).split()
-                src_words = stats.word_ids_from_pieces(src_pieces + ["</s>"])[: int(src_keep.sum())]
+                counted = seen < max_sentences
+                if not counted and sid not in missing:
+                    continue
+                tgt_keep = tgt[b].ne(pad)
+                keep = {site: tokens[b].ne(pad) for site, tokens in sources.items()}
+                keep["decoder"] = tgt_keep
+                # One label per position, special symbols included ([CLS] src [SEP] mt [SEP]
+                # for ape): Dictionary.string() drops bos and eos and would shift the labels.
+                pieces = {site: [src_dict[i] for i in tokens[b][keep[site]].tolist()] for site, tokens in sources.items()}
+                pieces["decoder"] = [tgt_dict[i] for i in tgt[b][tgt_keep].tolist()]
+                predicted = [tgt_dict[i] for i in batch["target"][b][tgt_keep].tolist()]
                 for (site, layer), m in modules.items():
-                    q_keep = src_keep if site == "encoder" else tgt_keep
-                    k_keep = tgt_keep if site == "decoder" else src_keep
-                    p = m.last_attention[b][:, q_keep][:, :, k_keep]
+                    q_keep = keep[site] if site in ENCODER_SITES else tgt_keep
+                    p = m.last_attention[b][:, q_keep][:, :, keep[site]]
+                    if sid in missing:
+                        # Rows and columns are labelled with the token at each position; the
+                        # rows of a cross attention with the token each position predicts.
+                        queries = predicted if site in CROSS_SITES else pieces[site if site in ENCODER_SITES else "decoder"]
+                        maps[(sid, site, layer)] = (p.clone(), queries, pieces[site])
+                    if not counted:
+                        continue
                     allowed = torch.ones(p.shape[1:], dtype=torch.bool)
                     if site == "decoder":
                         allowed = torch.tril(allowed)
@@ -87,21 +121,22 @@ def collect(model, task, split, max_sentences, keep_sentences):
                     a["queries"] += p.size(1)
                     a["density"] = a["density"] + stats.density(p, allowed)
                     a["diversity"] += float(stats.head_diversity(p))
-                    if site != "cross":
+                    if site not in CROSS_SITES:
                         a["previous"] = a["previous"] + stats.previous_token_score(p)
                         a["previous_queries"] += p.size(1) - 1
-                    if site == "encoder" and len(src_words) == p.size(1):
-                        score, count = stats.same_word_score(p, src_words)
+                    if site in ENCODER_SITES:
+                        score, count = stats.same_word_score(p, stats.word_ids_from_pieces(pieces[site], specials))
                         a["same_word"] = a["same_word"] + score
                         a["same_word_queries"] += count
-                    if sid in keep_sentences:
-                        maps[(sid, site, layer)] = (p.clone(), src_pieces + ["</s>"],
-                                                    task.target_dictionary.string(tgt[b][tgt_keep]).split())
-                seen += 1
-            if seen >= max_sentences:
+                missing.discard(sid)
+                seen += counted
+            if seen >= max_sentences and not missing:
                 break
     for m in modules.values():
         m.record_attention, m.last_attention = False, None
+    if missing:
+        raise ValueError(f"--sentences {' '.join(map(str, sorted(missing)))}: longer than the model's positions "
+                         f"{model.max_positions()}, so left out of split {split}")
     return acc, maps, seen
 
 
@@ -181,6 +216,7 @@ def write_report(args):
     heads = len(next(iter(alphas.values())))
     ax.axhline(stats.max_head_diversity(heads), ls="--", c="gray", label=f"log {heads} (disjoint heads)")
     ax.set_xlabel("layer")
+    ax.set_xticks(sorted({layer for _, layer in diversity}))
     ax.set_ylabel("Jensen-Shannon divergence")
     ax.set_title("head diversity per layer")
     ax.legend()
@@ -203,7 +239,7 @@ def write_report(args):
         sites = [site for site in SITES if any(s == site for s, _ in rows)]
         layers = max(layer for _, layer in rows) + 1
         # One panel per attention module: a row per site, a column per layer.
-        fig, axes = plt.subplots(len(sites), layers, figsize=(2.6 * layers, 2.4 * len(sites)), sharex=True,
+        fig, axes = plt.subplots(len(sites), layers, figsize=(max(2.6 * layers, 5.2), 2.4 * len(sites)), sharex=True,
                                  sharey=True, squeeze=False)
         for ax in axes.flat:
             ax.set_visible(False)
@@ -231,17 +267,20 @@ def write_report(args):
             trajectory_md += f"| {updates} | " + " | ".join(
                 f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows) + " |\n"
 
-    for (sid, site, layer), (p, src, tgt) in maps.items():
-        keys = tgt if site == "decoder" else src
-        queries = src if site == "encoder" else tgt
+    for (sid, site, layer), (p, queries, keys) in maps.items():
         h = p.size(0)
-        fig, axes = plt.subplots(1, h, figsize=(3.2 * h, 3.4), squeeze=False)
+        # Panels grow with the sentence so that every position keeps a readable label.
+        width, height = max(3.2, 0.11 * len(keys) + 0.8), max(3.4, 0.11 * len(queries) + 1.6)
+        fig, axes = plt.subplots(1, h, figsize=(width * h, height), squeeze=False)
         for j in range(h):
             ax = axes[0, j]
-            ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1)
+            ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1, aspect="auto")
             ax.set_title(f"head {j}, alpha {alphas[(site, layer)][j]:.2f}", fontsize=8)
             ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=5)
             ax.set_yticks(range(len(queries)), queries, fontsize=5)
+            ax.set_xlabel("key (token at the position)", fontsize=6)
+        axes[0, 0].set_ylabel("query (token it predicts)" if site in CROSS_SITES else "query (token at the position)",
+                              fontsize=6)
         fig.suptitle(f"sentence {sid}: {site} attention, layer {layer}")
         fig.tight_layout()
         fig.savefig(out / f"attention_{sid}_{site}{layer}.png", dpi=120)
@@ -302,7 +341,6 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup would print font lookups
     path = write_report(parse_args(argv))
     print(f"wrote {path}")
 

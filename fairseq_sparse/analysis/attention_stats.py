@@ -52,18 +52,26 @@ def same_word_score(p, word_ids):
     return (p[:, rows] * same[rows].float()).sum(-1).sum(-1), int(rows.sum())
 
 
-def word_ids_from_pieces(pieces):
-    """Word index of each subword piece: sentencepiece ('\u2581' starts a word) or
-    subword-nmt ('@@' ends a non-final piece)."""
-    ids, word = [], -1
+def word_ids_from_pieces(pieces, specials=()):
+    """Word index of each subword piece: sentencepiece ('\u2581' starts a word),
+    BERT's WordPiece ('##' continues a word) or subword-nmt ('@@' ends a non-final
+    piece).  Each of ``specials`` (e.g. ``</s>``, ``[CLS]``, ``[SEP]``) is a word of
+    its own."""
     sentencepiece = any(piece.startswith("\u2581") for piece in pieces)
-    continues = False
+    wordpiece = not sentencepiece and any(piece.startswith("##") and len(piece) > 2 for piece in pieces)
+    ids, word, after_special, continues = [], -1, True, False
     for piece in pieces:
-        if sentencepiece:
-            word += piece.startswith("\u2581") or word < 0
+        special = piece in specials
+        if special:
+            starts, continues = True, False
+        elif sentencepiece:
+            starts = piece.startswith("\u2581")
+        elif wordpiece:
+            starts = not piece.startswith("##")
         else:
-            word += not continues
-            continues = piece.endswith("@@")
+            starts, continues = not continues, piece.endswith("@@")
+        word += starts or after_special
+        after_special = special
         ids.append(word)
     return torch.tensor(ids)
 

@@ -32,6 +32,12 @@ def test_previous_token_and_same_word_scores():
     words = stats.word_ids_from_pieces(["\u2581new", "\u2581york", "er", "s"])
     assert words.tolist() == [0, 1, 1, 1]
     assert stats.word_ids_from_pieces(["new", "york@@", "er@@", "s"]).tolist() == [0, 1, 1, 1]
+    # BERT's WordPiece: '##' continues a word; a special symbol is a word of its own and the
+    # piece after it starts one, so words never run across [CLS] src [SEP] mt [SEP].
+    pieces = ["[CLS]", "new", "york", "##er", "##s", "[SEP]", "##s", "new", "[SEP]"]
+    assert stats.word_ids_from_pieces(pieces, {"[CLS]", "[SEP]"}).tolist() == [0, 1, 2, 2, 2, 3, 4, 5, 6]
+    assert stats.word_ids_from_pieces(["\u2581york", "er", "</s>"], {"</s>"}).tolist() == [0, 0, 1]
+    assert stats.word_ids_from_pieces(["york@@", "</s>"], {"</s>"}).tolist() == [0, 1]
     merge = torch.zeros(1, 4, 4)
     merge[0, 1, 2] = merge[0, 2, 3] = merge[0, 3, 1] = 1.0
     merge[0, 0, 0] = 1.0
