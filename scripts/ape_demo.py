@@ -27,6 +27,7 @@ import torch
 
 import fairseq_sparse  # noqa: F401  (registers the task and model; checkpoint loading on torch >= 2.6)
 from fairseq import checkpoint_utils
+from fairseq_sparse.analysis.attention_report import num_updates
 from fairseq_sparse.data import toy_ape_corpus
 from cli_helpers import generate_hypotheses, run_logged
 
@@ -111,7 +112,7 @@ def show_alphas(checkpoint, data):
         print(f"   {'change':>14s}  " + " ".join(f"{v:+6.3f}" for v in change.tolist())
               + f"  {change.mean().item():+.3f}")
     moved = max(float(change.abs().max()) for change in changes.values())
-    updates = torch.load(checkpoint, map_location="cpu")["optimizer_history"][-1]["num_updates"]
+    updates = num_updates(checkpoint)
     print(f"   The heads start at random alphas in (1.01, 2) (--alpha-init random); in {updates} updates "
           f"training moved none by more than {moved:.3f}.")
 

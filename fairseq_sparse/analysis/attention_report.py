@@ -27,12 +27,10 @@ import torch  # noqa: E402
 from fairseq import checkpoint_utils  # noqa: E402
 
 import fairseq_sparse  # noqa: E402,F401  (registers the model; checkpoint allow-list)
-from fairseq_sparse.models.dual_source_transformer import DualSourceEncoder  # noqa: E402
 from . import attention_stats as stats  # noqa: E402
 
 # dual_source_transformer adds an mt encoder and a decoder attention over it.
 SITES = ("encoder", "mt_encoder", "decoder", "cross", "mt_cross")
-ENCODER_SITES, CROSS_SITES = ("encoder", "mt_encoder"), ("cross", "mt_cross")
 ROLE_THRESHOLD = 0.5
 
 
@@ -57,15 +55,6 @@ def num_updates(path):
     return history[-1].get("num_updates", 0)
 
 
-def encoder_inputs(model, src_tokens):
-    """{site: the tokens its keys are} for the sites that attend over an encoder's input:
-    dual_source_transformer reads [CLS] src [SEP] mt [SEP] with two encoders, one per segment."""
-    if isinstance(model.encoder, DualSourceEncoder):
-        src_part, mt_part = model.encoder.split(src_tokens)
-        return {"encoder": src_part, "cross": src_part, "mt_encoder": mt_part, "mt_cross": mt_part}
-    return {"encoder": src_tokens, "cross": src_tokens}
-
-
 def collect(model, task, split, max_sentences, keep_sentences):
     """Per (site, layer): summed density, diversity, role scores and query counts over the
     first ``max_sentences`` sentences; attention maps of the ``keep_sentences`` ids, wherever
@@ -82,6 +71,8 @@ def collect(model, task, split, max_sentences, keep_sentences):
     pad = src_dict.pad()
     specials = {src_dict[i] for i in (src_dict.bos(), src_dict.eos(), src_dict.pad())}
     modules = {(site, i): m for site, i, m in model.attention_modules()}
+    # Each site's kind: encoder self-attention, decoder self-attention or cross attention.
+    kind = {site: model.normalizer_site(site) for site, _ in modules}
     for m in modules.values():
         m.record_attention = True
     acc = defaultdict(lambda: defaultdict(float))
@@ -90,7 +81,7 @@ def collect(model, task, split, max_sentences, keep_sentences):
         for batch in itr:
             model(**batch["net_input"])
             src, tgt = batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]
-            sources = encoder_inputs(model, src)
+            sources = model.attended_sources(src)
             for b in range(src.size(0)):
                 sid = int(batch["id"][b])
                 counted = seen < max_sentences
@@ -104,14 +95,16 @@ def collect(model, task, split, max_sentences, keep_sentences):
                 pieces = {site: [src_dict[i] for i in tokens[b][keep[site]].tolist()] for site, tokens in sources.items()}
                 pieces["decoder"] = [tgt_dict[i] for i in tgt[b][tgt_keep].tolist()]
                 predicted = [tgt_dict[i] for i in batch["target"][b][tgt_keep].tolist()]
+                words = {site: stats.word_ids_from_pieces(pieces[site], specials)
+                         for site in sources if kind[site] == "encoder"}
                 for (site, layer), m in modules.items():
-                    q_keep = keep[site] if site in ENCODER_SITES else tgt_keep
-                    p = m.last_attention[b][:, q_keep][:, :, keep[site]]
+                    queries = site if kind[site] == "encoder" else "decoder"
+                    p = m.last_attention[b][:, keep[queries]][:, :, keep[site]]
                     if sid in missing:
                         # Rows and columns are labelled with the token at each position; the
                         # rows of a cross attention with the token each position predicts.
-                        queries = predicted if site in CROSS_SITES else pieces[site if site in ENCODER_SITES else "decoder"]
-                        maps[(sid, site, layer)] = (p.clone(), queries, pieces[site])
+                        rows = predicted if kind[site] == "cross" else pieces[queries]
+                        maps[(sid, site, layer)] = (p.clone(), rows, pieces[site])
                     if not counted:
                         continue
                     allowed = torch.ones(p.shape[1:], dtype=torch.bool)
@@ -121,11 +114,11 @@ def collect(model, task, split, max_sentences, keep_sentences):
                     a["queries"] += p.size(1)
                     a["density"] = a["density"] + stats.density(p, allowed)
                     a["diversity"] += float(stats.head_diversity(p))
-                    if site not in CROSS_SITES:
+                    if kind[site] != "cross":
                         a["previous"] = a["previous"] + stats.previous_token_score(p)
                         a["previous_queries"] += p.size(1) - 1
-                    if site in ENCODER_SITES:
-                        score, count = stats.same_word_score(p, stats.word_ids_from_pieces(pieces[site], specials))
+                    if kind[site] == "encoder":
+                        score, count = stats.same_word_score(p, words[site])
                         a["same_word"] = a["same_word"] + score
                         a["same_word_queries"] += count
                 missing.discard(sid)
@@ -268,6 +261,7 @@ def write_report(args):
                 f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows) + " |\n"
 
     for (sid, site, layer), (p, queries, keys) in maps.items():
+        cross = model.normalizer_site(site) == "cross"
         h = p.size(0)
         # Panels grow with the sentence so that every position keeps a readable label.
         width, height = max(3.2, 0.11 * len(keys) + 0.8), max(3.4, 0.11 * len(queries) + 1.6)
@@ -279,7 +273,7 @@ def write_report(args):
             ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=5)
             ax.set_yticks(range(len(queries)), queries, fontsize=5)
             ax.set_xlabel("key (token at the position)", fontsize=6)
-        axes[0, 0].set_ylabel("query (token it predicts)" if site in CROSS_SITES else "query (token at the position)",
+        axes[0, 0].set_ylabel("query (token it predicts)" if cross else "query (token at the position)",
                               fontsize=6)
         fig.suptitle(f"sentence {sid}: {site} attention, layer {layer}")
         fig.tight_layout()

@@ -146,6 +146,10 @@ class DualSourceTransformerModel(EntmaxTransformerModel):
     def normalizer_site(site):
         return {"mt_encoder": "encoder", "mt_cross": "cross"}.get(site, site)
 
+    def attended_sources(self, src_tokens):
+        src_part, mt_part = self.encoder.split(src_tokens)
+        return {"encoder": src_part, "cross": src_part, "mt_encoder": mt_part, "mt_cross": mt_part}
+
     def _attention_slots(self):
         for site, encoder in (("encoder", self.encoder.src_encoder), ("mt_encoder", self.encoder.mt_encoder)):
             for i, layer in enumerate(encoder.layers):

@@ -129,6 +129,10 @@ class EntmaxTransformerModel(TransformerModel):
         """Which of the per-site normaliser options (encoder, decoder, cross) a site follows."""
         return site
 
+    def attended_sources(self, src_tokens):
+        """{site: the source tokens its keys are} for the sites that attend over the encoder input."""
+        return {"encoder": src_tokens, "cross": src_tokens}
+
     def _attention_slots(self):
         """(site, layer index, owning layer, attribute name) of every attention module."""
         for i, layer in enumerate(self.encoder.layers):
