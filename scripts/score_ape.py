@@ -38,9 +38,9 @@ def read_fairseq_output(path, expected):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--hyp", required=True)
-    parser.add_argument("--mt", required=True)
-    parser.add_argument("--pe", required=True)
+    parser.add_argument("--hyp", required=True, help="post-edits, one per line (see --fairseq-output)")
+    parser.add_argument("--mt", required=True, help="the MT output the post-edits start from (the do-nothing baseline)")
+    parser.add_argument("--pe", required=True, help="the reference post-edits")
     parser.add_argument("--fairseq-output", action="store_true", help="HYP is fairseq-generate's output")
     parser.add_argument("--lowercase", action="store_true", help="score lowercased text (uncased models)")
     parser.add_argument("--bert-model", help="the system's BERT (name or directory): count edits against the MT "

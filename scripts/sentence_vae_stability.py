@@ -87,17 +87,17 @@ def plot(results, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt)")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--out", type=Path, required=True, help="directory for the runs, tables and plots")
+    parser.add_argument("--seeds", type=int, default=3, help="runs per setting, seeds 1..N (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs per run (default: %(default)s)")
     parser.add_argument("--hsvae-settings", type=settings, default=settings("10,1 5,5 1,10"),
-                        help="HSVAE (alpha, beta) pairs, e.g. '10,1 5,5 1,10'")
+                        help="HSVAE (alpha, beta) pairs (default: '10,1 5,5 1,10')")
     parser.add_argument("--mat-vae-settings", type=settings, default=settings("1,1 1,10 0.1,10"),
-                        help="MAT-VAE (psi, lambda) pairs")
-    parser.add_argument("--latent-dim", type=int, default=32)
-    parser.add_argument("--embed-dim", type=int, default=256)
-    parser.add_argument("--hidden-dim", type=int, default=512)
-    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time")
+                        help="MAT-VAE (psi, lambda) pairs (default: '1,1 1,10 0.1,10')")
+    parser.add_argument("--latent-dim", type=int, default=32, help="latent code dimensions (default: %(default)s)")
+    parser.add_argument("--embed-dim", type=int, default=256, help="word embedding width (default: %(default)s)")
+    parser.add_argument("--hidden-dim", type=int, default=512, help="GRU encoder and decoder width (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     args = parser.parse_args(argv)
 
     grid = [(objective, setting, seed) for objective, pairs in (("hsvae", args.hsvae_settings),

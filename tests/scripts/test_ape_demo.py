@@ -1,12 +1,13 @@
 """The README's main job (scripts/ape_demo.py) end to end, shortened to one epoch and one layer."""
 
+import argparse
 import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_data
 
 
 def test_main_job_post_edits_and_reports(tmp_path):
@@ -27,3 +28,48 @@ def test_main_job_post_edits_and_reports(tmp_path):
     moved = float(re.search(r"in \d+ updates training moved none by more than (\d\.\d{3})", out).group(1))
     assert max(abs(float(c)) for row in changes for c in row.split()) == pytest.approx(moved, abs=1e-3)
     assert (tmp_path / "checkpoints" / "checkpoint_best.pt").exists()
+
+
+def demo_data(tmp_path, data, held_out=500, train_size=0):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import ape_demo
+
+    args = argparse.Namespace(data=data, held_out=held_out, train_size=train_size)
+    return ape_demo.real_data(args, tmp_path)
+
+
+def lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def test_main_job_carves_splits_from_the_shared_ape_releases(tmp_path):
+    # pharma: one training corpus (de-en.train.*): test its last 500, valid the 500 before.
+    pharma = shared_data("ape", "wmt17-de-en-pharma")
+    data = demo_data(tmp_path / "pharma", pharma, train_size=3000)
+    for field in ("src", "mt", "pe"):
+        corpus = lines(pharma / f"de-en.train.{field}")
+        assert lines(data / f"test.{field}") == corpus[-500:]
+        assert lines(data / f"valid.{field}") == corpus[-1000:-500]
+        assert lines(data / f"train.{field}") == corpus[:3000]
+    # wiki: a training corpus and a dev set: the dev set is the test set, valid the training corpus's last 500.
+    wiki = shared_data("ape", "wmt20-en-de-wiki")
+    data = demo_data(tmp_path / "wiki", wiki)
+    for field in ("src", "mt", "pe"):
+        corpus = lines(wiki / f"train.{field}")
+        assert lines(data / f"test.{field}") == lines(wiki / f"dev.{field}")
+        assert lines(data / f"valid.{field}") == corpus[-500:]
+        assert lines(data / f"train.{field}") == corpus[:-500]
+
+
+def test_main_job_reads_a_data_dir_as_is_or_cuts_only_its_training_split(tmp_path, ape_raw):
+    assert demo_data(tmp_path, ape_raw) == ape_raw
+    data = demo_data(tmp_path, ape_raw, train_size=50)
+    for split, n in (("train", 50), ("valid", 30), ("test", 20)):
+        assert lines(data / f"{split}.pe") == lines(ape_raw / f"{split}.pe")[:n]
+
+
+def test_main_job_says_what_data_it_needs(tmp_path):
+    with pytest.raises(SystemExit, match=r"holds neither \{train,valid,test\}\.\{src,mt,pe\} nor a training corpus"):
+        demo_data(tmp_path, tmp_path)
+    with pytest.raises(SystemExit, match=r"--held-out 25000: must be at least 1 and below"):
+        demo_data(tmp_path, shared_data("ape", "wmt17-de-en-pharma"), held_out=25000)
