@@ -114,10 +114,11 @@ def year_of(path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, help="where {train,valid,test*}.{src,mt,pe} are written")
     parser.add_argument("--real", type=Path, nargs="+", required=True, help="unpacked WMT APE releases")
     parser.add_argument("--artificial", type=Path, nargs="*", default=[], help="unpacked AMU / eSCAPE releases")
-    parser.add_argument("--oversample", type=int, default=20, help="times the real training triplets are repeated")
+    parser.add_argument("--oversample", type=int, default=20,
+                        help="times the real training triplets are repeated (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.oversample < 1:
         raise SystemExit("--oversample must be at least 1")

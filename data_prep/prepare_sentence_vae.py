@@ -124,15 +124,21 @@ def write(path, chosen, start, count):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("corpus", choices=sorted(LAYOUT))
+    parser.add_argument("corpus", choices=sorted(LAYOUT), help="which release CSV_DIR holds")
     parser.add_argument("csv_dir", type=Path, help="the release's directory of train.csv and test.csv")
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--train-per-class", type=int, default=10000)
-    parser.add_argument("--valid-per-class", type=int, default=1000)
-    parser.add_argument("--test-per-class", type=int, default=1000)
-    parser.add_argument("--min-tokens", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("out", type=Path, help="where train.txt, valid.txt and test.txt are written")
+    parser.add_argument("--train-per-class", type=int, default=10000,
+                        help="training sentences per class (default: %(default)s)")
+    parser.add_argument("--valid-per-class", type=int, default=1000,
+                        help="validation sentences per class (default: %(default)s)")
+    parser.add_argument("--test-per-class", type=int, default=1000,
+                        help="test sentences per class (default: %(default)s)")
+    parser.add_argument("--min-tokens", type=int, default=3,
+                        help="shortest first sentence kept, in tokens (default: %(default)s)")
+    parser.add_argument("--max-tokens", type=int, default=50,
+                        help="longest first sentence kept, in tokens (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the order examples are drawn in (default: %(default)s)")
     args = parser.parse_args(argv)
     for name in ("train.csv", "test.csv"):
         if not (args.csv_dir / name).is_file():

@@ -59,15 +59,18 @@ def encode(sp, path, out, chunk=100_000):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--raw", required=True, type=Path)
-    parser.add_argument("--src", required=True)
-    parser.add_argument("--tgt", required=True)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--train", default="train")
-    parser.add_argument("--valid", default="valid")
-    parser.add_argument("--test", default="test")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--raw", required=True, type=Path, help="directory of untokenised {split}.{lang} files")
+    parser.add_argument("--src", required=True, help="source language suffix, e.g. en")
+    parser.add_argument("--tgt", required=True, help="target language suffix, e.g. de")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="where the sentencepiece model, the encoded text and bin/ (fairseq-preprocess) go")
+    parser.add_argument("--train", default="train", help="training split's name in RAW (default: %(default)s)")
+    parser.add_argument("--valid", default="valid", help="validation split's name in RAW (default: %(default)s)")
+    parser.add_argument("--test", default="test", help="test split's name in RAW (default: %(default)s)")
+    parser.add_argument("--vocab-size", type=int, default=8000,
+                        help="joint sentencepiece vocabulary size (default: %(default)s)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="fairseq-preprocess worker processes (default: %(default)s)")
     args = parser.parse_args(argv)
 
     splits = {"train": args.train, "valid": args.valid, "test": args.test}

@@ -159,9 +159,11 @@ def main(argv=None):
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS),
                         help="experiments to run (default: all)")
     parser.add_argument("--estimators", nargs="+", help="only these (default: every one the experiment supports)")
-    parser.add_argument("--seeds", type=int, default=3, help="runs per experiment and estimator, seeds 1..N (default: %(default)s)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="runs per experiment and estimator, seeds 1..N (default: %(default)s)")
     parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits",
-                        help="images: scikit-learn's 8x8 digits (no download) or MNIST from --data (default: %(default)s)")
+                        help="images: scikit-learn's 8x8 digits (no download) or MNIST from --data "
+                             "(default: %(default)s)")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist",
                         help="MNIST-format directory for --dataset mnist")
     parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},

@@ -161,12 +161,14 @@ def main(argv=None):
     parser.add_argument("checkpoint", type=Path, help="a sentence VAE checkpoint written by fairseq-train")
     parser.add_argument("data", type=Path, help="the labelled corpus directory (train/valid/test.txt)")
     parser.add_argument("--out", type=Path, required=True, help="directory for analysis.json and the plots")
-    parser.add_argument("--samples", type=int, default=5, help="K: posterior samples per sentence (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=5,
+                        help="K: posterior samples per sentence (default: %(default)s)")
     parser.add_argument("--classifier-epochs", type=int, default=30,
                         help="epochs of the classifier on the frozen encoder's samples (default: %(default)s)")
     parser.add_argument("--baseline-epochs", type=int, default=5,
                         help="epochs of the end-to-end GRU classifier (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the classifiers and samples (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the classifiers and samples (default: %(default)s)")
     args = parser.parse_args(argv)
     if not args.checkpoint.is_file():
         raise SystemExit(f"{args.checkpoint}: no such checkpoint")

@@ -96,7 +96,8 @@ def main(argv=None):
                         help="MAT-VAE (psi, lambda) pairs (default: '1,1 1,10 0.1,10')")
     parser.add_argument("--latent-dim", type=int, default=32, help="latent code dimensions (default: %(default)s)")
     parser.add_argument("--embed-dim", type=int, default=256, help="word embedding width (default: %(default)s)")
-    parser.add_argument("--hidden-dim", type=int, default=512, help="GRU encoder and decoder width (default: %(default)s)")
+    parser.add_argument("--hidden-dim", type=int, default=512,
+                        help="GRU encoder and decoder width (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     args = parser.parse_args(argv)
 

@@ -324,7 +324,8 @@ def parse_args(argv=None):
                         help="checkpoints to plot alpha trajectories from (ordered by their update count)")
     parser.add_argument("--sentences", nargs="*", type=int, default=[0],
                         help="ids of the sentences to draw attention maps for (default: 0)")
-    parser.add_argument("--max-sentences", type=int, default=500, help="sentences to average statistics over")
+    parser.add_argument("--max-sentences", type=int, default=500,
+                        help="sentences to average statistics over (default: %(default)s)")
     args = parser.parse_args(argv)
     for p in [args.path, *args.trajectory]:
         if not Path(p).is_file():

@@ -88,10 +88,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bert-model", required=True, help="BERT checkpoint directory (or cached model name)")
     parser.add_argument("--raw", required=True, type=Path, help="directory with {split}.{src,mt,pe}")
-    parser.add_argument("--destdir", required=True, type=Path)
-    parser.add_argument("--splits", nargs="+", default=["train", "valid", "test"])
+    parser.add_argument("--destdir", required=True, type=Path,
+                        help="DATA_DIR for --task ape: {split}.{input,pe}.{bin,idx} and the tokenizer")
+    parser.add_argument("--splits", nargs="+", default=["train", "valid", "test"],
+                        help="splits to binarise (default: train valid test)")
     parser.add_argument("--max-segment-tokens", type=int, default=200,
-                        help="cut src, mt and pe to this many WordPieces each (counted and reported)")
+                        help="cut src, mt and pe to this many WordPieces each (counted and reported) "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
     if args.max_segment_tokens < 1:
         parser.error(f"--max-segment-tokens {args.max_segment_tokens}: must be at least 1")

@@ -32,10 +32,11 @@ def write_dataset(tensors, path, vocab_size):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--raw", required=True, type=Path, help="directory of train.txt, valid.txt, test.txt")
-    parser.add_argument("--destdir", required=True, type=Path)
-    parser.add_argument("--vocab-size", type=int, default=20000, help="words kept, the most frequent in train")
+    parser.add_argument("--destdir", required=True, type=Path, help="DATA_DIR for --task sentence_vae")
+    parser.add_argument("--vocab-size", type=int, default=20000,
+                        help="words kept, the most frequent in train (default: %(default)s)")
     parser.add_argument("--max-sentence-tokens", type=int, default=200,
-                        help="longest sentence accepted (longer: an error naming file and line)")
+                        help="longest sentence accepted (longer: an error naming file and line) (default: %(default)s)")
     parser.add_argument("--bert-model", help="also write BERT WordPiece ids (for --arch bert_sentence_vae)")
     args = parser.parse_args(argv)
     try:
