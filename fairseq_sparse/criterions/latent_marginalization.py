@@ -17,7 +17,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
-from ..latent import ESTIMATORS, build_estimator
+from ..latent import ESTIMATORS, BitVector, build_estimator
 
 
 @dataclass
@@ -40,7 +40,29 @@ class LatentMarginalizationConfig(FairseqDataclass):
                                                            "validation NLL estimate"})
 
 
+def check_options(cfg, space):
+    """Refuse, by option name, settings the estimator would turn into a crash or a NaN
+    far from the command line."""
+    name = cfg.estimator
+    if name in ("topk_sparsemax", "sum_and_sample") and cfg.topk < 1:
+        raise ValueError(f"--topk {cfg.topk}: must be at least 1")
+    if name == "unordered_set" and not 1 <= cfg.set_size <= 6:
+        raise ValueError(f"--set-size {cfg.set_size}: must be 1 to 6 (the set's probability sums over its m! orders)")
+    if name == "sparsemap_budget" and isinstance(space, BitVector) and not 0 <= cfg.budget <= space.bits:
+        raise ValueError(f"--budget {cfg.budget}: must be 0 (half the bits) to the {space.bits} latent bits")
+    if name in ("sfe", "nvil", "sum_and_sample") and not 0 <= cfg.baseline_decay <= 1:
+        raise ValueError(f"--baseline-decay {cfg.baseline_decay}: must be in [0, 1]")
+    if name in ("gumbel", "st_gumbel"):
+        for option, value in (("--gumbel-temperature", cfg.gumbel_temperature),
+                              ("--gumbel-min-temperature", cfg.gumbel_min_temperature)):
+            if not value > 0:  # the relaxed sample divides by the temperature
+                raise ValueError(f"{option} {value}: must be above 0")
+        if cfg.gumbel_anneal_rate < 0:
+            raise ValueError(f"--gumbel-anneal-rate {cfg.gumbel_anneal_rate}: must be at least 0")
+
+
 def estimator_options(cfg, space):
+    check_options(cfg, space)
     name = cfg.estimator
     options = {"space": space}
     if name == "topk_sparsemax":

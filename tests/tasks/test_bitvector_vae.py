@@ -43,4 +43,4 @@ def test_bad_options_are_named(tmp_path):
     assert proc.returncode != 0 and "--estimator dense: works on Categorical latents, not BitVector(32" in proc.stderr
     proc = run_cli("fairseq-train", *COMMON, "--estimator", "sparsemap_budget", "--budget", "40", "--max-update", "1",
                    cwd=tmp_path, check=False)
-    assert proc.returncode != 0 and "a budget of 40 ones does not fit 32 bits" in proc.stderr
+    assert proc.returncode != 0 and "--budget 40: must be 0 (half the bits) to the 32 latent bits" in proc.stderr
