@@ -1,8 +1,9 @@
 """fairseq-sparse: a fairseq plugin (``--user-dir fairseq_sparse``).
 
 Importing the package makes fairseq checkpoints loadable on torch >= 2.6, stops
-fairseq from dropping the last batch of every split, and registers every task,
-model, criterion and scorer it defines.
+fairseq from dropping the last batch of every split, checkpoints the state of
+criteria that have buffers but no parameters, and registers every task, model,
+criterion and scorer it defines.
 """
 
 import logging
@@ -18,6 +19,7 @@ _root_level = logging.getLogger().level
 
 from . import checkpoint_compat  # noqa: E402,F401  (must run before any checkpoint is loaded)
 from . import batching_fix  # noqa: E402,F401  (fairseq drops the last batch of every split)
+from . import criterion_state_fix  # noqa: E402,F401  (fairseq checkpoints no criterion without parameters)
 from . import entmax  # noqa: E402,F401
 from . import criterions, models, scoring, tasks  # noqa: E402,F401  (registration)
 

@@ -90,7 +90,8 @@ class LatentMarginalizationCriterion(FairseqCriterion):
             raise ValueError(f"--criterion latent_marginalization needs a task with a discrete latent "
                              f"(ssvae, signaling_game, bitvector_vae), not {type(task).__name__}")
         # A module of the criterion, so that NVIL's baseline is trained and every
-        # estimator's state (baselines, temperature step) is checkpointed.
+        # estimator's state (baselines, temperature step) is checkpointed (for
+        # estimators without parameters, by criterion_state_fix.py).
         self.estimator = build_estimator(cfg.estimator, **estimator_options(cfg, task.latent_space))
 
     def forward(self, model, sample, reduce=True):
