@@ -53,22 +53,35 @@ def load_features(path):
 
 
 class SignalingGameDataset(FairseqDataset):
-    """Games over the items of one split: item i is the target of game i."""
+    """Games over the items of one split: item i is the target of game i.
+
+    Validation and test games are drawn once (by `seed`); a training game is drawn
+    afresh each epoch from a generator seeded by (seed, epoch, target), so that a run
+    resumed at any epoch plays the games the uninterrupted run plays."""
 
     def __init__(self, features, num_candidates, seed, fixed):
         if len(features) < num_candidates:
             raise ValueError(f"--num-candidates {num_candidates}: this split has only {len(features)} items")
-        self.features, self.num_candidates, self.fixed = features, num_candidates, fixed
-        self.rng = np.random.default_rng(seed)
+        self.features, self.num_candidates, self.seed, self.fixed = features, num_candidates, seed, fixed
+        self.epoch = 1
         self.sizes = np.ones(len(features), dtype=np.int64)
-        self.games = [self.draw(i) for i in range(len(features))] if fixed else None
+        rng = np.random.default_rng(seed)
+        self.games = [self.draw(i, rng) for i in range(len(features))] if fixed else None
 
-    def draw(self, target):
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def draw(self, target, rng):
         """The candidates of a game (target among them) and the target's position."""
-        distractors = self.rng.choice(len(self.features) - 1, self.num_candidates - 1, replace=False)
+        distractors = rng.choice(len(self.features) - 1, self.num_candidates - 1, replace=False)
         distractors = distractors + (distractors >= target)  # every item but the target
-        position = int(self.rng.integers(self.num_candidates))
+        position = int(rng.integers(self.num_candidates))
         return np.insert(distractors, position, target), position
+
+    def game(self, target):
+        if self.fixed:
+            return self.games[target]
+        return self.draw(target, np.random.default_rng((self.seed, self.epoch, target)))
 
     def __getitem__(self, index):
         return {"id": index}
@@ -80,7 +93,7 @@ class SignalingGameDataset(FairseqDataset):
         if not samples:
             return {}
         ids = [s["id"] for s in samples]
-        games = [self.games[i] if self.fixed else self.draw(i) for i in ids]
+        games = [self.game(i) for i in ids]
         candidates = torch.tensor(np.stack([g[0] for g in games]))
         return {"id": torch.tensor(ids), "nsentences": len(ids), "ntokens": len(ids),
                 "net_input": {"target": self.features[ids], "candidates": self.features[candidates]},

@@ -33,6 +33,37 @@ def test_games_hold_the_target_once_among_distinct_candidates():
         SignalingGameDataset(features[:10], 16, seed=0, fixed=True)
 
 
+def test_training_games_depend_on_epoch_and_target_only():
+    """A training game is drawn afresh each epoch, the same whatever batch the target is in
+    and however often the dataset is rebuilt (as a resumed run rebuilds it)."""
+    features = torch.arange(40, dtype=torch.float32)[:, None]
+
+    def candidates(dataset, ids):
+        return dataset.collater([dataset[i] for i in ids])["net_input"]["candidates"]
+
+    dataset = SignalingGameDataset(features, 16, seed=0, fixed=False)
+    first = candidates(dataset, range(40))
+    assert torch.equal(candidates(dataset, range(40)), first)
+    rebuilt = SignalingGameDataset(features, 16, seed=0, fixed=False)
+    assert torch.equal(candidates(rebuilt, [7, 3]), first[[7, 3]])
+    dataset.set_epoch(2)
+    second = candidates(dataset, range(40))
+    assert sum(not torch.equal(a, b) for a, b in zip(first, second)) > 35
+    rebuilt.set_epoch(2)
+    assert torch.equal(candidates(rebuilt, range(40)), second)
+
+
+def test_resumed_run_plays_the_uninterrupted_runs_games(tmp_path):
+    common = [*(a for a in COMMON if a != "--no-save"), "--estimator", "sparsemax", "--seed", "1",
+              "--no-epoch-checkpoints"]
+    run_cli("fairseq-train", *common, "--max-epoch", "2", "--save-dir", "straight", cwd=tmp_path)
+    for epochs in ("1", "2"):
+        run_cli("fairseq-train", *common, "--max-epoch", epochs, "--save-dir", "resumed", cwd=tmp_path)
+    straight, resumed = (torch.load(tmp_path / run / "checkpoint_last.pt")["model"] for run in ("straight", "resumed"))
+    for name, value in straight.items():
+        assert torch.equal(value, resumed[name]), name
+
+
 @pytest.mark.parametrize("estimator", CATEGORICAL)
 def test_every_estimator_plays_on_digits(estimator, tmp_path):
     proc = run_cli("fairseq-train", *COMMON, "--estimator", estimator, "--max-update", "4", "--topk", "5",
