@@ -19,19 +19,15 @@ def train(save_dir, estimator, epochs, cwd):
                    cwd=cwd)
 
 
-def load(path):
-    return torch.load(path)
-
-
 @pytest.mark.parametrize("estimator, buffers", [("sfe", {"estimator.baseline.value", "estimator.baseline.steps"}),
                                                 ("gumbel", {"estimator.step"})])
 def test_resumed_run_ends_where_the_uninterrupted_one_does(estimator, buffers, tmp_path):
     train("straight", estimator, 2, tmp_path)
     train("resumed", estimator, 1, tmp_path)
-    interrupted = load(tmp_path / "resumed" / "checkpoint_last.pt")["extra_state"]["criterion_buffers"]
+    interrupted = torch.load(tmp_path / "resumed" / "checkpoint_last.pt")["extra_state"]["criterion_buffers"]
     assert set(interrupted) == buffers and int(interrupted[next(k for k in buffers if "step" in k)]) > 0
     train("resumed", estimator, 2, tmp_path)
-    straight, resumed = (load(tmp_path / run / "checkpoint_last.pt") for run in ("straight", "resumed"))
+    straight, resumed = (torch.load(tmp_path / run / "checkpoint_last.pt") for run in ("straight", "resumed"))
     for name, value in straight["model"].items():
         assert torch.equal(value, resumed["model"][name]), name
     for name, value in straight["extra_state"]["criterion_buffers"].items():
@@ -41,9 +37,9 @@ def test_resumed_run_ends_where_the_uninterrupted_one_does(estimator, buffers, t
 def test_checkpoint_without_the_buffers_resumes_with_a_warning(tmp_path):
     train("old", "sfe", 1, tmp_path)
     path = tmp_path / "old" / "checkpoint_last.pt"
-    state = load(path)
+    state = torch.load(path)
     del state["extra_state"]["criterion_buffers"]  # as checkpoints written before the fix
     torch.save(state, path)
     proc = train("old", "sfe", 2, tmp_path)
     assert "holds no criterion state: the buffers of LatentMarginalizationCriterion" in proc.stdout + proc.stderr
-    assert int(load(path)["extra_state"]["criterion_buffers"]["estimator.baseline.steps"]) > 0
+    assert int(torch.load(path)["extra_state"]["criterion_buffers"]["estimator.baseline.steps"]) > 0

@@ -9,6 +9,9 @@ import pytest
 
 from tests.conftest import REPO, shared_data
 
+sys.path.insert(0, str(REPO / "scripts"))
+import ape_demo  # noqa: E402
+
 
 def test_main_job_post_edits_and_reports(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_demo.py"), "--workdir", str(tmp_path),
@@ -31,9 +34,6 @@ def test_main_job_post_edits_and_reports(tmp_path):
 
 
 def demo_data(tmp_path, data, held_out=500, train_size=0):
-    sys.path.insert(0, str(REPO / "scripts"))
-    import ape_demo
-
     args = argparse.Namespace(data=data, held_out=held_out, train_size=train_size)
     return ape_demo.real_data(args, tmp_path)
 
