@@ -63,13 +63,21 @@ class SignalingGameDataset(FairseqDataset):
         if len(features) < num_candidates:
             raise ValueError(f"--num-candidates {num_candidates}: this split has only {len(features)} items")
         self.features, self.num_candidates, self.seed, self.fixed = features, num_candidates, seed, fixed
-        self.epoch = 1
         self.sizes = np.ones(len(features), dtype=np.int64)
-        rng = np.random.default_rng(seed)
-        self.games = [self.draw(i, rng) for i in range(len(features))] if fixed else None
+        if fixed:
+            rng = np.random.default_rng(seed)
+            self.games = [self.draw(i, rng) for i in range(len(features))]
+        else:
+            self.set_epoch(1)
 
     def set_epoch(self, epoch):
-        self.epoch = epoch
+        # Drawn here, in the main thread, not in the collater: fairseq's prefetching thread
+        # collates, and with 64 generators a batch it was still busy in torch when a run
+        # stopped mid-epoch (--max-update); twice in one CI run the interpreter's shutdown
+        # then aborted the process ("terminate called without an active exception").
+        if not self.fixed:
+            self.games = [self.draw(i, np.random.default_rng((self.seed, epoch, i)))
+                          for i in range(len(self.features))]
 
     def draw(self, target, rng):
         """The candidates of a game (target among them) and the target's position."""
@@ -77,11 +85,6 @@ class SignalingGameDataset(FairseqDataset):
         distractors = distractors + (distractors >= target)  # every item but the target
         position = int(rng.integers(self.num_candidates))
         return np.insert(distractors, position, target), position
-
-    def game(self, target):
-        if self.fixed:
-            return self.games[target]
-        return self.draw(target, np.random.default_rng((self.seed, self.epoch, target)))
 
     def __getitem__(self, index):
         return {"id": index}
@@ -93,7 +96,7 @@ class SignalingGameDataset(FairseqDataset):
         if not samples:
             return {}
         ids = [s["id"] for s in samples]
-        games = [self.game(i) for i in ids]
+        games = [self.games[i] for i in ids]
         candidates = torch.tensor(np.stack([g[0] for g in games]))
         return {"id": torch.tensor(ids), "nsentences": len(ids), "ntokens": len(ids),
                 "net_input": {"target": self.features[ids], "candidates": self.features[candidates]},
