@@ -29,8 +29,8 @@ import fairseq_sparse  # noqa: F401  (registers the task and model; checkpoint l
 from fairseq import checkpoint_utils
 from fairseq_sparse.analysis.attention_report import num_updates
 from fairseq_sparse.data import toy_ape_corpus
-from fairseq_sparse.tasks.ape import FIELDS
-from cli_helpers import find_corpus, generate_hypotheses, held_out, read_corpus, run_logged, write_triplets
+from fairseq_sparse.tasks.ape import FIELDS, write_triplets
+from cli_helpers import find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

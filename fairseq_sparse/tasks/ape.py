@@ -80,6 +80,14 @@ def read_triplets(directory, split):
     return texts
 
 
+def write_triplets(directory, split, texts):
+    """Write {field: lines} as directory/split.{src,mt,pe}, the files read_triplets reads."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, lines in texts.items():
+        (directory / f"{split}.{name}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
 def encode_segments(tokenizer, lines, max_tokens):
     """WordPiece ids of each line, cut to max_tokens; also how many lines were cut."""
     if max_tokens < 1:  # a negative cut would silently drop the end of every line instead

@@ -4,10 +4,11 @@ import sys
 
 import pytest
 
+from fairseq_sparse.tasks.ape import write_triplets
 from tests.conftest import REPO, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import epoch_metrics, find_corpus, held_out, read_corpus, run_logged, write_triplets  # noqa: E402
+from cli_helpers import epoch_metrics, find_corpus, held_out, read_corpus, run_logged  # noqa: E402
 
 
 def test_epoch_metrics_reads_every_subset_and_exponents():
