@@ -33,7 +33,7 @@ get fashion_mnist "$FASHION_URL" t10k-labels-idx1-ubyte.gz bb300cfdad3c16e7a12a4
 for set in mnist fashion_mnist; do
   (cd "$HERE/.." && "$(project_python)" -c "
 import sys
-from fairseq_sparse.data.image_datasets import load_images
+from fairseq_sparse.latent.images import load_images
 levels, labels, _ = load_images('mnist', sys.argv[1])
 print(f'[mnist.sh] {sys.argv[2]}: {len(levels)} images of {levels.shape[1]} pixels, {int(labels.max()) + 1} classes')
 " "$OUT/$set" "$set")

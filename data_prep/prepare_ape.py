@@ -26,8 +26,8 @@ import re
 import sys
 from pathlib import Path
 
-from fairseq_sparse.data.ape_binarize import aligned_chunks
-from fairseq_sparse.tasks.ape import FIELDS
+from fairseq_sparse.ape.binarize import aligned_chunks
+from fairseq_sparse.ape.triplets import FIELDS
 
 
 def field_of(name):

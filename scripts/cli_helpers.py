@@ -54,7 +54,7 @@ def read_corpus(prefix, hint=""):
     """The {field: lines} of the triplet ``PREFIX.{src,mt,pe}``, checked as the ape task
     checks its splits (missing, empty, non-UTF-8 or misaligned files are named); `hint`
     follows the name of a missing file."""
-    from fairseq_sparse.tasks.ape import FIELDS, read_triplets  # here: the other helpers need no fairseq
+    from fairseq_sparse.ape.triplets import FIELDS, read_triplets  # here: the other helpers need no fairseq
 
     prefix = Path(prefix)
     for field in FIELDS:

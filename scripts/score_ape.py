@@ -19,8 +19,9 @@ import argparse
 from pathlib import Path
 
 from cli_helpers import generate_hypotheses
-from fairseq_sparse.data.bert_dictionary import load_bert_tokenizer, model_spelling
-from fairseq_sparse.scoring.ter import ape_scores, edit_effects
+from fairseq_sparse.ape.bert_dictionary import model_spelling
+from fairseq_sparse.modules.bert import load_bert_tokenizer
+from fairseq_sparse.ape.ter import ape_scores, edit_effects
 
 
 def read_lines(path):

@@ -36,11 +36,12 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import fairseq_sparse  # noqa: E402,F401  (registers the task, model and objectives)
+import fairseq_sparse  # noqa: E402
+fairseq_sparse.load_plugin()  # registers the task, model and objectives
 from fairseq import checkpoint_utils  # noqa: E402
 
-from fairseq_sparse.analysis.hoyer import average_hoyer  # noqa: E402
-from fairseq_sparse.models.sentence_vae import encoder_input  # noqa: E402
+from fairseq_sparse.vae.hoyer import average_hoyer  # noqa: E402
+from fairseq_sparse.vae.sentence_vae import encoder_input  # noqa: E402
 
 logger = logging.getLogger("sentence_vae_analysis")
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-stamp_inputs=(scripts/setup_env.sh requirements.txt setup.py fairseq_sparse/entmax/csrc/*.cpp)
+stamp_inputs=(scripts/setup_env.sh requirements.txt setup.py pyproject.toml fairseq_sparse/entmax/csrc/*.cpp)
 want=$(cat "${stamp_inputs[@]}" | sha256sum | cut -d' ' -f1)
 if [[ -f "$VENV/.fairseq_sparse_stamp" && "$(cat "$VENV/.fairseq_sparse_stamp")" == "$want" ]]; then
   exit 0

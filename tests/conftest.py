@@ -49,7 +49,8 @@ def assert_two_gloo_workers_equal_one(common, tmp_path):
     same updates and parameters."""
     import socket
 
-    import fairseq_sparse  # noqa: F401  (allow-lists what fairseq checkpoints hold, for torch.load)
+    import fairseq_sparse
+    fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold, for torch.load
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

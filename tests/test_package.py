@@ -10,7 +10,7 @@ from tests.conftest import REPO
 
 PROGRAM = """
 import logging
-import fairseq_sparse
+import fairseq_sparse.ape  # a research line: imports fairseq and loads the plugin
 import matplotlib.pyplot  # logs its set-up at DEBUG level
 print(logging.getLogger().getEffectiveLevel())
 """
@@ -19,7 +19,7 @@ print(logging.getLogger().getEffectiveLevel())
 @pytest.mark.parametrize("loglevel, level", [(None, "20"), ("DEBUG", "10")])
 def test_import_leaves_the_root_logger_as_fairseq_s_clis_set_it(loglevel, level):
     """fairseq's import sets the root logger to DEBUG (wav2vec2_classification.py calls
-    logging.basicConfig(level=DEBUG)); after importing fairseq_sparse it is $LOGLEVEL,
+    logging.basicConfig(level=DEBUG)); after importing a research line it is $LOGLEVEL,
     INFO by default, as in fairseq-train, so a script prints no library's debug lines."""
     env = {k: v for k, v in os.environ.items() if k != "LOGLEVEL"}
     if loglevel:
@@ -28,3 +28,82 @@ def test_import_leaves_the_root_logger_as_fairseq_s_clis_set_it(loglevel, level)
                           check=True)
     assert proc.stdout.split() == [level]
     assert ("DEBUG:matplotlib" in proc.stderr) == (loglevel == "DEBUG")
+
+
+ENTMAX_ONLY = """
+import sys
+from fairseq_sparse.entmax import entmax_alpha, get_normalizer
+import torch
+p = get_normalizer("alpha_entmax")(torch.randn(2, 5), alpha=torch.tensor([[1.3], [1.7]]))
+assert torch.allclose(p.sum(-1), torch.ones(2))
+print(sorted(m for m in sys.modules if m == "fairseq" or m.startswith("fairseq.")))
+"""
+
+
+def test_the_normalisers_import_without_fairseq():
+    """``import fairseq_sparse.entmax`` needs torch alone: fairseq is not imported, so
+    nothing of it is patched."""
+    proc = subprocess.run([sys.executable, "-c", ENTMAX_ONLY], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["[]"], proc.stdout
+
+
+PLUGIN_LOADED = """
+import fairseq
+from fairseq.data import data_utils
+from fairseq.tasks import TASK_REGISTRY
+from fairseq.trainer import Trainer
+import fairseq_sparse
+print(hasattr(data_utils.batch_by_size, "__wrapped__"), Trainer.state_dict.__module__, "ape" in TASK_REGISTRY)
+"""
+
+
+def test_imported_after_fairseq_the_plugin_applies_its_fixes_and_registers():
+    """What fairseq's --user-dir does: fairseq is imported, then the package."""
+    proc = subprocess.run([sys.executable, "-c", PLUGIN_LOADED], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["True", "fairseq_sparse.compat.criterion_state", "True"]
+
+
+LINES = ("attention", "ape", "latent", "vae")
+CORE = ("entmax", "modules", "compat")
+
+
+def _imports(path):
+    """The fairseq_sparse modules a source file imports, as dotted names."""
+    import ast
+
+    package = "fairseq_sparse." + ".".join(path.relative_to(REPO / "fairseq_sparse").parent.parts)
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package.rstrip(".").split(".")
+            if node.level:
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module.startswith("fairseq_sparse"):
+                names.append(module)
+                names.extend(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names if alias.name.startswith("fairseq_sparse"))
+    return names
+
+
+@pytest.mark.parametrize("home", LINES + CORE)
+def test_imports_point_one_way(home):
+    """Research lines import the core, and the attention line (whose transformer the APE
+    models extend), never another line; the core imports no research line; entmax
+    imports nothing of the package beyond itself; no model imports a task."""
+    allowed = {"entmax": {"entmax"}, "modules": {"entmax", "modules"}, "compat": {"compat"},
+               "attention": {"attention", *CORE}, "ape": {"ape", "attention", *CORE},
+               "latent": {"latent", *CORE}, "vae": {"vae", *CORE}}[home]
+    for path in sorted((REPO / "fairseq_sparse" / home).rglob("*.py")):
+        for module in _imports(path):
+            parts = module.split(".")
+            if len(parts) < 2 or parts[1] not in LINES + CORE:
+                if parts[1:] != ["load_plugin"] or path.name != "__init__.py":  # a line's __init__ loads the plugin
+                    assert len(parts) < 2 or parts[1] in ("__version__",), f"{path}: imports {module}"
+                continue
+            assert parts[1] in allowed, f"{path.relative_to(REPO)} imports {module}"
+            if "model" in path.stem or path.stem in ("bert_ape", "dual_source_transformer", "entmax_transformer"):
+                assert not (len(parts) > 2 and "task" in parts[2]), f"{path.relative_to(REPO)}: a model imports {module}"

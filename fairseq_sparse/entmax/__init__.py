@@ -1,7 +1,11 @@
-"""Sparse normalisers: the one place the sparsemax / entmax maths lives."""
+"""Sparse normalisers: the one place the sparsemax / entmax maths lives.
+
+Imports torch alone (no fairseq): ``from fairseq_sparse.entmax import entmax_alpha``
+works in any PyTorch program.  :mod:`.normalizers` is the registry every model,
+loss and report reads normaliser names from.
+"""
 
 from .activations import (  # noqa: F401
-    FIXED_ALPHA_NORMALISERS,
     Entmax15Function,
     EntmaxAlphaFunction,
     SparsemaxFunction,
@@ -13,3 +17,4 @@ from .activations import (  # noqa: F401
     support_size,
     use_backend,
 )
+from .normalizers import NORMALIZERS, Normalizer, get_normalizer, register_normalizer  # noqa: F401

@@ -237,7 +237,3 @@ def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
 def support_size(p, dim=-1):
     """Number of nonzero entries of each distribution along ``dim``."""
     return (p > 0).sum(dim)
-
-
-# The normalisers whose alpha is fixed, by alpha (the threshold has a closed form on the support).
-FIXED_ALPHA_NORMALISERS = {2.0: sparsemax, 1.5: entmax15}

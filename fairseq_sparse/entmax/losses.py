@@ -14,7 +14,7 @@ eps = 0 and alpha = 2 this is the sparsemax loss (Martins & Astudillo, 2016).
 import torch
 from torch.autograd import Function
 
-from .activations import FIXED_ALPHA_NORMALISERS
+from .normalizers import fixed_alpha_normalizer
 
 
 def _tsallis_entropy_of_smoothed_target(alpha, eps, vocab):
@@ -29,7 +29,7 @@ class EntmaxLossFunction(Function):
 
     @staticmethod
     def forward(ctx, z, target, alpha, eps):
-        p = FIXED_ALPHA_NORMALISERS[alpha](z, dim=-1)
+        p = fixed_alpha_normalizer(alpha)(z, dim=-1)
         vocab = z.size(-1)
         q_dot_z = (1.0 - eps) * z.gather(-1, target.unsqueeze(-1)).squeeze(-1) + (eps / vocab) * z.sum(-1)
         entropy = (1.0 - p.pow(alpha).sum(-1)) / (alpha * (alpha - 1.0))
@@ -52,8 +52,7 @@ class EntmaxLossFunction(Function):
 def entmax_loss(z, target, alpha, label_smoothing=0.0, return_support=False):
     """Loss per row of ``z`` (N, V) against integer ``target`` (N,), for alpha in {1.5, 2};
     with ``return_support``, also the number of nonzero probabilities per row."""
-    if float(alpha) not in FIXED_ALPHA_NORMALISERS:
-        raise ValueError(f"entmax_loss supports alpha 1.5 (entmax15) and 2 (sparsemax), got {alpha}")
+    fixed_alpha_normalizer(alpha)  # a clear error for an alpha without a registered sparse normaliser
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label smoothing must lie in [0, 1), got {label_smoothing}")
     loss, support = EntmaxLossFunction.apply(z, target, float(alpha), float(label_smoothing))

@@ -30,17 +30,38 @@ k most probable summed exactly, one sample from the rest; Liu et al. 2019),
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..entmax import sparsemax
+from ..entmax.losses import entmax_loss
+from ..modules.probability import gumbel_noise
 from .sparsemap import sparsemap
 from .spaces import BitVector, Categorical
 
 ESTIMATORS = {}
+
+
+@dataclass
+class EstimatorOptions:
+    """Every estimator option, declared once with its help text; the
+    ``latent_marginalization`` criterion offers them as ``--topk``, ``--set-size``, ...
+    An estimator says which it takes (:attr:`Estimator.options`) and checks their values
+    in its constructor, naming the option."""
+
+    topk: int = field(default=10, metadata={"help": "k of topk_sparsemax (structures kept) and sum_and_sample "
+                                                    "(categories summed exactly)"})
+    set_size: int = field(default=4, metadata={"help": "samples without replacement of unordered_set (at most 6)"})
+    budget: int = field(default=0, metadata={"help": "most ones of a bit-vector under sparsemap_budget "
+                                                     "(0: half the bits)"})
+    baseline_decay: float = field(default=0.99, metadata={"help": "moving-average decay of the baseline of sfe, "
+                                                                  "nvil and sum_and_sample"})
+    gumbel_temperature: float = field(default=1.0, metadata={"help": "initial Gumbel-softmax temperature"})
+    gumbel_min_temperature: float = field(default=0.5, metadata={"help": "lowest Gumbel-softmax temperature"})
+    gumbel_anneal_rate: float = field(default=1e-4, metadata={"help": "tau = max(min, tau0 exp(-rate * step))"})
 
 
 def register_estimator(name):
@@ -59,6 +80,19 @@ def build_estimator(name, **options):
     if name not in ESTIMATORS:
         raise ValueError(f"--estimator {name!r}: choose one of {', '.join(sorted(ESTIMATORS))}")
     return ESTIMATORS[name](**options)
+
+
+def build_estimator_from_options(name, options, space=None):
+    """The estimator called ``name`` in ``space``, given the values of the options it takes
+    (``options``: an :class:`EstimatorOptions`, or a config with its fields)."""
+    if name not in ESTIMATORS:
+        raise ValueError(f"--estimator {name!r}: choose one of {', '.join(sorted(ESTIMATORS))}")
+    cls = ESTIMATORS[name]
+    return cls(space=space, **{argument: getattr(options, option) for argument, option in cls.options.items()})
+
+
+def _option(name):
+    return "--" + name.replace("_", "-")
 
 
 @dataclass
@@ -81,6 +115,8 @@ class Estimator(nn.Module):
     name = None
     sparse = False
     spaces = (Categorical, BitVector)
+    # {constructor argument: the EstimatorOptions field that sets it}
+    options = {}
 
     def __init__(self, space=None):
         super().__init__()
@@ -88,6 +124,12 @@ class Estimator(nn.Module):
             raise ValueError(f"--estimator {self.name}: works on {' or '.join(c.__name__ for c in self.spaces)} "
                              f"latents, not {space!r}")
         self.space = space
+
+    def require(self, argument, value, valid, requirement):
+        """Refuse a setting the estimator would turn into a crash or a NaN far from the
+        command line, naming the option that set it."""
+        if not valid:
+            raise ValueError(f"{_option(self.options.get(argument, argument))} {value}: {requirement}")
 
     def space_for(self, scores):
         return self.space if self.space is not None else Categorical(scores.shape[-1])
@@ -106,8 +148,6 @@ class Estimator(nn.Module):
 
     def classification_loss(self, scores, target):
         if self.sparse:
-            from ..entmax.losses import entmax_loss
-
             return entmax_loss(scores, target, alpha=2.0)
         return F.cross_entropy(scores, target, reduction="none")
 
@@ -182,9 +222,11 @@ class TopKSparsemax(Estimator):
     under scores . z, and sparsemax over their scores."""
 
     sparse = True
+    options = {"topk": "topk"}
 
     def __init__(self, topk=10, space=None):
         super().__init__(space)
+        self.require("topk", topk, topk >= 1, "must be at least 1")
         if isinstance(space, BitVector) and space.budget is not None:
             raise ValueError("--estimator topk_sparsemax: bit-vectors with a budget are not supported")
         self.topk = topk
@@ -235,9 +277,13 @@ class SparseMAP(Estimator):
 class SparseMAPBudget(SparseMAP):
     """SparseMAP over bit-vectors with at most ``budget`` ones (default: half the bits)."""
 
+    options = {"budget": "budget"}
+
     def __init__(self, space=None, budget=None):
         if not isinstance(space, BitVector):
             raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
+        if budget is not None and not 0 <= budget <= space.bits:
+            raise ValueError(f"--budget {budget}: must be 0 (half the bits) to the {space.bits} latent bits")
         super().__init__(space, budget or max(1, space.bits // 2))
 
 
@@ -280,8 +326,11 @@ def _score_function(log_prob, loss, baseline):
 class ScoreFunction(Estimator):
     """REINFORCE, z ~ pi, with a moving average of past losses as baseline (1 call)."""
 
+    options = {"baseline_decay": "baseline_decay"}
+
     def __init__(self, baseline_decay=0.99, space=None):
         super().__init__(space)
+        self.require("baseline_decay", baseline_decay, 0 <= baseline_decay <= 1, "must be in [0, 1]")
         self.baseline = MovingAverage(baseline_decay)
 
     def forward(self, scores, loss_fn, features=None):
@@ -312,8 +361,11 @@ class NVIL(Estimator):
     (centring) plus b(x), a linear function of the example's features (built on first
     use) trained by regression onto what the average leaves (1 call)."""
 
+    options = {"baseline_decay": "baseline_decay"}
+
     def __init__(self, baseline_decay=0.99, features_dim=None, space=None):
         super().__init__(space)
+        self.require("baseline_decay", baseline_decay, 0 <= baseline_decay <= 1, "must be in [0, 1]")
         self.centre = MovingAverage(baseline_decay)
         self.baseline = nn.LazyLinear(1) if features_dim is None else nn.Linear(features_dim, 1)
 
@@ -332,8 +384,15 @@ class NVIL(Estimator):
 class _GumbelBase(Estimator):
     """Temperature tau = max(tau_min, tau_0 exp(-rate * step)), step counted in training."""
 
+    options = {"temperature": "gumbel_temperature", "min_temperature": "gumbel_min_temperature",
+               "anneal_rate": "gumbel_anneal_rate"}
+
     def __init__(self, temperature=1.0, min_temperature=0.5, anneal_rate=1e-4, space=None):
         super().__init__(space)
+        # The relaxed sample divides by the temperature.
+        self.require("temperature", temperature, temperature > 0, "must be above 0")
+        self.require("min_temperature", min_temperature, min_temperature > 0, "must be above 0")
+        self.require("anneal_rate", anneal_rate, anneal_rate >= 0, "must be at least 0")
         self.tau0, self.tau_min, self.rate = temperature, min_temperature, anneal_rate
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
 
@@ -382,8 +441,12 @@ class SumAndSample(Estimator):
 
     spaces = (Categorical,)
 
+    options = {"topk": "topk", "baseline_decay": "baseline_decay"}
+
     def __init__(self, topk=1, baseline_decay=0.99, space=None):
         super().__init__(space)
+        self.require("topk", topk, topk >= 1, "must be at least 1")
+        self.require("baseline_decay", baseline_decay, 0 <= baseline_decay <= 1, "must be in [0, 1]")
         self.topk = topk
         self.baseline = MovingAverage(baseline_decay)
 
@@ -452,16 +515,19 @@ class UnorderedSet(Estimator):
 
     spaces = (Categorical,)
 
+    options = {"topk": "set_size"}
+
     def __init__(self, topk=4, space=None):
         super().__init__(space)
+        # The set's probability sums over its m! orders.
+        self.require("topk", topk, 1 <= topk <= 6, "must be 1 to 6 (the set's probability sums over its m! orders)")
         self.topk = topk
 
     def forward(self, scores, loss_fn, features=None):
         B, K = scores.shape
         k = min(self.topk, K)
         log_probs = torch.log_softmax(scores, -1)
-        uniform = torch.rand_like(scores).clamp(1e-20, 1.0)
-        chosen = (log_probs.detach() - torch.log(-torch.log(uniform))).topk(k, -1).indices  # Gumbel-top-k
+        chosen = (log_probs.detach() + gumbel_noise(scores)).topk(k, -1).indices  # Gumbel-top-k
         losses = torch.stack([_decode(loss_fn, F.one_hot(chosen[:, i], K).to(scores.dtype)) for i in range(k)], 1)
         with torch.no_grad():
             # In float64: P(S) is a product of up to k small ratios, and R a ratio of two such.

@@ -14,6 +14,8 @@ import heapq
 import torch
 import torch.nn.functional as F
 
+from ..modules.probability import binary_concrete, gumbel_noise
+
 
 class Categorical:
     def __init__(self, num_classes):
@@ -34,9 +36,7 @@ class Categorical:
 
     def relaxed_sample(self, scores, temperature):
         """Gumbel-softmax: softmax((scores + g) / tau), g ~ Gumbel(0, 1)."""
-        uniform = torch.rand_like(scores).clamp(1e-20, 1.0)
-        gumbel = -torch.log((-torch.log(uniform)).clamp_min(1e-20))
-        return torch.softmax((scores + gumbel) / temperature, -1)
+        return torch.softmax((scores + gumbel_noise(scores)) / temperature, -1)
 
     def harden(self, relaxed):
         return F.one_hot(relaxed.argmax(-1), self.num_classes).to(relaxed.dtype)
@@ -66,8 +66,7 @@ class BitVector:
 
     def relaxed_sample(self, scores, temperature):
         """Binary Concrete (Maddison et al. 2017): sigmoid((scores + logistic noise) / tau)."""
-        uniform = torch.rand_like(scores).clamp(1e-20, 1 - 1e-7)
-        return torch.sigmoid((scores + torch.log(uniform) - torch.log1p(-uniform)) / temperature)
+        return binary_concrete(scores, temperature)
 
     def harden(self, relaxed):
         return (relaxed > 0.5).to(relaxed.dtype)

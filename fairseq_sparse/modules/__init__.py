@@ -1,4 +1,5 @@
-"""Building blocks shared by the models: the attention module and the alpha parametrisation."""
+"""Building blocks shared by the research lines: the attention module, the per-head
+alpha, BERT loading and the probability helpers."""
 
-from .alpha_entmax_attention import NORMALIZERS, AlphaEntmaxAttention  # noqa: F401
+from .alpha_entmax_attention import AlphaEntmaxAttention  # noqa: F401
 from .head_alpha import HeadAlpha  # noqa: F401

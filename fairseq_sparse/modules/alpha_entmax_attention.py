@@ -3,15 +3,10 @@ or alpha-entmax with a learnable alpha per head (Correia, Niculae & Martins,
 "Adaptively Sparse Transformers", EMNLP 2019)."""
 
 import torch
-from fairseq import utils
 from fairseq.modules import MultiheadAttention
 
-from ..entmax import FIXED_ALPHA_NORMALISERS, entmax_alpha
+from ..entmax.normalizers import get_normalizer
 from .head_alpha import HeadAlpha
-
-# The normalisers with a fixed alpha, by name (softmax is alpha = 1); alpha_entmax learns it per head.
-FIXED_ALPHA = {"softmax": 1.0, "sparsemax": 2.0, "entmax15": 1.5}
-NORMALIZERS = (*FIXED_ALPHA, "alpha_entmax")
 
 
 class AlphaEntmaxAttention(MultiheadAttention):
@@ -32,10 +27,9 @@ class AlphaEntmaxAttention(MultiheadAttention):
 
     def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=1.01, **kwargs):
         super().__init__(*args, **kwargs)
-        if normalizer not in NORMALIZERS:
-            raise ValueError(f"attention normalizer must be one of {NORMALIZERS}, got {normalizer!r}")
-        self.normalizer = normalizer
-        self.head_alpha = HeadAlpha(self.num_heads, alpha_init, alpha_min) if normalizer == "alpha_entmax" else None
+        # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
+        self.normalizer = get_normalizer(normalizer)
+        self.head_alpha = HeadAlpha(self.num_heads, alpha_init, alpha_min) if self.normalizer.learned else None
         self.skip_embed_dim_check = True
         # Set by analysis code: keep the last attention probabilities (B, H, T, S).
         self.record_attention = False
@@ -46,20 +40,15 @@ class AlphaEntmaxAttention(MultiheadAttention):
         initialisation (:class:`HeadAlpha`); fixed for the fixed normalisers."""
         if self.head_alpha is not None:
             return self.head_alpha.initial_alpha if initial else self.head_alpha()
-        return torch.full((self.num_heads,), FIXED_ALPHA[self.normalizer], device=self.q_proj.weight.device)
+        return torch.full((self.num_heads,), self.normalizer.alpha, device=self.q_proj.weight.device)
 
     def normalize(self, scores):
         """Attention probabilities from masked scores of shape (B*H, T, S), in float32 or wider."""
-        if self.normalizer == "softmax":
-            return utils.softmax(scores, dim=-1, onnx_trace=self.onnx_trace)
-        heads = scores.view(-1, self.num_heads, scores.size(1), scores.size(2))
         if self.head_alpha is None:
-            probs = FIXED_ALPHA_NORMALISERS[FIXED_ALPHA[self.normalizer]](heads, dim=-1)
-        else:
-            alpha = self.head_alpha().to(heads.dtype).view(1, -1, 1, 1)
-            # In range by HeadAlpha's construction; checking would stall a GPU every call.
-            probs = entmax_alpha(heads, alpha, dim=-1, check_alpha=False)
-        return probs.view_as(scores)
+            return self.normalizer(scores, dim=-1)
+        heads = scores.view(-1, self.num_heads, scores.size(1), scores.size(2))
+        alpha = self.head_alpha().to(heads.dtype).view(1, -1, 1, 1)
+        return self.normalizer(heads, dim=-1, alpha=alpha).view_as(scores)
 
     def forward(
         self,

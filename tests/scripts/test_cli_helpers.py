@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from fairseq_sparse.tasks.ape import write_triplets
+from fairseq_sparse.ape.triplets import write_triplets
 from tests.conftest import REPO, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))

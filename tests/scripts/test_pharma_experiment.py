@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fairseq_sparse.scoring.ter import ape_scores
+from fairseq_sparse.ape.ter import ape_scores
 from tests.conftest import REPO, write_ape_split
 
 

@@ -1,1 +1,0 @@
-"""Analysis of sparse attention: statistics per head and the attention report command."""

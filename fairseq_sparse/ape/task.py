@@ -1,0 +1,208 @@
+"""``ape``: automatic post-editing as a fairseq task.
+
+Reads WMT APE triplets ``{split}.src``, ``{split}.mt``, ``{split}.pe`` (one sentence
+per line, line-aligned) and presents each as a translation example whose source is
+the two-segment BERT input ``[CLS] src [SEP] mt [SEP]`` and whose target is the
+post-edit ``pe [SEP]`` (Correia & Martins, ACL 2019).  Segment ids (0 for src,
+1 for mt) are not stored: models read them off the source, where everything after
+the first ``[SEP]`` is segment 1.
+
+Text is tokenised by the BERT checkpoint's own WordPiece tokenizer, one vocabulary
+for source and target, with punctuation inside a data token kept as ``##`` pieces
+(:func:`~fairseq_sparse.ape.bert_dictionary.wordpiece_ids`), so that post-edits
+come back in the data's own tokenisation, scorable against ``.pe``.  DATA_DIR may
+hold the raw triplets (tokenised when loaded: fine for small data) or the output of
+``fairseq-sparse-ape-binarize`` (fairseq's memory-mapped datasets, for millions of
+triplets).  The tokenizer's files are kept with the data in ``DATA_DIR/tokenizer``,
+as fairseq keeps ``dict.txt`` there, so that ``fairseq-generate DATA_DIR --task ape``
+needs no ``--bert-model``.  ``fairseq-interactive`` reads one ``src<TAB>mt`` pair per line.
+"""
+
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from fairseq.data import LanguagePairDataset, data_utils
+from fairseq.data.list_dataset import ListDataset
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+
+from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist
+from .bert_dictionary import BertDictionary, WordPieceDetokenizer
+from .triplets import build_source, encode_segments, encode_triplets, read_triplets
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class APEConfig(FairseqDataclass):
+    data: str = field(default="", metadata={"help": "directory with raw {split}.{src,mt,pe} triplets, or the "
+                                                    "output of fairseq-sparse-ape-binarize"})
+    bert_model: Optional[str] = field(
+        default=None,
+        metadata={"help": "BERT checkpoint (local directory, or a model name already in the Hugging Face cache) "
+                          "whose WordPiece tokenizer encodes src, mt and pe and which bert_ape is initialised from; "
+                          "optional once DATA_DIR/tokenizer exists"})
+    max_segment_tokens: int = field(
+        default=200,
+        metadata={"help": "src, mt and pe are each cut to at most this many WordPieces (BERT has 512 positions "
+                          "for [CLS] src [SEP] mt [SEP]); how many were cut is logged per split"})
+    max_source_positions: int = field(default=512, metadata={"help": "max tokens of [CLS] src [SEP] mt [SEP]"})
+    max_target_positions: int = field(default=512, metadata={"help": "max tokens of a post-edit"})
+
+
+def keep_tokenizer(tokenizer, stored):
+    """Save the tokenizer as ``stored`` in one step: written beside it, then renamed, so that
+    distributed ranks starting together on new data never read a half-written one."""
+    staging = stored.parent / f".tokenizer-{uuid.uuid4().hex}"  # mkdir, unlike mkdtemp, honours the umask
+    try:
+        staging.mkdir()
+        tokenizer.save_pretrained(str(staging))
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OSError(f"cannot keep the tokenizer with the data in {stored} ({e}); make DATA_DIR writable "
+                      "or binarise it elsewhere with fairseq-sparse-ape-binarize") from None
+    try:
+        staging.rename(stored)
+    except OSError:  # another rank kept its copy first
+        shutil.rmtree(staging)
+        if not tokenizer_files_exist(stored):
+            raise FileExistsError(f"{stored} exists but holds no tokenizer; remove it") from None
+
+
+@register_task("ape", dataclass=APEConfig)
+class APETask(FairseqTask):
+    """Automatic post-editing: (src, mt) -> pe with a BERT WordPiece vocabulary."""
+
+    cfg: APEConfig
+
+    def __init__(self, cfg, tokenizer):
+        super().__init__(cfg)
+        self.tokenizer = tokenizer
+        self.dictionary = BertDictionary(tokenizer)
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        return cls(cfg, cls.tokenizer_for(cfg))
+
+    @staticmethod
+    def tokenizer_for(cfg):
+        data = Path(cfg.data)
+        if not data.is_dir():
+            raise FileNotFoundError(f"DATA_DIR {data}: not a directory")
+        stored = data / "tokenizer"
+        if tokenizer_files_exist(stored):
+            tokenizer = load_bert_tokenizer(stored, option=f"tokenizer kept with the data, {stored}")
+            if cfg.bert_model and Path(cfg.bert_model).exists():
+                given = load_bert_tokenizer(cfg.bert_model)
+                if given.get_vocab() != tokenizer.get_vocab():
+                    raise ValueError(f"--bert-model {cfg.bert_model} has another vocabulary than the tokenizer kept "
+                                     f"with the data in {stored}; remove {stored} to re-encode with the new one")
+            return tokenizer
+        if not cfg.bert_model:
+            raise ValueError(f"--bert-model is required: {stored} does not exist yet (it is written the first "
+                             "time the task runs with --bert-model)")
+        tokenizer = load_bert_tokenizer(cfg.bert_model)
+        keep_tokenizer(tokenizer, stored)
+        return tokenizer
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+    def max_positions(self):
+        return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+    def build_bpe(self, args):
+        """fairseq-generate's detokeniser: WordPieces merged back into words."""
+        return WordPieceDetokenizer()
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        data = Path(self.cfg.data)
+        prefix = data / split
+        if Path(f"{prefix}.input.idx").exists():
+            source = data_utils.load_indexed_dataset(f"{prefix}.input", self.dictionary, "mmap")
+            target = data_utils.load_indexed_dataset(f"{prefix}.pe", self.dictionary, "mmap")
+            if source is None or target is None or len(source) != len(target):
+                raise ValueError(f"{prefix}.input / {prefix}.pe: incomplete binarised split; rerun "
+                                 "fairseq-sparse-ape-binarize")
+            logger.info(f"ape {split}: {len(source)} binarised triplets from {data}")
+        else:
+            texts = read_triplets(data, split)
+            sources, targets, cut = encode_triplets(self.tokenizer, texts, self.cfg.max_segment_tokens)
+            cuts = ", ".join(f"{n} {name}" for name, n in cut.items())
+            logger.info(f"ape {split}: {len(sources)} triplets from {data}; cut to --max-segment-tokens "
+                        f"{self.cfg.max_segment_tokens}: {cuts}")
+            source = ListDataset([torch.tensor(s, dtype=torch.long) for s in sources],
+                                 np.array([len(s) for s in sources]))
+            target = ListDataset([torch.tensor(t, dtype=torch.long) for t in targets],
+                                 np.array([len(t) for t in targets]))
+        self.datasets[split] = LanguagePairDataset(
+            source, source.sizes, self.dictionary, target, target.sizes, self.dictionary,
+            left_pad_source=False, left_pad_target=False, shuffle=(split == "train"),
+        )
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """Every triplet is kept or the run stops: fairseq skips training examples longer than
+        the model's positions with only a warning (it always passes ignore_invalid_inputs for
+        training), which here would silently train on part of the data.  The cut is explicit
+        (--max-segment-tokens), so an example that does not fit names that option; so does an
+        input pair to post-edit (fairseq-interactive, PostEditor) that does not fit."""
+        kept, too_long = dataset.filter_indices_by_size(indices, max_positions)
+        if len(too_long) == 0:
+            return kept
+        first = int(min(too_long))
+        if dataset.tgt is None:  # inference: pairs from fairseq-interactive or PostEditor
+            source_positions = max_positions[0] if isinstance(max_positions, tuple) else max_positions
+            raise ValueError(
+                f"ape input: {len(too_long)} (src, mt) pairs are longer than the model's {source_positions} source "
+                f"positions, the first is pair {first + 1} ({int(dataset.size(first)[0])} tokens as "
+                f"[CLS] src [SEP] mt [SEP]); lower --max-segment-tokens (src and mt are each cut to it; from Python, "
+                f"PostEditor.from_checkpoint(..., max_segment_tokens=N))")
+        split = next((name for name, d in self.datasets.items() if d is dataset), "input")
+        source, target = (int(n) for n in dataset.size(first))
+        raise ValueError(
+            f"ape {split}: {len(too_long)} triplets are longer than the model's (source, target) positions "
+            f"{max_positions}, the first on line {first + 1} of the {split} triplets ({source} source, "
+            f"{target} target tokens); lower --max-segment-tokens (src and mt are each cut to it in "
+            f"[CLS] src [SEP] mt [SEP]), for binarised data when running fairseq-sparse-ape-binarize")
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        return LanguagePairDataset(src_tokens, src_lengths, self.dictionary, left_pad_source=False,
+                                   constraints=constraints)
+
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq-interactive: each input line is one ``src<TAB>mt`` pair, encoded as
+        training encodes its triplets.  ``encode_fn`` (fairseq's --tokenizer/--bpe hook) is
+        not applied: the input is tokenised like the ``.src``/``.mt`` files, and WordPiece
+        is the task's own."""
+        pairs = [line.split("\t") for line in lines]
+        for line, pair in zip(lines, pairs):
+            if len(pair) != 2:
+                raise ValueError(
+                    f"fairseq-interactive --task ape reads one 'src<TAB>mt' pair per line; this line has "
+                    f"{len(pair)} tab-separated fields: {line[:100]!r} (--constraints, which also splits "
+                    "lines on tabs, cannot be used with --task ape)")
+        sources = self.encode_inputs([src for src, _ in pairs], [mt for _, mt in pairs])
+        return sources, [len(s) for s in sources]
+
+    def encode_inputs(self, src_lines, mt_lines):
+        """Source tensors for (src, mt) pairs, as training builds them."""
+        if len(src_lines) != len(mt_lines):
+            raise ValueError(f"{len(src_lines)} source sentences but {len(mt_lines)} MT outputs")
+        src, src_cut = encode_segments(self.tokenizer, list(src_lines), self.cfg.max_segment_tokens)
+        mt, mt_cut = encode_segments(self.tokenizer, list(mt_lines), self.cfg.max_segment_tokens)
+        if src_cut or mt_cut:
+            logger.warning(f"ape input: of {len(src)} (src, mt) pairs, {src_cut} src and {mt_cut} mt cut to "
+                           f"--max-segment-tokens {self.cfg.max_segment_tokens}")
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        return [torch.tensor(build_source(cls, sep, s, m), dtype=torch.long) for s, m in zip(src, mt)]

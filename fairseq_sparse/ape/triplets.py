@@ -1,0 +1,78 @@
+"""The APE triplet format: WMT APE data as ``{split}.src``, ``{split}.mt`` and ``{split}.pe``
+(one sentence per line, line-aligned), and its encoding as the model reads it: the
+two-segment BERT input ``[CLS] src [SEP] mt [SEP]`` and the target ``pe [SEP]``
+(Correia & Martins, ACL 2019).  The one owner of that format: the task, the
+binariser, the models (which read the segments back off the source), the data
+pipelines and the experiment scripts all use it from here.
+"""
+
+from pathlib import Path
+
+import torch
+
+from .bert_dictionary import wordpiece_ids
+
+FIELDS = ("src", "mt", "pe")
+
+
+def read_triplets(directory, split):
+    """The raw (src, mt, pe) lines of a split, checked to be non-empty and line-aligned."""
+    texts = {}
+    for name in FIELDS:
+        path = Path(directory) / f"{split}.{name}"
+        try:
+            with path.open(encoding="utf-8", newline="\n") as f:
+                lines = f.read().split("\n")
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: missing (the ape task reads {split}.src, {split}.mt, {split}.pe)") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: cannot be read as UTF-8 text ({e})") from None
+        if lines and lines[-1] == "":
+            lines.pop()
+        if not lines:
+            raise ValueError(f"{path}: empty file")
+        texts[name] = lines
+    counts = {name: len(lines) for name, lines in texts.items()}
+    if len(set(counts.values())) != 1:
+        detail = ", ".join(f"{Path(directory) / f'{split}.{n}'} has {c}" for n, c in counts.items())
+        raise ValueError(f"triplet files are not line-aligned: {detail} lines")
+    return texts
+
+
+def write_triplets(directory, split, texts):
+    """Write {field: lines} as directory/split.{src,mt,pe}, the files read_triplets reads."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, lines in texts.items():
+        (directory / f"{split}.{name}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def encode_segments(tokenizer, lines, max_tokens):
+    """WordPiece ids of each line, cut to max_tokens; also how many lines were cut."""
+    if max_tokens < 1:  # a negative cut would silently drop the end of every line instead
+        raise ValueError(f"--max-segment-tokens {max_tokens}: must be at least 1")
+    ids = wordpiece_ids(tokenizer, lines)
+    cut = sum(len(x) > max_tokens for x in ids)
+    return [x[:max_tokens] for x in ids], cut
+
+
+def mt_segment(src_tokens, sep_index, pad_index):
+    """1 where a token of ``[CLS] src [SEP] mt [SEP]`` belongs to the mt segment
+    (everything after the first ``[SEP]``), else 0 (also for padding, on either side)."""
+    sep = src_tokens.eq(sep_index).long()
+    return ((torch.cumsum(sep, 1) - sep) > 0).long() * src_tokens.ne(pad_index).long()
+
+
+def build_source(cls, sep, src_ids, mt_ids):
+    return [cls] + src_ids + [sep] + mt_ids + [sep]
+
+
+def encode_triplets(tokenizer, texts, max_tokens):
+    """(sources, targets, {field: lines cut}) as lists of id lists."""
+    cut, encoded = {}, {}
+    for name in FIELDS:
+        encoded[name], cut[name] = encode_segments(tokenizer, texts[name], max_tokens)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    sources = [build_source(cls, sep, s, m) for s, m in zip(encoded["src"], encoded["mt"])]
+    targets = [p + [sep] for p in encoded["pe"]]
+    return sources, targets, cut

@@ -1,0 +1,211 @@
+"""``entmax_transformer``: fairseq's transformer with sparse attention heads.
+
+Adaptively Sparse Transformers (Correia, Niculae & Martins, EMNLP 2019): every
+attention site (encoder self, decoder self, encoder-decoder) is an
+:class:`AlphaEntmaxAttention` with its own normaliser; with ``alpha_entmax``
+each head learns its alpha.  Optionally the output layer is sparse too
+(``--output-normalizer``, trained with the ``label_smoothed_entmax`` criterion
+of Peters, Niculae & Martins, ACL 2019).
+"""
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Optional
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.logging import metrics
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerModel,
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_wmt_en_de,
+)
+
+from ..entmax.normalizers import get_normalizer, normalizer_names
+from ..modules.alpha_entmax_attention import AlphaEntmaxAttention
+from ..modules.head_alpha import parse_alpha_init
+
+SITES = ("encoder", "decoder", "cross")
+
+
+@dataclass
+class EntmaxTransformerOptions(FairseqDataclass):
+    attention_normalizer: str = field(
+        default="alpha_entmax",
+        metadata={"help": f"normaliser of every attention head, one of {', '.join(normalizer_names())}; "
+                          "the three per-site options below override it"},
+    )
+    encoder_attention_normalizer: Optional[str] = field(
+        default=None, metadata={"help": "normaliser of encoder self-attention (default: --attention-normalizer)"}
+    )
+    decoder_attention_normalizer: Optional[str] = field(
+        default=None, metadata={"help": "normaliser of decoder self-attention (default: --attention-normalizer)"}
+    )
+    cross_attention_normalizer: Optional[str] = field(
+        default=None, metadata={"help": "normaliser of encoder-decoder attention (default: --attention-normalizer)"}
+    )
+    alpha_init: str = field(
+        default="random",
+        metadata={"help": "initial alpha of alpha_entmax heads: a number in (alpha_min, 2) for every head, "
+                          "or 'random' (uniform in (alpha_min, 2) per head, as in Correia et al. 2019)"},
+    )
+    alpha_min: float = field(
+        default=1.01,
+        metadata={"help": "lower bound of a learned alpha: alpha = alpha_min + (2 - alpha_min) sigmoid(a); "
+                          "1 gives the paper's 1 + sigmoid(a)"},
+    )
+    output_normalizer: str = field(
+        default="softmax",
+        metadata={"help": f"normaliser of the output distribution, one of {', '.join(normalizer_names(True))}; "
+                          "sparse outputs are trained with --criterion label_smoothed_entmax"},
+    )
+
+    @classmethod
+    def from_args(cls, args):
+        """The options as typed fields, from a fairseq namespace: each one given there, else
+        its default as stated once, above (a namespace built in Python or stored by an older
+        checkpoint may lack a field; fairseq leaves options not given at None)."""
+        values = {}
+        for f in fields(cls):
+            given = getattr(args, f.name, None)
+            if given is not None:
+                values[f.name] = given
+            elif f.default is not MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not MISSING:
+                values[f.name] = f.default_factory()
+        return cls(**values)
+
+
+def transformer_config(args):
+    """fairseq's TransformerConfig from a legacy namespace (or the config itself):
+    what build_encoder / build_decoder receive depends on who calls them."""
+    return args if isinstance(args, TransformerConfig) else TransformerConfig.from_namespace(args)
+
+
+def site_normalizers(options):
+    """{site: registered normaliser} from the options, checked."""
+    normalizers = {}
+    for site in SITES:
+        name = getattr(options, f"{site}_attention_normalizer")
+        option = f"--{site}-attention-normalizer" if name else "--attention-normalizer"
+        normalizers[site] = get_normalizer(name or options.attention_normalizer, option)
+    return normalizers
+
+
+@register_model("entmax_transformer")
+class EntmaxTransformerModel(TransformerModel):
+    """Transformer whose attention heads use :class:`AlphaEntmaxAttention`.
+
+    The stock model is built first and each attention module is then replaced by
+    one with the same hyperparameters and weights, so that with every normaliser
+    set to ``softmax`` the model is fairseq's ``transformer`` exactly.
+    """
+
+    options_class = EntmaxTransformerOptions
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        gen_parser_from_dataclass(parser, cls.options_class())
+
+    @classmethod
+    def build_model(cls, args, task):
+        options = cls.options_class.from_args(args)
+        normalizers = site_normalizers(options)
+        output_normalizer = get_normalizer(options.output_normalizer, "--output-normalizer", fixed_alpha=True)
+        if getattr(args, "checkpoint_activations", False) or getattr(args, "encoder_xformers_att_config", None) \
+                or getattr(args, "decoder_xformers_att_config", None):
+            raise ValueError("entmax_transformer supports neither --checkpoint-activations nor xformers attention")
+        alpha_init = parse_alpha_init(options.alpha_init)
+        model = super().build_model(args, task)
+        model.options = options
+        model.output_normalizer = output_normalizer
+        for site, layer, owner, name in model._attention_slots():
+            stock = getattr(owner, name)
+            sparse = AlphaEntmaxAttention(
+                stock.embed_dim, stock.num_heads, kdim=stock.kdim, vdim=stock.vdim,
+                dropout=stock.dropout_module.p, bias=stock.k_proj.bias is not None,
+                add_bias_kv=stock.bias_k is not None, add_zero_attn=stock.add_zero_attn,
+                self_attention=stock.self_attention, encoder_decoder_attention=stock.encoder_decoder_attention,
+                q_noise=getattr(args, "quant_noise_pq", 0), qn_block_size=getattr(args, "quant_noise_pq_block_size", 8),
+                normalizer=normalizers[model.normalizer_site(site)], alpha_init=alpha_init,
+                alpha_min=options.alpha_min,
+            )
+            missing, unexpected = sparse.load_state_dict(stock.state_dict(), strict=False)
+            assert not unexpected and all("alpha" in k for k in missing), (missing, unexpected)
+            setattr(owner, name, sparse)
+        return model
+
+    @staticmethod
+    def normalizer_site(site):
+        """Which of the per-site normaliser options (encoder, decoder, cross) a site follows."""
+        return site
+
+    def attended_sources(self, src_tokens):
+        """{site: the source tokens its keys are} for the sites that attend over the encoder input."""
+        return {"encoder": src_tokens, "cross": src_tokens}
+
+    def _attention_slots(self):
+        """(site, layer index, owning layer, attribute name) of every attention module."""
+        for i, layer in enumerate(self.encoder.layers):
+            yield "encoder", i, layer, "self_attn"
+        for i, layer in enumerate(self.decoder.layers):
+            yield "decoder", i, layer, "self_attn"
+            if getattr(layer, "encoder_attn", None) is not None:
+                yield "cross", i, layer, "encoder_attn"
+
+    def attention_modules(self):
+        """(site, layer index, AlphaEntmaxAttention) for every attention module."""
+        for site, i, owner, name in self._attention_slots():
+            yield site, i, getattr(owner, name)
+
+    def head_alphas(self, initial=False):
+        """{(site, layer): alpha per head (tensor)} for every attention module; with ``initial``,
+        each head's alpha at initialisation (NaN where the checkpoint predates keeping it)."""
+        return {(site, i): module.alpha(initial).detach() for site, i, module in self.attention_modules()}
+
+    def head_alpha_changes(self):
+        """{(site, layer): learned minus initial alpha per head}: how far training moved each head."""
+        initial = self.head_alphas(initial=True)
+        return {sl: alpha - initial[sl] for sl, alpha in self.head_alphas().items()}
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        if self.training:
+            # Mean alpha per site and layer as fairseq metrics: they land in the
+            # progress bar and in --tensorboard-logdir, averaged over the interval.
+            # Logged as tensors (fairseq's meters accept them) so that a GPU is not
+            # made to wait on every update; they are read when the log is written.
+            with torch.no_grad():
+                for site, i, module in self.attention_modules():
+                    if module.head_alpha is not None:
+                        metrics.log_scalar(f"alpha_{site}{i}", module.head_alpha().mean(), round=3)
+        return out
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        if not self.output_normalizer.sparse:  # softmax: fairseq's own (adaptive softmax included)
+            return super().get_normalized_probs(net_output, log_probs, sample)
+        logits = net_output[0].float()
+        # Tokens outside the support get log-probability -inf: beam search never extends with them.
+        return self.output_normalizer.log_probs(logits, -1) if log_probs else self.output_normalizer(logits, -1)
+
+
+def _tiny(args):
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
+    args.encoder_layers = getattr(args, "encoder_layers", 2)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    base_architecture(args)
+
+
+# Same sizes as fairseq's transformer presets of the same names.
+register_model_architecture("entmax_transformer", "entmax_transformer")(base_architecture)
+register_model_architecture("entmax_transformer", "entmax_transformer_iwslt_de_en")(transformer_iwslt_de_en)
+register_model_architecture("entmax_transformer", "entmax_transformer_wmt_en_de")(transformer_wmt_en_de)
+register_model_architecture("entmax_transformer", "entmax_transformer_tiny")(_tiny)

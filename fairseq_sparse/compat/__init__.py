@@ -1,0 +1,26 @@
+"""The fixes fairseq needs for this plugin, each narrow, documented and tested.
+
+- :mod:`.checkpoints`: fairseq checkpoints load under torch >= 2.6 (``weights_only``)
+  without turning pickle safety off;
+- :mod:`.batching`: the last batch of every split is kept, and a resumed run gets the
+  batches of an uninterrupted one;
+- :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed.
+
+Nothing is patched on import: the plugin's ``__init__`` calls :func:`apply` once,
+when fairseq loads it (``--user-dir fairseq_sparse``).
+"""
+
+_applied = False
+
+
+def apply():
+    """Apply every fix (idempotent)."""
+    global _applied
+    if _applied:
+        return
+    from . import batching, checkpoints, criterion_state
+
+    checkpoints.apply()
+    batching.apply()
+    criterion_state.apply()
+    _applied = True

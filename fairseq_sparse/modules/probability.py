@@ -1,0 +1,47 @@
+"""Probability helpers shared by the latent-variable models and the sentence VAEs, once.
+
+- :func:`gaussian_kl`: KL(N(mean, exp(log_var)) || N(0, I)) in closed form;
+- :func:`reparameterized_sample`: z = mean + sigma * eps (Kingma & Welling 2014);
+- :func:`gumbel_noise`: g = -log(-log u), for Gumbel-max and Gumbel-softmax
+  (Jang, Gu & Poole 2017; Maddison, Mnih & Teh 2017) and Gumbel-top-k;
+- :func:`binary_concrete`: a relaxed Bernoulli sample (Maddison et al. 2017).
+
+Uniform draws are kept off 0 and 1, where the logarithms are infinite.
+"""
+
+import torch
+
+# Uniform draws are clamped to [UNIFORM_TAIL, 1 - UNIFORM_TAIL] for the logistic noise
+# (both tails take a logarithm) and to [GUMBEL_TAIL, 1] for Gumbel noise (torch.rand
+# never returns 1, and -log(-log u) only needs u > 0).
+UNIFORM_TAIL = 1e-6
+GUMBEL_TAIL = 1e-20
+
+
+def gaussian_kl(mean, log_var, weight=None):
+    """KL(N(mean, exp(log_var)) || N(0, I)) per row, in closed form:
+    0.5 sum_i (mean_i^2 + exp(log_var_i) - 1 - log_var_i), each dimension's term
+    multiplied by ``weight`` (same shape) when given."""
+    terms = mean.pow(2) + log_var.exp() - 1 - log_var
+    if weight is not None:
+        terms = weight * terms
+    return 0.5 * terms.sum(-1)
+
+
+def reparameterized_sample(mean, log_var):
+    """z ~ N(mean, exp(log_var)) as mean + exp(log_var / 2) * eps, eps ~ N(0, I):
+    differentiable in both parameters."""
+    return mean + torch.randn_like(mean) * (0.5 * log_var).exp()
+
+
+def gumbel_noise(like):
+    """Standard Gumbel noise of ``like``'s shape, dtype and device: -log(-log u)."""
+    uniform = torch.rand_like(like).clamp(GUMBEL_TAIL, 1.0)
+    return -torch.log((-torch.log(uniform)).clamp_min(GUMBEL_TAIL))
+
+
+def binary_concrete(logits, temperature):
+    """A relaxed Bernoulli(sigmoid(logits)) sample: sigmoid((logits + L) / temperature),
+    L = log u - log(1 - u) logistic noise."""
+    uniform = torch.rand_like(logits).clamp(UNIFORM_TAIL, 1 - UNIFORM_TAIL)
+    return torch.sigmoid((logits + torch.log(uniform) - torch.log1p(-uniform)) / temperature)

@@ -1,3 +1,0 @@
-"""Registered fairseq scorers (importing registers them)."""
-
-from . import ter  # noqa: F401

@@ -1,0 +1,9 @@
+"""Sparse sentence VAEs (Prokhorov, Li, Shareghi & Collier 2021): the ``sentence_vae``
+task, the GRU and BERT-encoder models, the objectives (``vae``, ``vae_l1``, ``vae_l2``,
+``mat_vae``, ``hsvae``) and the average Hoyer measure of code sparsity."""
+
+from .. import load_plugin
+
+load_plugin()
+
+from . import bert_sentence_vae, elbo, hsvae, mat_vae, regularized, sentence_vae, task  # noqa: E402,F401

@@ -1,0 +1,81 @@
+"""``vae``: the ELBO of a sentence VAE with a KL weight (beta-VAE; Higgins et al. 2017),
+
+    loss = -log p(x | z) + kl_weight * KL(q(z | x) || N(0, I)),   z ~ q(z | x),
+
+summed over sentences (one reparameterised z each, in training and validation).
+Logged: ``reconstruction`` (nats per sentence), ``kl`` (the objective's prior
+terms, unweighted) and, in validation, ``average_hoyer`` of one sample z per
+sentence and ``average_hoyer_mean`` of the posterior means
+(:mod:`.hoyer`), computed over the whole validation set.
+
+The other objectives subclass it: ``latent`` draws z and returns its prior terms
+(already weighted), ``regularizer`` adds a penalty.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from fairseq import metrics
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+
+from ..modules.probability import gaussian_kl, reparameterized_sample
+from .hoyer import AverageHoyerMeter
+from .sentence_vae import encoder_input
+
+
+@dataclass
+class VAEConfig(FairseqDataclass):
+    kl_weight: float = field(default=1.0, metadata={"help": "weight of the KL term (1: the ELBO)"})
+
+
+@register_criterion("vae", dataclass=VAEConfig)
+class VAECriterion(FairseqCriterion):
+    def __init__(self, cfg, task):
+        super().__init__(task)
+        self.cfg = cfg
+        self.pad = task.target_dictionary.pad()
+
+    def latent(self, posterior):
+        """(z, weighted prior terms per sentence, unweighted KL per sentence, mean code)."""
+        mean, log_var = posterior["mean"], posterior["log_var"]
+        z = reparameterized_sample(mean, log_var)
+        kl = gaussian_kl(mean, log_var)
+        return z, self.cfg.kl_weight * kl, kl, mean
+
+    def regularizer(self, posterior):
+        """Extra per-sentence penalty on the posterior (none for the plain VAE)."""
+        return torch.zeros_like(posterior["mean"][:, 0])
+
+    def forward(self, model, sample, reduce=True):
+        net_input = sample["net_input"]
+        posterior = model.encode(**encoder_input(net_input))
+        z, prior_terms, kl, mean_code = self.latent(posterior)
+        logits = model.decode(z, net_input["prev_output_tokens"])
+        reconstruction = F.cross_entropy(logits.transpose(1, 2), sample["target"], ignore_index=self.pad,
+                                         reduction="none").sum(-1)
+        loss = (reconstruction + prior_terms + self.regularizer(posterior)).sum()
+        batch = len(sample["id"])
+        logging_output = {"loss": loss.detach(), "reconstruction": reconstruction.detach().sum(),
+                          "kl": kl.detach().sum(), "ntokens": sample["ntokens"], "nsentences": batch,
+                          "sample_size": batch}
+        if not model.training:
+            logging_output["codes"] = z.detach()
+            logging_output["means"] = mean_code.detach()
+        return loss, batch, logging_output
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        n = sum(log["sample_size"] for log in logging_outputs)
+        for key in ("loss", "reconstruction", "kl"):
+            metrics.log_scalar(key, sum(float(log[key]) for log in logging_outputs) / max(n, 1), n, round=3)
+        codes = [log["codes"] for log in logging_outputs if "codes" in log]
+        if codes:
+            metrics.log_custom(AverageHoyerMeter, "average_hoyer", torch.cat(codes))
+            metrics.log_custom(AverageHoyerMeter, "average_hoyer_mean",
+                               torch.cat([log["means"] for log in logging_outputs]))
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return False  # the codes of a validation pass are gathered, not summed

@@ -1,0 +1,61 @@
+"""``hsvae``: the hierarchical sparse VAE of Prokhorov, Li, Shareghi & Collier (2021).
+
+Per dimension i: gamma_i ~ Beta(alpha, beta) a priori, the probability that z_i is
+in the spike (exactly 0); q(gamma_i | x) = Beta(a_i(x), b_i(x)).  Given gamma, prior
+and posterior on z_i are spike-and-slab with that same spike probability:
+p(z_i | gamma_i) = gamma_i delta_0 + (1 - gamma_i) N(0, 1),
+q(z_i | x, gamma_i) = gamma_i delta_0 + (1 - gamma_i) N(mu_i(x), sigma_i(x)^2).
+The ELBO (the paper's eq. 2), weighted by psi (``--kl-weight``) and lambda
+(``--gamma-kl-weight``):
+
+    E_q [log p(x | z)] - psi E_q(gamma) KL(q(z | x, gamma) || p(z | gamma)) - lambda KL(q(gamma | x) || p(gamma)).
+
+With equal spike weights the inner KL is exactly sum_i (1 - gamma_i) KL(N(mu_i, sigma_i^2) || N(0, 1)),
+and its expectation uses E[gamma_i] = a_i / (a_i + b_i); the Beta KL is in closed
+form.  z is sampled with gamma ~ q(gamma | x) (reparameterised) and the slab
+indicator relaxed by a Binary Concrete of temperature ``--temperature``
+(Maddison et al. 2017), z = s (mu + sigma eps).  Numerically safe: the Beta
+parameters are kept in [1e-2, 1e2] by the model and gamma away from 0 and 1.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.criterions import register_criterion
+from torch.distributions import Beta, kl_divergence
+
+from ..modules.probability import binary_concrete, gaussian_kl, reparameterized_sample
+from .elbo import VAEConfig, VAECriterion
+
+GAMMA_EPS = 1e-5
+
+
+@dataclass
+class HSVAEConfig(VAEConfig):
+    gamma_kl_weight: float = field(default=1.0, metadata={"help": "lambda: weight of KL(q(gamma|x) || p(gamma))"})
+    prior_alpha: float = field(default=1.0, metadata={"help": "alpha of the Beta(alpha, beta) prior on the spike "
+                                                              "probability gamma (alpha >> beta: sparser codes)"})
+    prior_beta: float = field(default=1.0, metadata={"help": "beta of the Beta(alpha, beta) prior on gamma"})
+    temperature: float = field(default=0.5, metadata={"help": "Binary Concrete temperature of the slab indicator"})
+
+
+@register_criterion("hsvae", dataclass=HSVAEConfig)
+class HSVAECriterion(VAECriterion):
+    def __init__(self, cfg, task):
+        super().__init__(cfg, task)
+        if cfg.prior_alpha <= 0 or cfg.prior_beta <= 0 or cfg.temperature <= 0:
+            raise ValueError("--prior-alpha, --prior-beta and --temperature must be positive")
+
+    def latent(self, posterior):
+        mean, log_var = posterior["mean"], posterior["log_var"]
+        q_gamma = Beta(posterior["gamma_a"], posterior["gamma_b"])
+        gamma = q_gamma.rsample().clamp(GAMMA_EPS, 1 - GAMMA_EPS)
+        # The slab indicator ~ Bernoulli(1 - gamma), relaxed; its logit is log((1 - gamma) / gamma).
+        slab_on = binary_concrete(torch.log1p(-gamma) - torch.log(gamma), self.cfg.temperature)
+        z = slab_on * reparameterized_sample(mean, log_var)
+        expected_gamma = q_gamma.mean
+        kl_z = gaussian_kl(mean, log_var, weight=1 - expected_gamma)
+        prior = Beta(torch.full_like(mean, self.cfg.prior_alpha), torch.full_like(mean, self.cfg.prior_beta))
+        kl_gamma = kl_divergence(q_gamma, prior).sum(-1)
+        terms = self.cfg.kl_weight * kl_z + self.cfg.gamma_kl_weight * kl_gamma
+        return z, terms, kl_z + kl_gamma, (1 - expected_gamma) * mean

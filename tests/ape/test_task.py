@@ -1,0 +1,239 @@
+"""The ape task end to end through fairseq's CLIs on real WMT APE triplets, and its input checks."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fairseq_sparse
+fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold, for torch.load
+from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
+
+TRAIN = ["--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert_ape",
+         "--attention-normalizer", "alpha_entmax", "--optimizer", "adam", "--lr", "1e-3",
+         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2000",
+         "--cpu", "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple"]
+
+
+def generate(data, checkpoint, *extra):
+    return run_cli("fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
+                   "--path", checkpoint, "--gen-subset", "test", "--cpu", "--beam", "2", "--max-len-b", "30", *extra)
+
+
+def hypotheses(stdout):
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", stdout, re.M)}
+
+
+def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, tiny_bert):
+    save = tmp_path / "ckpt"
+    train = run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "2",
+                    "--save-dir", save)
+    assert "ape train: 200 triplets" in train.stderr + train.stdout
+    assert "alpha_encoder0" in train.stderr + train.stdout
+    assert (ape_raw / "tokenizer").is_dir()  # kept with the data: generation needs no --bert-model
+
+    # Interrupted after one epoch and resumed (BERT's dropout on): the same weights as the
+    # uninterrupted run, so resuming re-reads neither BERT's weights nor other batches.
+    split = tmp_path / "split"
+    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", split)
+    resumed = run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "2",
+                      "--save-dir", split)
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch 2 @ \d+ updates\)", resumed.stdout)
+    straight = torch.load(save / "checkpoint_last.pt")["model"]
+    for name, weight in torch.load(split / "checkpoint_last.pt")["model"].items():
+        torch.testing.assert_close(weight, straight[name], atol=1e-6, rtol=1e-5, msg=f"{name} differs after the resume")
+
+    ter = generate(ape_raw, save / "checkpoint_best.pt", "--scoring", "ter")
+    hyps = hypotheses(ter.stdout)
+    assert sorted(hyps) == list(range(20)), "every test sentence is post-edited (fairseq dropped some)"
+    assert all("##" not in h for h in hyps.values()), "WordPieces are merged back"
+    assert re.search(r"TER = [0-9.]+ \(signature: nrefs:1\|case:mixed\|tok:tercom\|norm:no\|punct:yes", ter.stdout)
+    bleu = generate(ape_raw, save / "checkpoint_best.pt", "--scoring", "sacrebleu")
+    assert "BLEU = " in bleu.stdout
+
+    out = tmp_path / "generate.out"
+    out.write_text(ter.stdout, encoding="utf-8")
+    score = subprocess.run([sys.executable, REPO / "scripts" / "score_ape.py", "--hyp", out, "--mt",
+                            ape_raw / "test.mt", "--pe", ape_raw / "test.pe", "--fairseq-output", "--lowercase"],
+                           capture_output=True, text=True)
+    assert score.returncode == 0, score.stderr
+    assert re.search(r"do-nothing \(MT\)\s+[0-9.]+\s+[0-9.]+", score.stdout)
+    assert re.search(r"post-edited\s+[0-9.]+\s+[0-9.]+", score.stdout)
+    assert "TER signature:  nrefs:1|case:mixed|tok:tercom|norm:no|punct:yes" in score.stdout
+    assert "BLEU signature: nrefs:1|case:mixed|eff:no|tok:none" in score.stdout
+
+    from fairseq_sparse.ape.postedit import PostEditor
+
+    editor = PostEditor.from_checkpoint(save / "checkpoint_best.pt", data=ape_raw, beam=2, max_len_b=30)
+    src = (ape_raw / "test.src").read_text(encoding="utf-8").splitlines()[:3]
+    mt = (ape_raw / "test.mt").read_text(encoding="utf-8").splitlines()[:3]
+    assert editor.postedit(src, mt) == [hyps[i] for i in range(3)]
+    assert editor.postedit([], []) == []
+    shorter = PostEditor.from_checkpoint(save / "checkpoint_best.pt", data=ape_raw, max_segment_tokens=3)
+    assert shorter.task.cfg.max_segment_tokens == 3 and editor.task.cfg.max_segment_tokens == 200
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{s}\t{m}\n" for s, m in zip(src, mt)), encoding="utf-8")
+    interactive = run_cli("fairseq-interactive", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
+                          "--path", save / "checkpoint_best.pt", "--cpu", "--beam", "2", "--max-len-b", "30",
+                          "--input", pairs)
+    assert hypotheses(interactive.stdout) == {i: hyps[i] for i in range(3)}
+    with pytest.raises(ValueError, match=r"one 'src<TAB>mt' pair per line; this line has 1 tab-separated fields: "
+                                         r"'Das ist gut \.'"):
+        editor.task.get_interactive_tokens_and_lengths(["Das ist gut ."], encode_fn=None)
+
+
+def test_binarised_data_trains_and_generates(tmp_path, ape_raw, tiny_bert):
+    binarised = tmp_path / "bin"
+    proc = run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir", binarised,
+                   "--max-segment-tokens", "20")
+    assert "train: 200 triplets; cut to 20 WordPieces:" in proc.stderr
+    cut = re.search(r"train: 200 triplets; cut to 20 WordPieces: (\d+) src, (\d+) mt, (\d+) pe", proc.stderr)
+    assert all(int(n) > 0 for n in cut.groups()), "long pharma sentences are cut, and counted"
+    assert not list(binarised.glob("*.src"))  # no raw text: the task reads the memory-mapped datasets
+    save = tmp_path / "ckpt"
+    train = run_cli("fairseq-train", binarised, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1",
+                    "--save-dir", save)
+    assert "ape train: 200 binarised triplets" in train.stderr + train.stdout
+    assert sorted(hypotheses(generate(binarised, save / "checkpoint_last.pt").stdout)) == list(range(20))
+
+
+def test_raw_and_binarised_inputs_are_the_same(tmp_path, ape_raw, tiny_bert):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir", tmp_path / "bin",
+            "--splits", "valid")
+    raw, binarised = (APETask.setup_task(APEConfig(data=str(d), bert_model=str(tiny_bert)))
+                      for d in (ape_raw, tmp_path / "bin"))
+    raw.load_dataset("valid")
+    binarised.load_dataset("valid")
+    for i in range(30):
+        a, b = raw.dataset("valid")[i], binarised.dataset("valid")[i]
+        assert a["source"].tolist() == b["source"].tolist() and a["target"].tolist() == b["target"].tolist()
+    first = raw.dataset("valid")[0]["source"].tolist()
+    d = raw.source_dictionary
+    assert first[0] == d.bos() and first[-1] == d.eos() and first.count(d.eos()) == 2  # [CLS] src [SEP] mt [SEP]
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda d: (d / "valid.pe").write_text("one\ntwo\n"), r"not line-aligned: .*valid.src has 30, .*valid.pe has 2"),
+    (lambda d: (d / "valid.mt").write_text(""), r"valid.mt: empty file"),
+    (lambda d: (d / "valid.src").unlink(), r"valid.src: missing"),
+    (lambda d: (d / "valid.src").write_bytes(b"\xff\xfe bad\n"), r"valid.src: cannot be read as UTF-8"),
+])
+def test_bad_triplet_files_are_named(ape_raw, tiny_bert, damage, message):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    damage(ape_raw)
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert)))
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        task.load_dataset("valid")
+
+
+def test_generation_needs_the_tokenizer_or_bert_model(tmp_path, ape_raw):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    with pytest.raises(ValueError, match="--bert-model is required"):
+        APETask.setup_task(APEConfig(data=str(ape_raw)))
+    with pytest.raises(FileNotFoundError, match="--bert-model .*nowhere"):
+        APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tmp_path / "nowhere")))
+
+
+def test_triplets_too_long_for_the_model_stop_training_instead_of_being_dropped(ape_raw, tiny_bert):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    def train_batches(max_segment_tokens):
+        task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert), max_source_positions=64,
+                                            max_segment_tokens=max_segment_tokens))
+        task.load_dataset("train")
+        # ignore_invalid_inputs=True is what fairseq's trainer always passes for training
+        return task.get_batch_iterator(task.dataset("train"), max_tokens=2000, max_positions=task.max_positions(),
+                                       ignore_invalid_inputs=True).frozen_batches
+
+    assert sum(len(b) for b in train_batches(30)) == 200  # cut to fit: every triplet is trained on
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert)))
+    task.load_dataset("train")
+    sizes = task.dataset("train").src_sizes
+    first_too_long = 1 + min(i for i in range(200) if sizes[i] > 64)
+    with pytest.raises(ValueError, match=rf"ape train: {sum(sizes > 64)} triplets are longer than the model's "
+                                         rf".* \(64, 512\), the first on line {first_too_long} of the train "
+                                         rf"triplets .*lower --max-segment-tokens"):
+        train_batches(200)
+
+
+def test_inputs_to_post_edit_are_cut_like_training_data_and_counted(ape_raw, tiny_bert, caplog):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert), max_segment_tokens=3))
+    with caplog.at_level("WARNING"):
+        sources = task.encode_inputs(["Das ist ein langer Satz .", "gut"], ["This is well .", "good"])
+    assert [len(s) for s in sources] == [1 + 3 + 1 + 3 + 1, 1 + 1 + 1 + 1 + 1]  # [CLS] src [SEP] mt [SEP]
+    assert "ape input: of 2 (src, mt) pairs, 1 src and 1 mt cut to --max-segment-tokens 3" in caplog.text
+
+
+def test_a_pair_too_long_for_the_model_is_named_when_post_editing(ape_raw, tiny_bert):
+    from fairseq import options, tasks
+
+    from fairseq_sparse.ape.postedit import PostEditor
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(ape_raw), *map(str, TRAIN), "--bert-model", str(tiny_bert),
+                                                "--max-source-positions", "64"])
+    task = tasks.setup_task(args)
+    editor = PostEditor([task.build_model(args)], task, beam=1, max_len_b=3)
+    assert len(editor.postedit(["das ist gut ."], ["this is good ."])) == 1
+    with pytest.raises(ValueError, match=r"ape input: 1 \(src, mt\) pairs are longer than the model's 64 source "
+                                         r"positions, the first is pair 2 \(99 tokens .*lower --max-segment-tokens"):
+        editor.postedit(["ja", "das ist gut . " * 12], ["yes", "this is good . " * 12])
+
+
+@pytest.mark.parametrize("max_segment_tokens", [0, -5])
+def test_a_cut_below_one_wordpiece_is_refused(tmp_path, ape_raw, tiny_bert, capsys, max_segment_tokens):
+    from fairseq_sparse.ape.binarize import main as binarize
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert),
+                                        max_segment_tokens=max_segment_tokens))
+    with pytest.raises(ValueError, match=f"--max-segment-tokens {max_segment_tokens}: must be at least 1"):
+        task.load_dataset("valid")
+    with pytest.raises(ValueError, match=f"--max-segment-tokens {max_segment_tokens}: must be at least 1"):
+        task.encode_inputs(["Das ist gut ."], ["This is well ."])
+    with pytest.raises(SystemExit):
+        binarize(["--bert-model", str(tiny_bert), "--raw", str(ape_raw), "--destdir", str(tmp_path / "bin"),
+                  "--max-segment-tokens", str(max_segment_tokens)])
+    assert f"--max-segment-tokens {max_segment_tokens}: must be at least 1" in capsys.readouterr().err
+
+
+def test_two_gloo_workers_on_new_raw_data_equal_one_worker_with_the_same_total_batch(tmp_path, ape_raw, tiny_bert):
+    """Both ranks start on a DATA_DIR without a tokenizer: each keeps one, and they agree."""
+    common = [ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-tokens", "1000", "--dropout", "0",
+              "--attention-dropout", "0", "--max-update", "3", "--disable-validation", "--ddp-backend", "legacy_ddp"]
+    assert_two_gloo_workers_equal_one(common, tmp_path)
+    assert [p.name for p in ape_raw.iterdir() if p.name.startswith(".tokenizer")] == []
+
+
+def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_bert, monkeypatch):
+    from fairseq_sparse.modules.bert import load_bert_tokenizer
+    from fairseq_sparse.ape.task import keep_tokenizer
+
+    tokenizer = load_bert_tokenizer(tiny_bert)
+    keep_tokenizer(tokenizer, tmp_path / "tokenizer")
+    first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "tokenizer").iterdir()}
+    keep_tokenizer(tokenizer, tmp_path / "tokenizer")  # the rename loses the race: no error, nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "tokenizer").iterdir()} == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer"]
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="junk exists but holds no tokenizer"):
+        keep_tokenizer(tokenizer, tmp_path / "junk")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "tokenizer"]
+
+    def disk_full(directory):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(tokenizer, "save_pretrained", disk_full)
+    with pytest.raises(OSError, match="cannot keep the tokenizer with the data in .*new .*No space left"):
+        keep_tokenizer(tokenizer, tmp_path / "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "tokenizer"]  # no half-written copy left

@@ -1,0 +1,129 @@
+"""The report command end to end on a trained tiny entmax_transformer."""
+
+import re
+
+import pytest
+import torch
+
+import fairseq_sparse
+fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold for torch.load
+from fairseq_sparse.attention import report as attention_report
+from tests.conftest import REPO, run_cli, write_ape_split
+from tests.ape import test_bert_ape, test_dual_source_transformer
+
+USER_DIR = str(REPO / "fairseq_sparse")
+
+
+def test_report_from_checkpoints(multi30k_bin, tmp_path):
+    run_cli("fairseq-train", multi30k_bin, "--user-dir", USER_DIR, "--task", "translation",
+            "--arch", "entmax_transformer_tiny", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+            "--cpu", "--seed", "2", "--max-epoch", "2", "--save-dir", tmp_path / "ck", "--num-workers", "0")
+    out = tmp_path / "report"
+    run_cli("fairseq-sparse-attention-report", "--path", tmp_path / "ck" / "checkpoint_last.pt", "--data", multi30k_bin,
+            "--out", out, "--sentences", "0", "1", "--trajectory", tmp_path / "ck" / "checkpoint1.pt",
+            tmp_path / "ck" / "checkpoint2.pt")
+    for png in ["alpha_per_head", "alpha_change", "alpha_histogram", "alpha_trajectories", "density", "diversity",
+                "attention_0_encoder0", "attention_1_cross1"]:
+        assert (out / f"{png}.png").stat().st_size > 5000, png
+    report = (out / "report.md").read_text()
+    learned_md, change_md = report.split("## Attention density")[0].split("Change since initialisation")
+    learned, change = heads_table(learned_md), heads_table(change_md)
+    assert len(learned) == 6 and set(change) == set(learned)
+    # Learned minus change is the initial alpha the checkpoint keeps.
+    state = torch.load(tmp_path / "ck" / "checkpoint_last.pt")["model"]
+    for (site, layer), values in learned.items():
+        assert all(1.01 <= x <= 2.0 for x in values)
+        owner = {"encoder": f"encoder.layers.{layer}.self_attn", "decoder": f"decoder.layers.{layer}.self_attn",
+                 "cross": f"decoder.layers.{layer}.encoder_attn"}[site]
+        initial = state[f"{owner}.head_alpha.initial_alpha"].tolist()
+        assert [a - c for a, c in zip(values, change[(site, layer)])] == pytest.approx(initial, abs=2e-3)
+    assert "## Head roles" in report
+    trajectory = report.split("## Alpha trajectories")[1]
+    assert [int(u) for u in re.findall(r"^\| (\d+) \|", trajectory, re.M)][:2] == [0, updates(tmp_path / "ck" / "checkpoint1.pt")]
+
+
+def heads_table(markdown):
+    """{(site, layer): value per head} of a report table, its mean column left out."""
+    rows = re.findall(r"^\| (encoder|mt_encoder|decoder|cross|mt_cross) \| (\d) \| ([-+0-9. |]+)$", markdown, re.M)
+    return {(s, int(i)): [float(x) for x in cells.split("|") if x.strip()][:-1] for s, i, cells in rows}
+
+
+def updates(checkpoint):
+    return torch.load(checkpoint)["optimizer_history"][-1]["num_updates"]
+
+
+def test_report_rejects_a_missing_checkpoint(tmp_path):
+    proc = run_cli("fairseq-sparse-attention-report", "--path", tmp_path / "nope.pt", "--data", tmp_path,
+                   "--out", tmp_path / "r", check=False)
+    assert proc.returncode != 0 and "checkpoint not found" in proc.stderr
+
+
+def test_report_rejects_a_stock_transformer(multi30k_bin, tmp_path):
+    run_cli("fairseq-train", multi30k_bin, "--user-dir", USER_DIR, "--task", "translation", "--arch", "transformer_tiny",
+            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--cpu", "--max-epoch", "1",
+            "--save-dir", tmp_path / "ck", "--num-workers", "0")
+    proc = run_cli("fairseq-sparse-attention-report", "--path", tmp_path / "ck" / "checkpoint_last.pt",
+                   "--data", multi30k_bin, "--out", tmp_path / "r", check=False)
+    assert proc.returncode != 0 and "not a checkpoint of entmax_transformer" in proc.stderr
+
+
+BUILD = {"bert_ape": test_bert_ape.build, "dual_source_transformer": test_dual_source_transformer.build}
+
+
+@pytest.mark.parametrize("arch", sorted(BUILD))
+def test_ape_attention_maps_label_every_position(tmp_path, tiny_bert, arch):
+    """Every row and column of a map is labelled with its own token, [CLS] and [SEP]
+    included; the maps are the model's attention for that sentence; a sentence past
+    --max-sentences is still drawn, one outside the split is named."""
+    write_ape_split(tmp_path, "test", 0, 6)
+    torch.manual_seed(0)
+    model, task = BUILD[arch](tmp_path, tiny_bert, "--attention-normalizer", "alpha_entmax")
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    longest = int(dataset.src_sizes.argmax())  # batched last: past --max-sentences 1
+    _, maps, seen = attention_report.collect(model, task, "test", 1, {longest})
+    assert seen == 1
+    d = task.source_dictionary
+    source = [d[i] for i in dataset[longest]["source"].tolist()]
+    post_edit = [d[i] for i in dataset[longest]["target"].tolist()]
+    first_sep = source.index("[SEP]") + 1
+    assert source[0] == "[CLS]" and source.count("[SEP]") == 2 and post_edit[-1] == "[SEP]"
+    if arch == "bert_ape":
+        expected = {"encoder": (source, source), "cross": (post_edit, source)}
+    else:
+        expected = {"encoder": (source[:first_sep], source[:first_sep]),
+                    "mt_encoder": (source[first_sep:], source[first_sep:]),
+                    "cross": (post_edit, source[:first_sep]), "mt_cross": (post_edit, source[first_sep:])}
+    expected["decoder"] = (["[SEP]"] + post_edit[:-1], ["[SEP]"] + post_edit[:-1])
+    for (sid, site, layer), (p, queries, keys) in maps.items():
+        assert sid == longest and (queries, keys) == expected[site], site
+        assert p.shape[1:] == (len(queries), len(keys))
+    assert {site for _, site, _ in maps} == set(expected)
+
+    # The same attention as the model gives this sentence alone (no padding anywhere).
+    sample = dataset.collater([dataset[longest]])
+    modules = {(site, i): m for site, i, m in model.attention_modules()}
+    for m in modules.values():
+        m.record_attention = True
+    with torch.no_grad():
+        model(**sample["net_input"])
+    torch.testing.assert_close(maps[(longest, "decoder", 0)][0], modules[("decoder", 0)].last_attention[0])
+    if arch == "bert_ape":
+        torch.testing.assert_close(maps[(longest, "encoder", 0)][0], modules[("encoder", 0)].last_attention[0])
+
+    with pytest.raises(ValueError, match="--sentences 6: split test has 6 sentences"):
+        attention_report.collect(model, task, "test", 1, {6})
+
+
+def test_dual_source_report_has_every_attention_site(tmp_path, tiny_bert, monkeypatch):
+    write_ape_split(tmp_path, "test", 0, 6)
+    model, task = test_dual_source_transformer.build(tmp_path, tiny_bert, "--attention-normalizer", "alpha_entmax")
+    monkeypatch.setattr(attention_report, "load", lambda path, data: (model, task))
+    out = tmp_path / "report"
+    attention_report.main(["--path", __file__, "--data", str(tmp_path), "--split", "test", "--out", str(out)])
+    report = (out / "report.md").read_text()
+    learned = heads_table(report.split("Change since initialisation")[0])
+    sites = ["encoder", "mt_encoder", "decoder", "cross", "mt_cross"]
+    assert sorted(learned) == sorted([(s, 0) for s in sites] + [("decoder", 1), ("cross", 1), ("mt_cross", 1)])
+    for site in sites:
+        assert (out / f"attention_0_{site}0.png").stat().st_size > 5000, site

@@ -1,0 +1,88 @@
+"""fairseq checkpoints load under torch >= 2.6 through the plugin, and hostile pickles do not."""
+
+import argparse
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+import fairseq_sparse
+fairseq_sparse.load_plugin()  # installs the allow-list
+from fairseq_sparse.compat.checkpoints import FAIRSEQ_CHECKPOINT_GLOBALS
+
+from tests.conftest import run_cli
+
+TINY_TRANSFORMER = [
+    "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+    "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--cpu",
+    "--no-progress-bar", "--log-format", "simple", "--seed", "1",
+]
+
+
+def test_no_global_safety_switch():
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+    assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD" not in os.environ
+    assert argparse.Namespace in torch.serialization.get_safe_globals()
+    assert all(g in torch.serialization.get_safe_globals() for g in FAIRSEQ_CHECKPOINT_GLOBALS)
+
+
+def test_train_resume_and_generate_through_the_clis(multi30k_bin, tmp_path):
+    save = tmp_path / "ckpt"
+    common = [multi30k_bin, "--user-dir", fairseq_sparse.__path__[0], "--save-dir", save, *TINY_TRANSFORMER]
+    run_cli("fairseq-train", *common, "--max-epoch", "1")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))
+    updates_after_epoch1 = state["optimizer_history"][-1]["num_updates"]
+    assert updates_after_epoch1 > 0
+
+    resumed = run_cli("fairseq-train", *common, "--max-epoch", "2")
+    log = resumed.stdout + resumed.stderr
+    assert f"Loaded checkpoint {save}/checkpoint_last.pt (epoch 2 @ {updates_after_epoch1} updates)" in log, log[-3000:]
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))
+    # The second epoch continued from the first: same batches again, nothing redone or lost.
+    assert state["optimizer_history"][-1]["num_updates"] == 2 * updates_after_epoch1
+
+    gen = run_cli(
+        "fairseq-generate", multi30k_bin, "--user-dir", fairseq_sparse.__path__[0],
+        "--path", save / "checkpoint_last.pt", "--gen-subset", "valid", "--cpu",
+        "--max-tokens", "1000", "--beam", "2",
+    )
+    assert "BLEU4" in gen.stdout + gen.stderr
+
+    sentences = tmp_path / "input.en"
+    sentences.write_text("a man is riding a bike .\ntwo dogs play in the snow .\n")
+    interactive = run_cli(
+        "fairseq-interactive", multi30k_bin, "--user-dir", fairseq_sparse.__path__[0],
+        "--path", save / "checkpoint_last.pt", "--cpu", "--beam", "2", "--input", sentences,
+        "--source-lang", "en", "--target-lang", "de",
+    )
+    hypotheses = [line for line in interactive.stdout.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == 2, interactive.stdout[-2000:]
+
+
+def test_numpy_scalars_in_metrics_state_load(tmp_path):
+    path = tmp_path / "ck.pt"
+    torch.save({"extra_state": {"metrics": {"loss": np.float64(1.5), "n": np.int64(3)}}, "args": argparse.Namespace(a=1)}, path)
+    state = torch.load(path)
+    assert state["extra_state"]["metrics"]["loss"] == 1.5 and state["args"].a == 1
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_that_runs_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = _RunsCode()
+    evil.marker = marker
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "args": None, "payload": evil}, path)
+    with pytest.raises(pickle.UnpicklingError, match="system"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()

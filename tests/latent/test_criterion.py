@@ -1,0 +1,48 @@
+"""The latent_marginalization criterion's options: a setting the estimator would turn into a
+crash or a NaN mid-training is refused up front, by its option name (each estimator
+checks the options it takes)."""
+
+import re
+
+import pytest
+
+from fairseq_sparse.latent import BitVector, Categorical, build_estimator_from_options
+from fairseq_sparse.latent.criterion import LatentMarginalizationConfig
+
+
+@pytest.mark.parametrize("estimator, setting, space, message", [
+    ("topk_sparsemax", {"topk": 0}, Categorical(10), "--topk 0: must be at least 1"),
+    ("sum_and_sample", {"topk": -1}, Categorical(10), "--topk -1: must be at least 1"),
+    ("unordered_set", {"set_size": 9}, Categorical(10), "--set-size 9: must be 1 to 6"),
+    ("unordered_set", {"set_size": 0}, Categorical(10), "--set-size 0: must be 1 to 6"),
+    ("sparsemap_budget", {"budget": 20}, BitVector(8), "--budget 20: must be 0 (half the bits) to the 8 latent bits"),
+    ("sparsemap_budget", {"budget": -2}, BitVector(8), "--budget -2: must be 0"),
+    ("sfe", {"baseline_decay": 1.5}, Categorical(10), "--baseline-decay 1.5: must be in [0, 1]"),
+    ("gumbel", {"gumbel_min_temperature": 0.0}, Categorical(10), "--gumbel-min-temperature 0.0: must be above 0"),
+    ("st_gumbel", {"gumbel_temperature": -1.0}, BitVector(8), "--gumbel-temperature -1.0: must be above 0"),
+    ("gumbel", {"gumbel_anneal_rate": -1e-4}, Categorical(10), "--gumbel-anneal-rate -0.0001: must be at least 0"),
+])
+def test_bad_settings_are_refused_by_option_name(estimator, setting, space, message):
+    cfg = LatentMarginalizationConfig(estimator=estimator, **setting)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_estimator_from_options(estimator, cfg, space)
+
+
+@pytest.mark.parametrize("estimator, setting, space", [
+    ("topk_sparsemax", {"topk": 1}, Categorical(10)),
+    ("unordered_set", {"set_size": 6}, Categorical(10)),
+    ("sparsemap_budget", {"budget": 0}, BitVector(8)),  # 0: half the bits
+    ("sparsemap_budget", {"budget": 8}, BitVector(8)),
+    ("nvil", {"baseline_decay": 0.0}, Categorical(10)),
+])
+def test_settings_at_the_limits_build(estimator, setting, space):
+    cfg = LatentMarginalizationConfig(estimator=estimator, **setting)
+    built = build_estimator_from_options(estimator, cfg, space)
+    for option, value in setting.items():
+        argument = next(a for a, o in type(built).options.items() if o == option)
+        if argument == "budget":
+            assert built.space.budget == (value or space.bits // 2)
+        elif argument == "baseline_decay":
+            assert built.centre.decay == value
+        else:
+            assert getattr(built, argument) == value

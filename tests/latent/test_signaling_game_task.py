@@ -1,0 +1,110 @@
+"""The signaling_game experiment through fairseq-train, and its games."""
+
+import numpy as np
+import pytest
+import torch
+
+from fairseq_sparse.latent import ESTIMATORS, Categorical
+from fairseq_sparse.latent.signaling_game_task import SignalingGameDataset
+from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+
+COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "signaling_game", "--arch", "signaling_game",
+          "--criterion", "latent_marginalization", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "64",
+          "--cpu", "--num-workers", "0", "--no-save", "--log-format", "simple"]
+CATEGORICAL = sorted(name for name, cls in ESTIMATORS.items() if Categorical in cls.spaces)
+
+
+def test_games_hold_the_target_once_among_distinct_candidates():
+    features = torch.arange(40, dtype=torch.float32)[:, None]
+    for fixed in (True, False):
+        dataset = SignalingGameDataset(features, 16, seed=0, fixed=fixed)
+        batch = dataset.collater([dataset[i] for i in range(40)])
+        candidates = batch["net_input"]["candidates"][..., 0]
+        rows = torch.arange(40)
+        assert torch.equal(candidates[rows, batch["target_position"]], batch["net_input"]["target"][:, 0])
+        assert all(len(set(row.tolist())) == 16 for row in candidates)
+        positions = batch["target_position"].tolist()
+        assert len(set(positions)) > 5  # the target is not always in the same place
+    again = SignalingGameDataset(features, 16, seed=0, fixed=True)
+    assert torch.equal(again.collater([again[i] for i in range(40)])["net_input"]["candidates"],
+                       SignalingGameDataset(features, 16, seed=0, fixed=True).collater(
+                           [again[i] for i in range(40)])["net_input"]["candidates"])
+    with pytest.raises(ValueError, match="--num-candidates 16: this split has only 10 items"):
+        SignalingGameDataset(features[:10], 16, seed=0, fixed=True)
+
+
+def test_training_games_depend_on_epoch_and_target_only():
+    """A training game is drawn afresh each epoch, the same whatever batch the target is in
+    and however often the dataset is rebuilt (as a resumed run rebuilds it)."""
+    features = torch.arange(40, dtype=torch.float32)[:, None]
+
+    def candidates(dataset, ids):
+        return dataset.collater([dataset[i] for i in ids])["net_input"]["candidates"]
+
+    dataset = SignalingGameDataset(features, 16, seed=0, fixed=False)
+    first = candidates(dataset, range(40))
+    assert torch.equal(candidates(dataset, range(40)), first)
+    rebuilt = SignalingGameDataset(features, 16, seed=0, fixed=False)
+    assert torch.equal(candidates(rebuilt, [7, 3]), first[[7, 3]])
+    dataset.set_epoch(2)
+    second = candidates(dataset, range(40))
+    assert sum(not torch.equal(a, b) for a, b in zip(first, second)) > 35
+    rebuilt.set_epoch(2)
+    assert torch.equal(candidates(rebuilt, range(40)), second)
+
+
+def test_resumed_run_plays_the_uninterrupted_runs_games(tmp_path):
+    common = [*(a for a in COMMON if a != "--no-save"), "--estimator", "sparsemax", "--seed", "1",
+              "--no-epoch-checkpoints"]
+    run_cli("fairseq-train", *common, "--max-epoch", "2", "--save-dir", "straight", cwd=tmp_path)
+    for epochs in ("1", "2"):
+        run_cli("fairseq-train", *common, "--max-epoch", epochs, "--save-dir", "resumed", cwd=tmp_path)
+    straight, resumed = (torch.load(tmp_path / run / "checkpoint_last.pt")["model"] for run in ("straight", "resumed"))
+    for name, value in straight.items():
+        assert torch.equal(value, resumed[name]), name
+
+
+@pytest.mark.parametrize("estimator", CATEGORICAL)
+def test_every_estimator_plays_on_digits(estimator, tmp_path):
+    proc = run_cli("fairseq-train", *COMMON, "--estimator", estimator, "--max-update", "4", "--topk", "5",
+                   cwd=tmp_path)
+    metrics = valid_metrics(proc.stdout)
+    assert 0 <= metrics["success"] <= 100
+    calls = metrics["decoder_calls"]
+    expected = {"dense": 256, "sfe": 1, "nvil": 1, "gumbel": 1, "st_gumbel": 1, "sfe_plus": 2, "sum_and_sample": 6,
+                "unordered_set": 4}
+    if estimator in expected:
+        assert calls == expected[estimator]
+    else:
+        assert 1 <= calls <= (5 if estimator == "topk_sparsemax" else 256)
+
+
+def test_sparse_marginalisation_beats_chance_with_few_calls(tmp_path):
+    proc = run_cli("fairseq-train", *COMMON, "--estimator", "sparsemax", "--max-epoch", "8", cwd=tmp_path)
+    metrics = valid_metrics(proc.stdout)
+    assert metrics["success"] > 3 * 100 / 16 and metrics["decoder_calls"] < 10
+
+
+def test_feature_file_and_its_errors(tmp_path):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "features.npy", rng.normal(size=(300, 12)).astype(np.float32))
+    proc = run_cli("fairseq-train", *COMMON, "--features", tmp_path / "features.npy", "--estimator", "sparsemax",
+                   "--max-update", "2", "--num-candidates", "8", cwd=tmp_path)
+    assert "240 train / 30 valid / 30 test items of 12 features; 256 messages, 8 candidates" in proc.stdout
+    bad = np.ones((50, 4), dtype=np.float32)
+    bad[7, 2] = np.nan
+    np.save(tmp_path / "bad.npy", bad)
+    proc = run_cli("fairseq-train", *COMMON, "--features", tmp_path / "bad.npy", "--max-update", "1",
+                   "--num-candidates", "2", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "bad.npy: row 7 is not finite" in proc.stderr
+    np.save(tmp_path / "flat.npy", np.ones(10))
+    proc = run_cli("fairseq-train", *COMMON, "--features", tmp_path / "flat.npy", "--max-update", "1", cwd=tmp_path,
+                   check=False)
+    assert proc.returncode != 0 and "expected a 2-d numeric array" in proc.stderr
+
+
+def test_mnist_pixels_from_shared_data(tmp_path):
+    mnist = shared_data("images", "mnist")
+    proc = run_cli("fairseq-train", mnist, *COMMON, "--dataset", "mnist", "--estimator", "sparsemax",
+                   "--max-update", "3", "--disable-validation", cwd=tmp_path)
+    assert "8000 train / 1000 valid / 1000 test items of 784 features" in proc.stdout

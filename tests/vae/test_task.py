@@ -1,0 +1,63 @@
+"""The sentence_vae task and its objectives through fairseq-train on real Yelp text."""
+
+import pytest
+
+from fairseq_sparse.vae.task import build_vocabulary, read_corpus
+from tests.conftest import REPO, run_cli, shared_data, valid_metrics, yelp_corpus
+
+COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch", "sentence_vae",
+          "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0", "--no-save",
+          "--log-format", "simple", "--embed-dim", "32", "--hidden-dim", "64"]
+
+
+@pytest.fixture
+def yelp_dir(tmp_path):
+    return yelp_corpus(tmp_path / "yelp", 400, 80, 80)
+
+
+@pytest.mark.parametrize("criterion", ["vae", "vae_l1", "vae_l2", "mat_vae", "hsvae"])
+def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path):
+    proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", criterion, "--latent-dim", "8",
+                   "--max-update", "6", cwd=tmp_path)
+    assert "400 train, 80 valid, 80 test sentences with class labels" in proc.stdout
+    metrics = valid_metrics(proc.stdout)
+    assert 0 <= metrics["average_hoyer"] <= 1 and 0 <= metrics["average_hoyer_mean"] <= 1
+    assert metrics["reconstruction"] > 0 and metrics["kl"] >= 0
+
+
+def test_hsvae_prior_near_one_gives_sparser_codes_than_near_zero(yelp_dir, tmp_path):
+    """gamma is the spike probability: Beta(10, 1) puts most dimensions at exactly 0."""
+    hoyer = {}
+    for alpha, beta in ((10, 1), (1, 10)):
+        proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", "hsvae", "--latent-dim", "16",
+                       "--prior-alpha", alpha, "--prior-beta", beta, "--max-epoch", "2", "--seed", "3", cwd=tmp_path)
+        hoyer[alpha] = valid_metrics(proc.stdout)["average_hoyer"]
+    assert hoyer[10] > hoyer[1] + 0.2, hoyer
+
+
+def test_unlabelled_text_and_errors_name_file_and_line(tmp_path):
+    ptb = shared_data("text", "ptb")
+    words, labels = read_corpus(ptb / "valid.txt", 200)
+    assert labels is None and len(words) == 3370
+    vocabulary = build_vocabulary(words, 100)
+    # Specials first, then by frequency; PTB's own <unk> is the dictionary's, not a new word.
+    assert len(vocabulary) == 4 + 100 - 1 and vocabulary.index("the") == 4
+    (tmp_path / "bad.txt").write_text("1 good line\n2 another\n\n3 after\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.txt:3: empty line"):
+        read_corpus(tmp_path / "bad.txt", 200)
+    (tmp_path / "long.txt").write_text("a b c\n" + " ".join(["w"] * 30) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"long.txt:2: 30 tokens, more than --max-sentence-tokens 20"):
+        read_corpus(tmp_path / "long.txt", 20)
+    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "vae", "--max-update", "1", cwd=tmp_path,
+                   check=False)
+    assert proc.returncode != 0 and "train.txt is missing" in proc.stderr
+
+
+def test_resume_from_a_checkpoint_with_the_hoyer_meter(yelp_dir, tmp_path):
+    """An interrupted run resumes from its checkpoint (fairseq rebuilds checkpointed meters by
+    class name; the average-Hoyer meter must not be among them)."""
+    save = ["--save-dir", tmp_path / "ckpt", "--criterion", "hsvae", "--latent-dim", "8"]
+    args = [a for a in COMMON if a != "--no-save"]
+    run_cli("fairseq-train", yelp_dir, *args, *save, "--max-epoch", "1", cwd=tmp_path)
+    proc = run_cli("fairseq-train", yelp_dir, *args, *save, "--max-epoch", "2", cwd=tmp_path)
+    assert "Loaded checkpoint" in proc.stdout and "epoch 002 | valid on 'valid' subset" in proc.stdout
