@@ -12,10 +12,10 @@ Transformers"), whose gradient with respect to alpha is given in closed form.
 Rows are taken along ``dim``.  Half and bfloat16 inputs are computed in float32
 and returned in their own dtype.  Scores of -inf (masks) get exactly zero
 probability, and a row with no finite score returns zeros with zero gradient.
-On CPU a fused C++ kernel is used when it was built (``setup.py``), on CUDA a fused
-Triton kernel when Triton is installed (``triton_kernel.py``; it also keeps half and
-bfloat16 rows in their dtype in memory); otherwise the pure-PyTorch reference in
-``reference.py``.
+On CPU a fused C++ kernel is used (built at install time, or compiled on first use:
+``cpp_kernel.py``), on CUDA a fused Triton kernel when Triton is installed
+(``triton_kernel.py``; it also keeps half and bfloat16 rows in their dtype in memory);
+otherwise the pure-PyTorch reference in ``reference.py``.
 """
 
 import contextlib
@@ -23,12 +23,7 @@ import contextlib
 import torch
 from torch.autograd import Function
 
-from . import reference
-
-try:
-    from . import _C
-except ImportError:  # not built (e.g. source checkout without `pip install -e .`)
-    _C = None
+from . import cpp_kernel, reference
 
 try:
     from . import triton_kernel
@@ -40,7 +35,8 @@ _BACKEND = "auto"
 
 
 def has_cpp_kernel():
-    return _C is not None
+    """Whether the fused C++ kernel is available (compiling it now if it was not built)."""
+    return cpp_kernel.load() is not None
 
 
 def has_triton_kernel():
@@ -55,8 +51,9 @@ def use_backend(name):
     global _BACKEND
     if name not in _BACKENDS:
         raise ValueError(f"unknown entmax backend {name!r}: expected one of {', '.join(_BACKENDS)}")
-    if name == "cpp" and _C is None:
-        raise RuntimeError("the C++ entmax kernel is not built: run `pip install --no-build-isolation -e .`")
+    if name == "cpp" and cpp_kernel.load() is None:
+        raise RuntimeError("the C++ entmax kernel is neither built nor compilable here (no C++ compiler or ninja?): "
+                           "see fairseq_sparse/entmax/cpp_kernel.py")
     if name == "triton" and triton_kernel is None:
         raise RuntimeError("the Triton entmax kernel needs the `triton` package (CUDA builds of torch ship it)")
     previous, _BACKEND = _BACKEND, name
@@ -71,9 +68,8 @@ def _compute_dtype(dtype):
 
 
 def _use_cpp(x):
-    if _BACKEND == "torch" or _C is None:
-        return False
-    return x.device.type == "cpu"
+    # The device is checked first, so that CUDA users never compile the CPU kernel.
+    return _BACKEND != "torch" and x.device.type == "cpu" and cpp_kernel.load() is not None
 
 
 def _use_triton(x):
@@ -129,7 +125,7 @@ def _kernel_alpha(alpha, x2):
 def _forward_rows(x2, alpha):
     """alpha-entmax of each row; ``alpha`` is a float or an (rows, 1) tensor."""
     if _use_cpp(x2):
-        return _C.forward(x2, _kernel_alpha(alpha, x2), reference.newton_tol(x2.dtype))
+        return cpp_kernel.load().forward(x2, _kernel_alpha(alpha, x2), reference.newton_tol(x2.dtype))
     if _use_triton(x2):
         return triton_kernel.forward(x2, alpha)
     return reference.forward(x2, alpha)
@@ -137,7 +133,7 @@ def _forward_rows(x2, alpha):
 
 def _backward_rows(y2, dy2, alpha, alpha_grad):
     if _use_cpp(y2):
-        dx, da = _C.backward(y2, dy2, _kernel_alpha(alpha, y2), alpha_grad)
+        dx, da = cpp_kernel.load().backward(y2, dy2, _kernel_alpha(alpha, y2), alpha_grad)
         return dx, (da.reshape(-1, 1) if alpha_grad else None)
     if _use_triton(y2):
         return triton_kernel.backward(y2, dy2, alpha, alpha_grad)
