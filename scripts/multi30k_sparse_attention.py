@@ -101,7 +101,7 @@ def bleu(data, checkpoint, references, args):
         check=True, capture_output=True, text=True).stdout
     hyps = generate_hypotheses(gen)
     refs = references.read_text(encoding="utf-8").splitlines()
-    # Should fairseq-generate leave a sentence out (it did, before batching_fix),
+    # Should fairseq-generate leave a sentence out (it did, before compat/batching.py),
     # it is scored as an empty output and the count is reported, never dropped.
     missing = len(refs) - len(hyps)
     metric = sacrebleu.BLEU()

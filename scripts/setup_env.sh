@@ -24,6 +24,6 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -r requirements.txt
 # The C++ kernel compiles against the torch just installed, hence no build isolation.
 "${pip[@]}" install --no-build-isolation --no-deps -e .
-"$VENV/bin/python" -c "import fairseq_sparse.entmax as e; assert e.has_cpp_kernel(), 'C++ entmax kernel failed to build'"
+"$VENV/bin/python" -c "import fairseq_sparse.entmax._C" || { echo "[setup] the C++ entmax kernel failed to build" >&2; exit 1; }
 echo "$want" > "$VENV/.fairseq_sparse_stamp"
 echo "[setup] done"

@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from torch import nn
 
@@ -149,11 +147,6 @@ class BertAPEModel(EntmaxTransformerModel):
     """BERT encoder and BERT-initialised decoder over a shared WordPiece vocabulary."""
 
     options_class = BertAPEOptions
-
-    @classmethod
-    def add_args(cls, parser):
-        TransformerModel.add_args(parser)
-        gen_parser_from_dataclass(parser, cls.options_class())
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

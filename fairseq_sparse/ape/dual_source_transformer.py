@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
-from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import FairseqEncoder, register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel, base_architecture
+from fairseq.models.transformer import base_architecture
 from fairseq.models.transformer.transformer_decoder import TransformerDecoderBase
 from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from fairseq.modules import LayerNorm
@@ -139,11 +138,6 @@ class DualSourceTransformerModel(EntmaxTransformerModel):
     """src and mt encoders, a decoder attending to both; random initialisation."""
 
     options_class = DualSourceOptions
-
-    @classmethod
-    def add_args(cls, parser):
-        TransformerModel.add_args(parser)
-        gen_parser_from_dataclass(parser, cls.options_class())
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

@@ -26,7 +26,7 @@ from fairseq.models.transformer import (
 
 from ..entmax.normalizers import get_normalizer, normalizer_names
 from ..modules.alpha_entmax_attention import AlphaEntmaxAttention
-from ..modules.head_alpha import parse_alpha_init
+from ..modules.head_alpha import ALPHA_MIN, parse_alpha_init
 
 SITES = ("encoder", "decoder", "cross")
 
@@ -53,7 +53,7 @@ class EntmaxTransformerOptions(FairseqDataclass):
                           "or 'random' (uniform in (alpha_min, 2) per head, as in Correia et al. 2019)"},
     )
     alpha_min: float = field(
-        default=1.01,
+        default=ALPHA_MIN,
         metadata={"help": "lower bound of a learned alpha: alpha = alpha_min + (2 - alpha_min) sigmoid(a); "
                           "1 gives the paper's 1 + sigmoid(a)"},
     )

@@ -6,7 +6,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 
 from ..entmax.normalizers import get_normalizer
-from .head_alpha import HeadAlpha
+from .head_alpha import ALPHA_MIN, HeadAlpha
 
 
 class AlphaEntmaxAttention(MultiheadAttention):
@@ -25,7 +25,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
     embedding-size check it also skips is done in ``forward`` instead.
     """
 
-    def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=1.01, **kwargs):
+    def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=ALPHA_MIN, **kwargs):
         super().__init__(*args, **kwargs)
         # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
         self.normalizer = get_normalizer(normalizer)

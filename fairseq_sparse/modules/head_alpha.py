@@ -3,6 +3,9 @@
 import torch
 from torch import nn
 
+# The lower bound of a learned alpha unless --alpha-min says otherwise (see HeadAlpha).
+ALPHA_MIN = 1.01
+
 
 def parse_alpha_init(value):
     """``"random"`` or a number, as given to ``--alpha-init``; raises a ValueError naming the option."""
@@ -33,7 +36,7 @@ class HeadAlpha(nn.Module):
     It is NaN in a model loaded from a checkpoint written before it was kept.
     """
 
-    def __init__(self, num_heads, init="random", alpha_min=1.01):
+    def __init__(self, num_heads, init="random", alpha_min=ALPHA_MIN):
         super().__init__()
         if not 1.0 <= alpha_min < 2.0:
             raise ValueError(f"--alpha-min must lie in [1, 2), got {alpha_min}")

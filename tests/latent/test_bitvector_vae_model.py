@@ -2,7 +2,6 @@
 
 import itertools
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch

@@ -1,0 +1,45 @@
+"""The shared probability helpers against torch.distributions and exact frequencies."""
+
+import torch
+from torch.distributions import Normal, kl_divergence
+
+from fairseq_sparse.modules.probability import binary_concrete, gaussian_kl, gumbel_noise, reparameterized_sample
+
+
+def test_gaussian_kl_is_torch_s_closed_form_weighted_per_dimension():
+    torch.manual_seed(0)
+    mean, log_var, weight = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64), \
+        torch.rand(5, 7, dtype=torch.float64)
+    per_dim = kl_divergence(Normal(mean, (0.5 * log_var).exp()), Normal(0.0, 1.0))
+    torch.testing.assert_close(gaussian_kl(mean, log_var), per_dim.sum(-1))
+    torch.testing.assert_close(gaussian_kl(mean, log_var, weight=weight), (weight * per_dim).sum(-1))
+
+
+def test_reparameterized_sample_has_the_moments_and_gradients_of_the_gaussian():
+    torch.manual_seed(0)
+    mean = torch.tensor([1.5, -2.0], requires_grad=True)
+    log_var = torch.tensor([0.0, -1.0], requires_grad=True)
+    z = reparameterized_sample(mean.expand(200_000, 2), log_var.expand(200_000, 2))
+    torch.testing.assert_close(z.mean(0), mean.detach(), atol=0.01, rtol=0)
+    torch.testing.assert_close(z.var(0), log_var.detach().exp(), atol=0.01, rtol=0)
+    z.mean(0).sum().backward()
+    torch.testing.assert_close(mean.grad, torch.ones(2))  # d E[z] / d mean = 1, d E[z] / d log_var = 0
+    torch.testing.assert_close(log_var.grad, torch.zeros(2), atol=0.01, rtol=0)
+
+
+def test_gumbel_max_samples_the_softmax():
+    torch.manual_seed(0)
+    logits = torch.tensor([1.0, 0.0, -1.0, 2.0])
+    draws = (logits + gumbel_noise(logits.expand(200_000, 4))).argmax(-1)
+    frequencies = torch.bincount(draws, minlength=4) / len(draws)
+    torch.testing.assert_close(frequencies, torch.softmax(logits, -1), atol=0.005, rtol=0)
+    assert torch.isfinite(gumbel_noise(torch.zeros(1000))).all()
+
+
+def test_binary_concrete_is_a_relaxed_bernoulli_of_the_sigmoid():
+    torch.manual_seed(0)
+    logits = torch.tensor([-1.0, 0.5, 3.0])
+    soft = binary_concrete(logits.expand(200_000, 3), temperature=0.5)
+    assert ((soft >= 0) & (soft <= 1)).all()
+    # At any temperature P(relaxed sample > 1/2) = sigmoid(logits) (Maddison et al. 2017).
+    torch.testing.assert_close((soft > 0.5).float().mean(0), torch.sigmoid(logits), atol=0.005, rtol=0)
