@@ -29,6 +29,7 @@ from fairseq.models.transformer.transformer_encoder import TransformerEncoderBas
 from torch import nn
 
 from ..attention.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..entmax.normalizers import normalizer_names
 from ..modules.bert import load_bert_model
 from .triplets import mt_segment
 
@@ -39,7 +40,7 @@ INIT_CHOICES = ("bert", "random")
 class BertAPEOptions(EntmaxTransformerOptions):
     attention_normalizer: str = field(
         default="softmax",
-        metadata={"help": "normaliser of every attention head (softmax, sparsemax, entmax15, alpha_entmax); "
+        metadata={"help": f"normaliser of every attention head, one of {', '.join(normalizer_names())}; "
                           "BERT was pre-trained with softmax; the per-site options override it"})
     encoder_init: str = field(default="bert", metadata={"help": "encoder weights: 'bert' or 'random'"})
     decoder_init: str = field(

@@ -24,6 +24,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from ..attention.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..entmax.normalizers import normalizer_names
 from .triplets import mt_segment
 
 
@@ -128,7 +129,7 @@ class DualSourceDecoder(TransformerDecoderBase):
 class DualSourceOptions(EntmaxTransformerOptions):
     attention_normalizer: str = field(
         default="softmax",
-        metadata={"help": "normaliser of every attention head (softmax, sparsemax, entmax15, alpha_entmax); "
+        metadata={"help": f"normaliser of every attention head, one of {', '.join(normalizer_names())}; "
                           "the per-site options override it (the mt encoder follows the encoder's, the mt "
                           "context attention the cross attention's)"})
 

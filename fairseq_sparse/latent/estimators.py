@@ -74,20 +74,22 @@ def register_estimator(name):
     return register
 
 
+def _estimator_class(name):
+    if name not in ESTIMATORS:
+        raise ValueError(f"--estimator {name!r}: choose one of {', '.join(sorted(ESTIMATORS))}")
+    return ESTIMATORS[name]
+
+
 def build_estimator(name, **options):
     """The estimator called ``name``, with the options its constructor takes (``space``:
     the latent space; categorical over the scores' last dimension when not given)."""
-    if name not in ESTIMATORS:
-        raise ValueError(f"--estimator {name!r}: choose one of {', '.join(sorted(ESTIMATORS))}")
-    return ESTIMATORS[name](**options)
+    return _estimator_class(name)(**options)
 
 
 def build_estimator_from_options(name, options, space=None):
     """The estimator called ``name`` in ``space``, given the values of the options it takes
     (``options``: an :class:`EstimatorOptions`, or a config with its fields)."""
-    if name not in ESTIMATORS:
-        raise ValueError(f"--estimator {name!r}: choose one of {', '.join(sorted(ESTIMATORS))}")
-    cls = ESTIMATORS[name]
+    cls = _estimator_class(name)
     return cls(space=space, **{argument: getattr(options, option) for argument, option in cls.options.items()})
 
 
