@@ -86,3 +86,27 @@ def test_pickle_that_runs_code_is_refused(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match="system"):
         checkpoint_utils.load_checkpoint_to_cpu(str(path))
     assert not marker.exists()
+
+
+def test_options_that_moved_from_the_criterion_to_a_model_move_when_an_older_checkpoint_loads():
+    """--classification-weight (ssvae) and --nll-samples (bitvector_vae) were options of the
+    latent_marginalization criterion; fairseq-validate rebuilds the criterion from the
+    checkpoint's config, which failed on the unknown key until they were moved on loading."""
+    from omegaconf import OmegaConf
+
+    from fairseq_sparse.compat.checkpoints import move_options
+
+    def older(model):
+        cfg = OmegaConf.create({"model": {"_name": model, "hidden_dim": 8},
+                                "criterion": {"_name": "latent_marginalization", "estimator": "sfe",
+                                              "classification_weight": 3.0, "nll_samples": 5}})
+        OmegaConf.set_struct(cfg, True)
+        return {"cfg": cfg}
+
+    ssvae = move_options(older("ssvae"))["cfg"]
+    assert ssvae.model.classification_weight == 3.0 and "nll_samples" not in ssvae.model
+    assert set(ssvae.criterion) == {"_name", "estimator"}
+    bitvector = move_options(older("bitvector_vae"))["cfg"]
+    assert bitvector.model.nll_samples == 5 and "classification_weight" not in bitvector.model
+    game = move_options(older("signaling_game"))["cfg"]
+    assert set(game.model) == {"_name", "hidden_dim"} and set(game.criterion) == {"_name", "estimator"}
