@@ -24,16 +24,16 @@ import sys
 
 __version__ = "0.1.0"
 
-_loading = False
+_loaded = False
 
 
 def load_plugin():
     """Apply the fairseq fixes (:mod:`.compat`) and register every task, model, criterion
     and scorer of the four research lines (idempotent)."""
-    global _loading
-    if _loading:  # already loaded, or loading (a research line's __init__ calls back here)
+    global _loaded
+    if _loaded:  # already loaded, or loading (a research line's __init__ calls back here)
         return
-    _loading = True
+    _loaded = True
     import logging
     import os
 

@@ -6,8 +6,9 @@
   batches of an uninterrupted one;
 - :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed.
 
-Nothing is patched on import: the plugin's ``__init__`` calls :func:`apply` once,
-when fairseq loads it (``--user-dir fairseq_sparse``).
+Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
+when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
+imported; ``import fairseq_sparse.entmax`` alone applies nothing.
 """
 
 _applied = False
