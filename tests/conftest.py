@@ -6,6 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
+# Without CUDA, Triton's interpreter runs the Triton kernels on CPU tensors, so that CI tests
+# them (tests/entmax/test_triton_kernel.py): it must be set before the kernels are defined,
+# i.e. before fairseq_sparse.entmax is first imported.  Tensors reach it only under
+# use_backend("triton"); everything else keeps the C++ kernel.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 BIN = Path(sys.executable).parent

@@ -18,7 +18,13 @@ Inputs may be float32, float16 or bfloat16: a row is computed in float32 and the
 output is stored in the input's dtype (as softmax does), which saves the casts and
 the float32 copies an unfused path would make.  Rows longer than ``MAX_ROW`` are
 left to the reference.
+
+With ``TRITON_INTERPRET=1`` set before this module is imported, Triton runs the
+kernels on CPU tensors through numpy: slow, but exactly the kernels' code, so a
+machine without a GPU (CI) tests them at small shapes under ``use_backend("triton")``.
 """
+
+import os
 
 import torch
 import triton
@@ -27,6 +33,8 @@ import triton.language as tl
 from .reference import MAX_NEWTON_ITER, newton_tol
 
 MAX_ROW = 65536
+# Triton's interpreter (read by triton.jit when the kernels below are decorated).
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # Which closed form finishes the threshold (constexpr: one compiled kernel each).
 GENERIC, SPARSEMAX, ENTMAX15 = 0, 1, 2
 # Globals a jitted function reads must be constexpr.
@@ -35,7 +43,9 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 def supports(x2):
-    return x2.is_cuda and x2.dtype in (torch.float32, torch.float16, torch.bfloat16) and 0 < x2.shape[-1] <= MAX_ROW
+    """Rows this kernel takes: on CUDA, or on CPU under Triton's interpreter."""
+    return (x2.is_cuda or (INTERPRET and x2.device.type == "cpu")) \
+        and x2.dtype in (torch.float32, torch.float16, torch.bfloat16) and 0 < x2.shape[-1] <= MAX_ROW
 
 
 def _fixed(alpha):
