@@ -208,14 +208,29 @@ class EntmaxAlphaFunction(Function):
         return dx, dalpha, None, None
 
 
+def _without_rows(x, dim, normalise):
+    """The shapes the row kernels cannot take, handled as softmax handles them: a 0-d
+    tensor is one row of one score (probability 1), and an empty tensor (no rows, or
+    rows with no entries) gives an empty result.  None for every other shape."""
+    if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+        raise IndexError(f"dim {dim} is out of range for a tensor of {x.dim()} dimensions")
+    if x.dim() == 0:
+        return normalise(x.reshape(1), 0).reshape(())
+    if x.numel() == 0:
+        return x.clone()
+    return None
+
+
 def sparsemax(x, dim=-1):
     """Sparsemax along ``dim`` (exact)."""
-    return SparsemaxFunction.apply(x, dim)
+    degenerate = _without_rows(x, dim, sparsemax)
+    return degenerate if degenerate is not None else SparsemaxFunction.apply(x, dim)
 
 
 def entmax15(x, dim=-1):
     """1.5-entmax along ``dim`` (exact)."""
-    return Entmax15Function.apply(x, dim)
+    degenerate = _without_rows(x, dim, entmax15)
+    return degenerate if degenerate is not None else Entmax15Function.apply(x, dim)
 
 
 def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
@@ -229,6 +244,14 @@ def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
     """
     if not torch.is_tensor(alpha):
         alpha = torch.tensor(float(alpha), dtype=_compute_dtype(x.dtype), device=x.device)
+    if x.dim() == 0 and alpha.dim() == 0:
+        return entmax_alpha(x.reshape(1), alpha, 0, check_alpha).reshape(())
+    if x.numel() == 0 and -x.dim() <= dim < x.dim():
+        if check_alpha:
+            _check_alpha_range(alpha)
+        return x.clone()
+    if x.dim() == 0:
+        raise ValueError(f"alpha of shape {tuple(alpha.shape)} does not broadcast to a 0-d x")
     return EntmaxAlphaFunction.apply(x, alpha, dim, check_alpha)
 
 

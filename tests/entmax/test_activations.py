@@ -198,3 +198,29 @@ def test_lower_alpha_is_denser():
     x = torch.randn(200, 64)
     sizes = [support_size(entmax_alpha(x, a)).float().mean().item() for a in (1.05, 1.3, 1.6, 2.0)]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > 3 * sizes[-1]
+
+
+NORMALISERS = {"sparsemax": sparsemax, "entmax15": entmax15,
+               "alpha": lambda x, dim=-1: entmax_alpha(x, torch.tensor(1.3, dtype=x.dtype), dim=dim),
+               "softmax": torch.softmax}
+
+
+@pytest.mark.parametrize("shape, dim", [((3, 0), -1), ((0, 5), -1), ((3, 0), 0), ((2, 0, 4), 1), ((), -1), ((), 0)])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "alpha"])
+def test_shapes_without_rows_behave_as_softmax(name, shape, dim):
+    """An empty tensor (no rows, or rows of no entries) gives an empty result and a 0-d
+    tensor probability 1, with a gradient, as torch.softmax does (these crashed with
+    reshape and index errors)."""
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    y = NORMALISERS[name](x, dim=dim)
+    want = torch.softmax(x.detach(), dim)
+    assert y.shape == want.shape and y.dtype == want.dtype
+    torch.testing.assert_close(y.detach(), want)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and (x.grad == 0).all()
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "alpha"])
+def test_a_dim_out_of_range_is_an_index_error_that_says_so(name):
+    with pytest.raises(IndexError, match="out of range"):
+        NORMALISERS[name](torch.randn(2, 3, dtype=torch.float64), dim=2)
