@@ -50,6 +50,15 @@ class SentenceVAEModel(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        # Checked before training: the average Hoyer that validation measures needs two dimensions.
+        if cfg.latent_dim < 2:
+            raise ValueError(f"--latent-dim {cfg.latent_dim}: must be at least 2 (validation measures the codes' "
+                             "average Hoyer sparsity, defined for two dimensions or more)")
+        for option in ("embed_dim", "hidden_dim"):
+            if getattr(cfg, option) < 1:
+                raise ValueError(f"--{option.replace('_', '-')} {getattr(cfg, option)}: must be at least 1")
+        if not 0 <= cfg.dropout < 1:
+            raise ValueError(f"--dropout {cfg.dropout}: must lie in [0, 1)")
         return cls(cfg, task.dictionary)
 
     def build_encoder(self, cfg):

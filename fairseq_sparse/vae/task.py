@@ -54,14 +54,28 @@ def read_corpus(path, max_tokens):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"sentence_vae: {path} is missing (DATA_DIR needs train.txt, valid.txt, test.txt)")
-    lines = path.read_text(encoding="utf-8").split("\n")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        newline = b"\n"
+        line, column = raw[:e.start].count(newline) + 1, e.start - (raw.rfind(newline, 0, e.start) + 1)
+        raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason} at byte {column} of the line)") from None
+    lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     words = [line.split() for line in lines]
     for number, tokens in enumerate(words, 1):
         if not tokens:
             raise ValueError(f"{path}:{number}: empty line")
-    labelled = bool(words) and all(t[0].isdigit() for t in words)
+    # A split is labelled or not as a whole: every line led by a class id, or (numbers are
+    # words too) a text where few lines start with one.  Mostly labelled is a broken line.
+    led = [t[0].isdigit() for t in words]
+    labelled = bool(words) and all(led)
+    if not labelled and sum(led) > len(led) / 2:
+        number = led.index(False) + 1
+        raise ValueError(f"{path}:{number}: no class label, while {sum(led)} of the {len(led)} lines start with one "
+                         "(a labelled split has an integer label leading every line)")
     if labelled:
         labels = [int(t[0]) for t in words]
         words = [t[1:] for t in words]

@@ -61,3 +61,40 @@ def test_resume_from_a_checkpoint_with_the_hoyer_meter(yelp_dir, tmp_path):
     run_cli("fairseq-train", yelp_dir, *args, *save, "--max-epoch", "1", cwd=tmp_path)
     proc = run_cli("fairseq-train", yelp_dir, *args, *save, "--max-epoch", "2", cwd=tmp_path)
     assert "Loaded checkpoint" in proc.stdout and "epoch 002 | valid on 'valid' subset" in proc.stdout
+
+
+def test_a_split_is_labelled_as_a_whole_and_a_line_without_its_label_is_named(tmp_path):
+    """One line missing its label made the whole split unlabelled and the labels words."""
+    path = tmp_path / "train.txt"
+    path.write_text("3 good food\n1 bad service\nno label here\n4 fine\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train.txt:3: no class label, while 3 of the 4 lines start with one"):
+        read_corpus(path, 200)
+    path.write_text("3 good food\n1 bad service\n", encoding="utf-8")
+    assert read_corpus(path, 200) == ([["good", "food"], ["bad", "service"]], [3, 1])
+    # Numbers are words too: a text where few lines start with one is unlabelled.
+    path.write_text("1990 was a year\nthe dog sleeps\nit rains\n", encoding="utf-8")
+    assert read_corpus(path, 200)[1] is None
+
+
+def test_text_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
+    path = tmp_path / "valid.txt"
+    path.write_bytes("good line\nstill good\nbad \xe9 here\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"valid.txt:3: not UTF-8 \(invalid continuation byte at byte 4 of the line\)"):
+        read_corpus(path, 200)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--latent-dim", "1", "--latent-dim 1: must be at least 2"),
+    ("--latent-dim", "0", "--latent-dim 0: must be at least 2"),
+    ("--latent-dim", "-3", "--latent-dim -3: must be at least 2"),
+    ("--hidden-dim", "0", "--hidden-dim 0: must be at least 1"),
+])
+def test_model_sizes_are_checked_before_training(tmp_path, option, value, message):
+    """--latent-dim 1 trained a whole epoch, then failed in validation with nothing saved;
+    0 or negative gave raw tracebacks."""
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("a b c\nb c d\n", encoding="utf-8")
+    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "vae", "--max-update", "1", option, value,
+                   cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+    assert "begin training epoch" not in proc.stdout + proc.stderr
