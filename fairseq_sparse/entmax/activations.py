@@ -244,15 +244,8 @@ def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
     """
     if not torch.is_tensor(alpha):
         alpha = torch.tensor(float(alpha), dtype=_compute_dtype(x.dtype), device=x.device)
-    if x.dim() == 0 and alpha.dim() == 0:
-        return entmax_alpha(x.reshape(1), alpha, 0, check_alpha).reshape(())
-    if x.numel() == 0 and -x.dim() <= dim < x.dim():
-        if check_alpha:
-            _check_alpha_range(alpha)
-        return x.clone()
-    if x.dim() == 0:
-        raise ValueError(f"alpha of shape {tuple(alpha.shape)} does not broadcast to a 0-d x")
-    return EntmaxAlphaFunction.apply(x, alpha, dim, check_alpha)
+    degenerate = _without_rows(x, dim, lambda row, d: entmax_alpha(row, alpha, d, check_alpha))
+    return degenerate if degenerate is not None else EntmaxAlphaFunction.apply(x, alpha, dim, check_alpha)
 
 
 def support_size(p, dim=-1):

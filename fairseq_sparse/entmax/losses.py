@@ -23,13 +23,15 @@ def _tsallis_entropy_of_smoothed_target(alpha, eps, vocab):
 
 
 class EntmaxLossFunction(Function):
-    """Per-row loss for scores z (N, V) and targets (N,); alpha is 1.5 or 2.
+    """Per-row loss for scores z (N, V) and targets (N,) under a registered sparse
+    normaliser of fixed alpha (sparsemax, entmax15).
     Also returns the support size of each row of p (not differentiable), which
     callers log without normalising the scores a second time."""
 
     @staticmethod
-    def forward(ctx, z, target, alpha, eps):
-        p = fixed_alpha_normalizer(alpha)(z, dim=-1)
+    def forward(ctx, z, target, normalizer, eps):
+        alpha = normalizer.alpha
+        p = normalizer(z, dim=-1)
         vocab = z.size(-1)
         q_dot_z = (1.0 - eps) * z.gather(-1, target.unsqueeze(-1)).squeeze(-1) + (eps / vocab) * z.sum(-1)
         entropy = (1.0 - p.pow(alpha).sum(-1)) / (alpha * (alpha - 1.0))
@@ -50,10 +52,11 @@ class EntmaxLossFunction(Function):
 
 
 def entmax_loss(z, target, alpha, label_smoothing=0.0, return_support=False):
-    """Loss per row of ``z`` (N, V) against integer ``target`` (N,), for alpha in {1.5, 2};
+    """Loss per row of ``z`` (N, V) against integer ``target`` (N,), for the alpha of a
+    registered sparse normaliser (1.5: entmax15, 2: sparsemax; any other is an error);
     with ``return_support``, also the number of nonzero probabilities per row."""
-    fixed_alpha_normalizer(alpha)  # a clear error for an alpha without a registered sparse normaliser
+    normalizer = fixed_alpha_normalizer(alpha)
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label smoothing must lie in [0, 1), got {label_smoothing}")
-    loss, support = EntmaxLossFunction.apply(z, target, float(alpha), float(label_smoothing))
+    loss, support = EntmaxLossFunction.apply(z, target, normalizer, float(label_smoothing))
     return (loss, support) if return_support else loss

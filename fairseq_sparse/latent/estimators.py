@@ -47,10 +47,10 @@ ESTIMATORS = {}
 
 @dataclass
 class EstimatorOptions:
-    """Every estimator option, declared once with its help text; the
-    ``latent_marginalization`` criterion offers them as ``--topk``, ``--set-size``, ...
+    """Every estimator option, declared once with its help text (its rule: OPTION_RULES);
+    the ``latent_marginalization`` criterion offers them as ``--topk``, ``--set-size``, ...
     An estimator says which it takes (:attr:`Estimator.options`) and checks their values
-    in its constructor, naming the option."""
+    in its constructor (:meth:`Estimator.check_options`)."""
 
     topk: int = field(default=10, metadata={"help": "k of topk_sparsemax (structures kept) and sum_and_sample "
                                                     "(categories summed exactly)"})
@@ -93,8 +93,16 @@ def build_estimator_from_options(name, options, space=None):
     return cls(space=space, **{argument: getattr(options, option) for argument, option in cls.options.items()})
 
 
-def _option(name):
-    return "--" + name.replace("_", "-")
+# What each option must satisfy, stated once: a setting an estimator would turn into a
+# crash or a NaN far from the command line is refused up front, by its option name.
+OPTION_RULES = {
+    "topk": (lambda v: v >= 1, "must be at least 1"),
+    "set_size": (lambda v: 1 <= v <= 6, "must be 1 to 6 (the set's probability sums over its m! orders)"),
+    "baseline_decay": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "gumbel_temperature": (lambda v: v > 0, "must be above 0"),  # the relaxed sample divides by it
+    "gumbel_min_temperature": (lambda v: v > 0, "must be above 0"),
+    "gumbel_anneal_rate": (lambda v: v >= 0, "must be at least 0"),
+}
 
 
 @dataclass
@@ -127,11 +135,13 @@ class Estimator(nn.Module):
                              f"latents, not {space!r}")
         self.space = space
 
-    def require(self, argument, value, valid, requirement):
-        """Refuse a setting the estimator would turn into a crash or a NaN far from the
-        command line, naming the option that set it."""
-        if not valid:
-            raise ValueError(f"{_option(self.options.get(argument, argument))} {value}: {requirement}")
+    def check_options(self, **arguments):
+        """Check constructor arguments against the rules of the options that set them."""
+        for argument, value in arguments.items():
+            option = self.options[argument]
+            valid, requirement = OPTION_RULES[option]
+            if not valid(value):
+                raise ValueError(f"--{option.replace('_', '-')} {value}: {requirement}")
 
     def space_for(self, scores):
         return self.space if self.space is not None else Categorical(scores.shape[-1])
@@ -228,7 +238,7 @@ class TopKSparsemax(Estimator):
 
     def __init__(self, topk=10, space=None):
         super().__init__(space)
-        self.require("topk", topk, topk >= 1, "must be at least 1")
+        self.check_options(topk=topk)
         if isinstance(space, BitVector) and space.budget is not None:
             raise ValueError("--estimator topk_sparsemax: bit-vectors with a budget are not supported")
         self.topk = topk
@@ -332,7 +342,7 @@ class ScoreFunction(Estimator):
 
     def __init__(self, baseline_decay=0.99, space=None):
         super().__init__(space)
-        self.require("baseline_decay", baseline_decay, 0 <= baseline_decay <= 1, "must be in [0, 1]")
+        self.check_options(baseline_decay=baseline_decay)
         self.baseline = MovingAverage(baseline_decay)
 
     def forward(self, scores, loss_fn, features=None):
@@ -367,7 +377,7 @@ class NVIL(Estimator):
 
     def __init__(self, baseline_decay=0.99, features_dim=None, space=None):
         super().__init__(space)
-        self.require("baseline_decay", baseline_decay, 0 <= baseline_decay <= 1, "must be in [0, 1]")
+        self.check_options(baseline_decay=baseline_decay)
         self.centre = MovingAverage(baseline_decay)
         self.baseline = nn.LazyLinear(1) if features_dim is None else nn.Linear(features_dim, 1)
 
@@ -391,10 +401,7 @@ class _GumbelBase(Estimator):
 
     def __init__(self, temperature=1.0, min_temperature=0.5, anneal_rate=1e-4, space=None):
         super().__init__(space)
-        # The relaxed sample divides by the temperature.
-        self.require("temperature", temperature, temperature > 0, "must be above 0")
-        self.require("min_temperature", min_temperature, min_temperature > 0, "must be above 0")
-        self.require("anneal_rate", anneal_rate, anneal_rate >= 0, "must be at least 0")
+        self.check_options(temperature=temperature, min_temperature=min_temperature, anneal_rate=anneal_rate)
         self.tau0, self.tau_min, self.rate = temperature, min_temperature, anneal_rate
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
 
@@ -447,8 +454,7 @@ class SumAndSample(Estimator):
 
     def __init__(self, topk=1, baseline_decay=0.99, space=None):
         super().__init__(space)
-        self.require("topk", topk, topk >= 1, "must be at least 1")
-        self.require("baseline_decay", baseline_decay, 0 <= baseline_decay <= 1, "must be in [0, 1]")
+        self.check_options(topk=topk, baseline_decay=baseline_decay)
         self.topk = topk
         self.baseline = MovingAverage(baseline_decay)
 
@@ -521,8 +527,7 @@ class UnorderedSet(Estimator):
 
     def __init__(self, topk=4, space=None):
         super().__init__(space)
-        # The set's probability sums over its m! orders.
-        self.require("topk", topk, 1 <= topk <= 6, "must be 1 to 6 (the set's probability sums over its m! orders)")
+        self.check_options(topk=topk)
         self.topk = topk
 
     def forward(self, scores, loss_fn, features=None):

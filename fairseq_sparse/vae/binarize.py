@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from fairseq.data import indexed_dataset
 
-from .task import SPLITS, bert_token_ids, build_vocabulary, encode_sentences, read_corpus
 from ..modules.bert import load_bert_tokenizer
+from .task import SPLITS, bert_token_ids, build_vocabulary, encode_sentences, read_corpus
 
 
 def write_dataset(tensors, path, vocab_size):
