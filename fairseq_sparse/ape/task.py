@@ -34,6 +34,7 @@ from fairseq.tasks import FairseqTask, register_task
 
 from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist
 from .bert_dictionary import BertDictionary, WordPieceDetokenizer
+from .decoding import build_ape_generator, check_decoding_options
 from .triplets import build_source, encode_segments, encode_triplets, read_triplets
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,16 @@ class APEConfig(FairseqDataclass):
                           "for [CLS] src [SEP] mt [SEP]); how many were cut is logged per split"})
     max_source_positions: int = field(default=512, metadata={"help": "max tokens of [CLS] src [SEP] mt [SEP]"})
     max_target_positions: int = field(default=512, metadata={"help": "max tokens of a post-edit"})
+    conservativeness: float = field(
+        default=0.0,
+        metadata={"help": "generation: subtract this from the log-probability of every candidate token that "
+                          "occurs in neither the sentence's src nor its mt (WordPieces of their words; [SEP] "
+                          "always counts as present); 0: plain beam search"})
+    keep_mt_margin: Optional[float] = field(
+        default=None,
+        metadata={"help": "generation: score the MT itself by forced decoding and keep it unless the best "
+                          "post-edit beats it by more than this many nats per token (same length normalisation "
+                          "as the beam); inf keeps every MT; default: off"})
 
 
 def keep_tokenizer(tokenizer, stored):
@@ -83,6 +94,7 @@ class APETask(FairseqTask):
 
     def __init__(self, cfg, tokenizer):
         super().__init__(cfg)
+        check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin)
         self.tokenizer = tokenizer
         self.dictionary = BertDictionary(tokenizer)
 
@@ -121,6 +133,12 @@ class APETask(FairseqTask):
 
     def max_positions(self):
         return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        """fairseq's generator with --conservativeness and --keep-mt-margin (see .decoding)."""
+        generator = super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
+        return build_ape_generator(generator, models, self.dictionary, self.cfg.conservativeness,
+                                   self.cfg.keep_mt_margin)
 
     def build_bpe(self, args):
         """fairseq-generate's detokeniser: WordPieces merged back into words."""

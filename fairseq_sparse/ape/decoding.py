@@ -1,0 +1,189 @@
+"""Conservative post-editing: two ways to keep an APE system from rewriting MT that is
+already right, both options of the ``ape`` task (so of ``fairseq-generate``,
+``fairseq-interactive`` and :class:`~fairseq_sparse.ape.postedit.PostEditor`).
+
+``--conservativeness C`` (Lopes et al., WMT 2019, the BERT encoder-decoder APE system
+of Correia's group): during beam search, every candidate target token that occurs in
+neither the sentence's src nor its mt has C subtracted from its log-probability, so
+the search prefers words it can copy.  Presence is decided on the tokens the model
+reads, the WordPieces of the data's words: a piece is present when some word of src
+or mt was split into it (so ``##ing`` is present wherever one present word ends in
+it, and a new word made only of present pieces is not penalised); punctuation marks
+are data tokens like any other (``,`` is present when src or mt has one, and a mark
+inside a token, as in ``film-coated``, is the ``##-`` piece); ``[SEP]``, which ends
+the post-edit, is always present.  C = 0 is plain beam search.
+
+``--keep-mt-margin M`` (the sentence-level gate of WMT APE systems since 2019): the
+MT itself is scored as a hypothesis by forced decoding, with the length
+normalisation the beam uses (``--lenpen``, ``--unnormalized``, ``--temperature``,
+``--unkpen`` alike; no conservativeness penalty applies, every MT token being
+present), and the beam's hypotheses keep their place only when their score beats
+the MT's by more than M nats per token; the MT goes where the first that does not
+stands (a hypothesis that is the MT itself counts once, at its first place), so with
+``--nbest 1`` the post-edit replaces the MT only when it is clearly better.  M = inf
+keeps every MT (doing nothing); M = -inf returns the beam's own output but still
+scores the MT: each returned hypothesis carries ``mt_score`` and ``is_mt``, for tuning
+M afterwards with :func:`keeps_mt`, the same rule.
+"""
+
+import logging
+import math
+from typing import Optional
+
+import torch
+from fairseq.data import data_utils
+from fairseq.models import FairseqEncoderDecoderModel
+from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
+
+from .triplets import mt_segment
+
+logger = logging.getLogger(__name__)
+
+
+def check_decoding_options(conservativeness: float, keep_mt_margin: Optional[float]):
+    """Refuse values that would make search meaningless, naming the option."""
+    if not conservativeness >= 0:  # also NaN
+        raise ValueError(f"--conservativeness {conservativeness}: must be a number >= 0 (0: plain beam search)")
+    if keep_mt_margin is not None and math.isnan(keep_mt_margin):
+        raise ValueError("--keep-mt-margin nan: must be a number (nats per token; leave it out to turn the "
+                         "keep-the-MT gate off)")
+
+
+def keeps_mt(hypothesis_score: float, mt_score: float, margin: float) -> bool:
+    """The gate's rule: the MT stays unless the hypothesis beats it by more than margin."""
+    return not hypothesis_score - mt_score > margin
+
+
+class ConservativeEnsemble(EnsembleModel):
+    """fairseq's ensemble whose next-token log-probabilities have ``penalty`` subtracted
+    for every token that is not in the row's source ``[CLS] src [SEP] mt [SEP]``.
+
+    The source of each beam row follows the row through fairseq's reordering
+    (``reorder_encoder_out`` is called with every new row order, finished sentences
+    removed), so no change to the search itself is needed."""
+
+    def __init__(self, models, penalty: float, eos: int):
+        super().__init__(models)
+        self.penalty, self.eos = penalty, eos
+        self.src_tokens = None
+
+    def forward_encoder(self, net_input):
+        self.src_tokens = net_input["src_tokens"]
+        return super().forward_encoder(net_input)
+
+    def reorder_encoder_out(self, encoder_outs, new_order):
+        self.src_tokens = self.src_tokens.index_select(0, new_order)
+        return super().reorder_encoder_out(encoder_outs, new_order)
+
+    def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
+        lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        present = torch.zeros_like(lprobs, dtype=torch.bool).scatter_(1, self.src_tokens, True)
+        present[:, self.eos] = True
+        # where(), not a multiplication: C = inf must not turn present tokens into NaN,
+        # and C = 0 leaves every log-probability exactly as it was.
+        return torch.where(present, lprobs, lprobs - self.penalty), attn
+
+
+def mt_targets(src_tokens, dictionary):
+    """Each row's mt segment and its closing ``[SEP]`` (= eos) as (target, prev_output_tokens),
+    right-padded, as the decoder is trained on them."""
+    segment = mt_segment(src_tokens, dictionary.eos(), dictionary.pad()).bool()
+    rows = [row[mask] for row, mask in zip(src_tokens, segment)]
+    pad, eos = dictionary.pad(), dictionary.eos()
+    target = data_utils.collate_tokens(rows, pad, eos, left_pad=False)
+    prev = data_utils.collate_tokens(rows, pad, eos, left_pad=False, move_eos_to_beginning=True)
+    return rows, target, prev
+
+
+def check_can_score_mt(models):
+    for model in models:
+        if not isinstance(model, FairseqEncoderDecoderModel):
+            raise ValueError(f"--keep-mt-margin: {type(model).__name__} is not an encoder-decoder model, so it "
+                             "cannot score the MT by forced decoding; leave the option out")
+
+
+class KeepMTGate:
+    """Wraps a :class:`SequenceGenerator`: after its search, each sentence's MT competes
+    with the returned hypotheses (see the module docstring).  Everything else (``eos``,
+    the symbols fairseq-generate strips) is the wrapped generator's."""
+
+    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: float):
+        check_can_score_mt(models)
+        self.generator, self.models, self.dictionary, self.margin = generator, models, dictionary, margin
+        self.kept = self.sentences = 0
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["generator"], name)
+
+    @torch.no_grad()
+    def mt_scores(self, sample):
+        """(MT token rows, their scores as the beam would score them)."""
+        net_input = sample["net_input"]
+        rows, target, prev = mt_targets(net_input["src_tokens"], self.dictionary)
+        positions = min(model.max_decoder_positions() for model in self.models)
+        if target.size(1) > positions:
+            raise ValueError(f"--keep-mt-margin: an MT of {target.size(1)} tokens does not fit the model's "
+                             f"{positions} target positions; lower --max-segment-tokens")
+        lprobs = []
+        for model in self.models:
+            logits, extra = model(**{k: v for k, v in net_input.items() if k != "prev_output_tokens"},
+                                  prev_output_tokens=prev)
+            out = model.get_normalized_probs((logits.div(self.generator.temperature), extra), log_probs=True)
+            lprobs.append(out.gather(-1, target.unsqueeze(-1)).squeeze(-1))
+        # The ensemble's average of probabilities, as EnsembleModel.forward_decoder takes it.
+        token_scores = torch.logsumexp(torch.stack(lprobs).float(), 0) - math.log(len(lprobs))
+        token_scores = token_scores - self.generator.unk_penalty * target.eq(self.dictionary.unk())
+        lengths = target.ne(self.dictionary.pad()).sum(1)
+        token_scores = token_scores.masked_fill(target.eq(self.dictionary.pad()), 0.0)
+        scores = token_scores.sum(1)
+        if self.generator.normalize_scores:
+            scores = scores / lengths.float() ** self.generator.len_penalty
+        return rows, [(s, token_scores[i, :n]) for i, (s, n) in enumerate(zip(scores, lengths.tolist()))]
+
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):
+        if prefix_tokens is not None or constraints is not None:
+            raise ValueError("--keep-mt-margin cannot be combined with --prefix-size or --constraints: the MT "
+                             "would compete with hypotheses forced to another start")
+        finalized = self.generator.generate(models, sample, **kwargs)
+        rows, scored = self.mt_scores(sample)
+        for i, hypos in enumerate(finalized):
+            mt_score, positional = scored[i]
+            mt = {"tokens": rows[i], "score": mt_score, "attention": torch.empty(0), "alignment": torch.empty(0),
+                  "positional_scores": positional}
+            # The MT goes before the first hypothesis that does not beat it by more than the
+            # margin; where the beam found the MT itself, only its first place counts.
+            at = next((j for j, hypo in enumerate(hypos)
+                       if keeps_mt(float(hypo["score"]), float(mt_score), self.margin)), len(hypos))
+            ranked, seen_mt = [], False
+            for hypo in hypos[:at] + [mt] + hypos[at:]:
+                is_mt = torch.equal(hypo["tokens"], rows[i])
+                if not (is_mt and seen_mt):
+                    ranked.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
+                seen_mt |= is_mt
+            finalized[i] = ranked[:max(len(hypos), 1)]
+            self.kept += finalized[i][0]["is_mt"]
+        self.sentences += len(finalized)
+        logger.info(f"keep-the-MT gate (--keep-mt-margin {self.margin}): {self.kept} of {self.sentences} sentences "
+                    "so far kept their MT")
+        return finalized
+
+
+def build_ape_generator(generator, models, dictionary, conservativeness: float = 0.0,
+                        keep_mt_margin: Optional[float] = None):
+    """fairseq's generator made conservative and/or gated (see the module docstring).
+    A :class:`fairseq.sequence_scorer.SequenceScorer` (``--score-reference``) is returned
+    as is: it scores given targets and searches nothing."""
+    check_decoding_options(conservativeness, keep_mt_margin)
+    if not isinstance(generator, SequenceGenerator):
+        return generator
+    # Wrapped at C = 0 too, so that plain search goes through the same code (tested to be
+    # fairseq's own, hypothesis for hypothesis).
+    if type(generator.model) is EnsembleModel:
+        generator.model = ConservativeEnsemble(list(generator.model.models), conservativeness, dictionary.eos())
+        generator.model.eval()
+    elif conservativeness > 0:
+        raise ValueError(f"--conservativeness: not available with {type(generator.model).__name__} "
+                         "(--print-alignment); leave one of them out")
+    if keep_mt_margin is not None:
+        return KeepMTGate(generator, models, dictionary, keep_mt_margin)
+    return generator

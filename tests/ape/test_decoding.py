@@ -1,0 +1,198 @@
+"""Conservative decoding and the keep-the-MT gate (fairseq_sparse.ape.decoding), against
+fairseq's own beam search and its own forced-decoding scorer."""
+
+import math
+import re
+
+import pytest
+import torch
+
+import fairseq_sparse
+fairseq_sparse.load_plugin()
+from fairseq.dataclass.configs import GenerationConfig  # noqa: E402
+from fairseq.sequence_scorer import SequenceScorer  # noqa: E402
+from fairseq.tasks import FairseqTask  # noqa: E402
+
+from fairseq_sparse.ape.decoding import build_ape_generator, check_can_score_mt, mt_targets  # noqa: E402
+from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
+from fairseq_sparse.ape.ter import ape_scores  # noqa: E402
+from tests.ape.test_task import TRAIN, generate  # noqa: E402
+from tests.conftest import REPO, run_cli  # noqa: E402
+
+
+@pytest.fixture
+def ape_model(ape_raw, tiny_bert):
+    """A randomly initialised bert_ape and its task (a fixed seed: its output is arbitrary
+    but deterministic), with the first 12 test pairs."""
+    from fairseq import options, tasks
+
+    torch.manual_seed(3)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(ape_raw), *map(str, TRAIN), "--bert-model", str(tiny_bert)])
+    task = tasks.setup_task(args)
+    model = task.build_model(args).eval()
+    src = (ape_raw / "test.src").read_text(encoding="utf-8").splitlines()[:12]
+    mt = (ape_raw / "test.mt").read_text(encoding="utf-8").splitlines()[:12]
+    return model, task, src, mt
+
+
+def batch(task, src, mt):
+    sources = task.encode_inputs(src, mt)
+    dataset = task.build_dataset_for_inference(sources, [len(s) for s in sources])
+    return dataset.collater([dataset[i] for i in range(len(sources))])
+
+
+def test_zero_conservativeness_is_fairseqs_own_search_hypothesis_for_hypothesis(ape_model):
+    model, task, src, mt = ape_model
+    sample = batch(task, src, mt)
+    stock = FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12))
+    ours = task.build_generator([model], GenerationConfig(beam=3, max_len_b=12))
+    assert type(ours.model).__name__ == "ConservativeEnsemble", "C = 0 runs through the same code as C > 0"
+    expected, got = stock.generate([model], sample), ours.generate([model], sample)
+    for a, b in zip(expected, got, strict=True):
+        assert len(a) == len(b) == 3
+        for x, y in zip(a, b):
+            assert torch.equal(x["tokens"], y["tokens"])
+            assert torch.equal(x["positional_scores"], y["positional_scores"]) and float(x["score"]) == float(y["score"])
+
+
+def forced_positional_scores(task, model, sample, targets):
+    """fairseq's SequenceScorer on given target rows: per-token log-probabilities."""
+    from fairseq.data import data_utils
+
+    pad, eos = task.dictionary.pad(), task.dictionary.eos()
+    scored = dict(sample, target=data_utils.collate_tokens(targets, pad, eos),
+                  net_input=dict(sample["net_input"], prev_output_tokens=data_utils.collate_tokens(
+                      targets, pad, eos, move_eos_to_beginning=True)))
+    return [h[0]["positional_scores"] for h in SequenceScorer(task.dictionary).generate([model], scored)]
+
+
+@pytest.mark.parametrize("penalty", [0.01, 5.0])
+def test_conservativeness_subtracts_c_from_exactly_the_tokens_in_neither_src_nor_mt(ape_model, penalty):
+    model, task, src, mt = ape_model
+    sample = batch(task, src, mt)
+    generator = task.build_generator([model], GenerationConfig(beam=3, max_len_b=12))
+    generator.model.penalty = penalty
+    with torch.no_grad():
+        hypos = generator.generate([model], sample)
+    targets = [h[0]["tokens"] for h in hypos]
+    plain = forced_positional_scores(task, model, sample, targets)
+    novel_seen = 0
+    for i, (hypo, reference) in enumerate(zip(hypos, plain)):
+        present = set(sample["net_input"]["src_tokens"][i].tolist()) | {task.dictionary.eos()}
+        novel = torch.tensor([t not in present for t in hypo[0]["tokens"].tolist()])
+        novel_seen += int(novel.sum())
+        torch.testing.assert_close(hypo[0]["positional_scores"], reference - penalty * novel, atol=1e-4, rtol=0)
+    if penalty < 0.1:  # the random model's favourite token is in neither src nor mt
+        assert novel_seen > 0, "the penalty is exercised on the hypotheses' own tokens"
+    else:
+        assert novel_seen == 0, "a large penalty steers the search to tokens of src and mt"
+
+
+def test_infinite_conservativeness_writes_only_tokens_of_src_and_mt(ape_model):
+    model, task, src, mt = ape_model
+    sample = batch(task, src, mt)
+    generator = build_ape_generator(FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12)),
+                                    [model], task.dictionary, conservativeness=math.inf)
+    with torch.no_grad():
+        hypos = generator.generate([model], sample)
+    for i, nbest in enumerate(hypos):
+        present = set(sample["net_input"]["src_tokens"][i].tolist())
+        for hypo in nbest:
+            assert set(hypo["tokens"].tolist()) <= present and math.isfinite(float(hypo["score"]))
+
+
+def test_the_gate_scores_the_mt_as_fairseqs_forced_decoding_scorer_does(ape_model):
+    model, task, src, mt = ape_model
+    sample = batch(task, src, mt)
+    gate = build_ape_generator(FairseqTask.build_generator(task, [model], GenerationConfig(beam=2, max_len_b=12)),
+                               [model], task.dictionary, keep_mt_margin=-math.inf)
+    rows, scored = gate.mt_scores(sample)
+    reference = forced_positional_scores(task, model, sample, rows)
+    encoded_mt = task.encode_inputs(mt, mt)  # [CLS] mt [SEP] mt [SEP]: the mt segment is the encoded mt
+    for i, ((score, positional), expected) in enumerate(zip(scored, reference)):
+        j = int(sample["id"][i])  # the collater orders rows by length
+        assert rows[i].tolist()[:-1] == encoded_mt[j].tolist()[1:len(rows[i])] and rows[i][-1] == task.dictionary.eos()
+        torch.testing.assert_close(positional, expected, atol=1e-5, rtol=0)
+        # The beam's length normalisation (--lenpen 1): the mean over the tokens and [SEP].
+        assert float(score) == pytest.approx(float(expected.mean()), abs=1e-5)
+
+
+def test_the_mt_competes_with_each_returned_hypothesis(ape_model):
+    model, task, src, mt = ape_model
+    sample = batch(task, src, mt)
+    config = GenerationConfig(beam=3, max_len_b=12)
+    with torch.no_grad():
+        plain = FairseqTask.build_generator(task, [model], config).generate([model], sample)
+        _, scored = build_ape_generator(FairseqTask.build_generator(task, [model], config), [model],
+                                        task.dictionary, keep_mt_margin=0.0).mt_scores(sample)
+        # A margin inside the spread of (best - MT) scores, so that some MTs win and some lose.
+        margin = float(torch.tensor([float(b[0]["score"] - s) for b, (s, _) in zip(plain, scored)]).median())
+        gated = build_ape_generator(FairseqTask.build_generator(task, [model], config), [model], task.dictionary,
+                                    keep_mt_margin=margin).generate([model], sample)
+    rows = mt_targets(sample["net_input"]["src_tokens"], task.dictionary)[0]
+    kept = 0
+    for beam, nbest, mt_row in zip(plain, gated, rows, strict=True):
+        mt_score = float(nbest[0]["mt_score"])
+        ahead = [h for h in beam if float(h["score"]) - mt_score > margin]
+        expected = [h["tokens"].tolist() for h in ahead] + [mt_row.tolist()]
+        expected += [h["tokens"].tolist() for h in beam[len(ahead):] if h["tokens"].tolist() != mt_row.tolist()]
+        assert [h["tokens"].tolist() for h in nbest] == expected[:3]
+        assert [h["is_mt"] for h in nbest] == [t == mt_row.tolist() for t in expected[:3]]
+        kept += nbest[0]["is_mt"]
+    assert 0 < kept < len(plain), "some MTs win at this margin and some lose, or the test shows little"
+
+
+def test_an_infinite_margin_returns_every_mt_so_ter_equals_doing_nothing(ape_model, ape_raw):
+    model, task, src, mt = ape_model
+    pe = (ape_raw / "test.pe").read_text(encoding="utf-8").splitlines()[:12]
+    kept_all = PostEditor([model], task, beam=2, max_len_b=12, keep_mt_margin=math.inf).postedits(src, mt)
+    assert [e.text for e in kept_all] == mt and all(e.is_mt for e in kept_all), "the MT's own text, case and all"
+    assert ape_scores([e.text for e in kept_all], pe)[0] == ape_scores(mt, pe)[0]
+    plain = PostEditor([model], task, beam=2, max_len_b=12).postedit(src, mt)
+    never = PostEditor([model], task, beam=2, max_len_b=12, keep_mt_margin=-math.inf).postedits(src, mt)
+    assert [e.text for e in never] == plain, "M = -inf scores the MT but returns the beam's output"
+    assert all(e.mt_score is not None and e.mt_score <= 0 for e in never)
+
+
+def test_a_model_that_cannot_score_the_mt_and_bad_values_are_refused(ape_model):
+    model, task, src, mt = ape_model
+    with pytest.raises(ValueError, match="--keep-mt-margin: Linear is not an encoder-decoder model"):
+        check_can_score_mt([torch.nn.Linear(2, 2)])
+    for value, message in ((-0.5, r"--conservativeness -0.5: must be a number >= 0"),
+                           (float("nan"), r"--conservativeness nan: must be a number >= 0")):
+        with pytest.raises(ValueError, match=message):
+            PostEditor([model], task, conservativeness=value)
+    with pytest.raises(ValueError, match=r"--keep-mt-margin nan: must be a number"):
+        PostEditor([model], task, keep_mt_margin=float("nan"))
+
+
+def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ape_raw, tiny_bert):
+    save = tmp_path / "ckpt"
+    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", save)
+    checkpoint = save / "checkpoint_last.pt"
+    plain = generate(ape_raw, checkpoint)
+    zero = generate(ape_raw, checkpoint, "--conservativeness", "0")
+    assert zero.stdout == plain.stdout
+    kept = generate(ape_raw, checkpoint, "--keep-mt-margin", "inf", "--nbest", "2")
+    assert "keep-the-MT gate (--keep-mt-margin inf): 20 of 20 sentences so far kept their MT" in kept.stderr
+    from fairseq_sparse.ape.bert_dictionary import model_spelling
+    from fairseq_sparse.modules.bert import load_bert_tokenizer
+
+    mt = (ape_raw / "test.mt").read_text(encoding="utf-8").splitlines()
+    spelled = model_spelling(load_bert_tokenizer(tiny_bert), mt)  # what the D- lines print: WordPieces merged
+    firsts = {}
+    for m in re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", kept.stdout, re.M):
+        firsts.setdefault(int(m.group(1)), m.group(2))
+    assert len(re.findall(r"^D-", kept.stdout, re.M)) == 40, "--nbest 2: the MT and the beam's best"
+    assert [firsts[i] for i in range(20)] == spelled
+    bad = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
+                  checkpoint, "--cpu", "--conservativeness", "-1", check=False)
+    assert bad.returncode != 0 and "--conservativeness -1.0: must be a number >= 0" in bad.stderr
+    pairs = tmp_path / "pairs.tsv"
+    src = (ape_raw / "test.src").read_text(encoding="utf-8").splitlines()[:2]
+    pairs.write_text("".join(f"{s}\t{m}\n" for s, m in zip(src, mt)), encoding="utf-8")
+    interactive = run_cli("fairseq-interactive", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
+                          "--path", checkpoint, "--cpu", "--beam", "2", "--max-len-b", "30", "--input", pairs,
+                          "--conservativeness", "2", "--keep-mt-margin", "0.5")
+    assert "keep-the-MT gate (--keep-mt-margin 0.5)" in interactive.stderr

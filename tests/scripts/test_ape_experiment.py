@@ -1,0 +1,85 @@
+"""The APE experiment script end to end, at toy size on a slice of the real corpus:
+three systems trained, C and M tuned on dev, the test split reported, resumed."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_sparse.ape.bert_dictionary import model_spelling
+from fairseq_sparse.ape.ter import ape_scores
+from fairseq_sparse.modules.bert import load_bert_tokenizer
+from tests.conftest import REPO, write_ape_split
+
+LABELS = ("dual_source_transformer", "bert_ape, random initialisation", "bert_ape, BERT initialisation")
+
+
+def run_experiment(out, corpus, tiny_bert, updates, *extra):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_experiment.py"), "--out", str(out),
+                           "--corpus", str(corpus), "--held-out", "20", "--bert-model", str(tiny_bert),
+                           "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
+                           "--max-update", str(updates), "--lr", "1e-3", "--warmup", "2", "--beam", "2",
+                           "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf", *extra],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = (out / "results.md").read_text(encoding="utf-8")
+    rows = {name: cells.split(" | ") for name, cells in re.findall(r"^\| ([^|]+?) \| (\d.*) \|$", results, re.M)}
+    return results, rows
+
+
+def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
+    write_ape_split(tmp_path, "slice", 0, 240)
+    out = tmp_path / "exp"
+    results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 6)
+    assert "Train 200 triplets, dev 20 (the 20 before the last 20), test 20 (the last)." in results
+    assert "on the uncased BERT's spelling" in results
+    assert len(rows) == 7 and "do nothing (MT as is)" in rows
+    for label in LABELS:
+        assert f"{label}, plain beam search" in rows
+        tuned = [name for name in rows if name.startswith(f"{label}, C = ")]
+        assert len(tuned) == 1
+    # Doing nothing, on the spelling every row is scored on.
+    data = out / "data"
+    tokenizer = load_bert_tokenizer(data / "tokenizer")
+    mt, pe = (model_spelling(tokenizer, (data / f"test.{f}").read_text(encoding="utf-8").splitlines())
+              for f in ("mt", "pe"))
+    ter, _, bleu, _ = ape_scores(mt, pe)
+    assert [float(x) for x in rows["do nothing (MT as is)"][:2]] == [pytest.approx(ter, abs=0.005),
+                                                                     pytest.approx(bleu, abs=0.005)]
+    assert rows["do nothing (MT as is)"][2:] == ["0", "0", "0", "–", "–", "–", "–", "–"]
+    for system in ("dual_source", "random", "bert"):
+        chosen = json.loads((out / system / "tuning" / "chosen.json").read_text())
+        assert chosen["split"] == "valid" and chosen["conservativeness"] in (0, 2)
+        assert (out / system / "tuning" / "tuning.png").stat().st_size > 10_000
+        grid = (out / system / "tuning" / "grid.tsv").read_text().splitlines()
+        assert len(grid) == 1 + 2 * 3, "every C x M"
+        assert min(float(line.split("\t")[2]) for line in grid[1:]) == pytest.approx(chosen["ter"], abs=0.005)
+        done = json.loads((out / system / "test" / "results.json").read_text())
+        assert done["split"] == "test" and done["trained"]["updates"] == 6 and done["trained"]["tokens"] > 0
+        for name in ("plain", "tuned"):
+            assert len((out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()) == 20
+    for name, cells in rows.items():
+        if name != "do nothing (MT as is)":
+            modified, improved, deteriorated, kept = (int(x) for x in cells[2:6])
+            assert 0 <= improved + deteriorated <= modified <= 20 and modified + kept <= 20
+            assert cells[6] == "6" and "CPU" in cells[9]
+
+    # Resumed to twice the budget for one system: it goes on from its last checkpoint, the
+    # others keep the rows their earlier run left.
+    first = rows
+    results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 12, "--systems", "bert")
+    bert = [name for name in rows if name.startswith("bert_ape, BERT")]
+    assert all(rows[name][6] == "12" for name in bert)
+    for name in rows:
+        if name.startswith(("dual_source", "bert_ape, random")):
+            assert rows[name] == first[name]
+
+
+def test_linear_decay_without_an_end_is_refused(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_experiment.py"), "--out", str(tmp_path),
+                           "--max-update", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0" in proc.stderr
+    assert not (tmp_path / "data").exists()

@@ -1,0 +1,57 @@
+"""scripts/tune_ape_decoding.py: the grid it simulates is what the gate does."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+import fairseq_sparse
+fairseq_sparse.load_plugin()
+from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
+from tests.ape.test_task import TRAIN  # noqa: E402
+from tests.conftest import REPO, run_cli  # noqa: E402
+
+sys.path.insert(0, str(REPO / "scripts"))
+import tune_ape_decoding as tuning  # noqa: E402
+
+
+def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_raw, tiny_bert):
+    save = tmp_path / "ckpt"
+    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", save)
+    checkpoint = save / "checkpoint_last.pt"
+    out = tmp_path / "tuning"
+    proc = subprocess.run([sys.executable, REPO / "scripts" / "tune_ape_decoding.py", "--path", checkpoint,
+                           "--data", ape_raw, "--out", out, "--conservativeness", "0", "1.5", "--beam", "2",
+                           "--keep-mt-margin", "off", "-1", "0", "0.5", "inf"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chosen = json.loads((out / "chosen.json").read_text())
+    grid = [line.split("\t") for line in (out / "grid.tsv").read_text().splitlines()]
+    assert grid[0] == ["C", "M", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"] and len(grid) == 11
+    assert (out / "tuning.png").stat().st_size > 10_000 and "Chosen: C = " in (out / "grid.md").read_text()
+    assert chosen["split"] == "valid"
+    # M = inf keeps every MT: doing nothing, whatever C.
+    for row in grid[1:]:
+        if row[1] == "inf":
+            assert row[2] == f"{chosen['do_nothing_ter']:.2f}" and row[4] == "0" and row[7] == "30"
+    # The simulated grid cell equals real generation with the gate at that C and M.
+    texts = tuning.read_triplets(ape_raw, "valid")
+    models, task = tuning.load(checkpoint, ape_raw, "cpu")
+    edits = tuning.beam_pass(models, task, 1.5, texts["src"], texts["mt"], beam=2)
+    for margin in (-1.0, 0.0, 0.5):
+        simulated, kept = tuning.gated(edits, texts["mt"], margin)
+        real = PostEditor(models, task, beam=2, conservativeness=1.5, keep_mt_margin=margin).postedits(
+            texts["src"], texts["mt"])
+        assert [e.text for e in real] == simulated and sum(e.is_mt for e in real) == kept
+    spread = [e.score - e.mt_score for e in edits]
+    assert min(spread) < 0.5 < max(spread) or min(spread) < -1 < max(spread), "the margins tried split the dev set"
+
+
+def test_bad_grid_values_are_named(tmp_path):
+    for option, value, message in (("--keep-mt-margin", "nan", "--keep-mt-margin nan: must be a number"),
+                                   ("--keep-mt-margin", "big", "--keep-mt-margin big: not a number or 'off'"),
+                                   ("--conservativeness", "-2", "--conservativeness -2.0: must be a number >= 0")):
+        proc = subprocess.run([sys.executable, REPO / "scripts" / "tune_ape_decoding.py", "--path", "x", "--data",
+                               tmp_path, "--out", tmp_path / "o", option, value], capture_output=True, text=True)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
