@@ -107,9 +107,10 @@ class KeepMTGate:
     with the returned hypotheses (see the module docstring).  Everything else (``eos``,
     the symbols fairseq-generate strips) is the wrapped generator's."""
 
-    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: float):
+    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: float, log_kept=True):
         check_can_score_mt(models)
         self.generator, self.models, self.dictionary, self.margin = generator, models, dictionary, margin
+        self.log_kept = log_kept
         self.kept = self.sentences = 0
 
     def __getattr__(self, name):
@@ -163,13 +164,14 @@ class KeepMTGate:
             finalized[i] = ranked[:max(len(hypos), 1)]
             self.kept += finalized[i][0]["is_mt"]
         self.sentences += len(finalized)
-        logger.info(f"keep-the-MT gate (--keep-mt-margin {self.margin}): {self.kept} of {self.sentences} sentences "
-                    "so far kept their MT")
+        if self.log_kept:  # fairseq-generate and -interactive show their counts; PostEditor returns them
+            logger.info(f"keep-the-MT gate (--keep-mt-margin {self.margin}): {self.kept} of {self.sentences} "
+                        "sentences so far kept their MT")
         return finalized
 
 
 def build_ape_generator(generator, models, dictionary, conservativeness: float = 0.0,
-                        keep_mt_margin: Optional[float] = None):
+                        keep_mt_margin: Optional[float] = None, log_kept: bool = True):
     """fairseq's generator made conservative and/or gated (see the module docstring).
     A :class:`fairseq.sequence_scorer.SequenceScorer` (``--score-reference``) is returned
     as is: it scores given targets and searches nothing."""
@@ -185,5 +187,5 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
         raise ValueError(f"--conservativeness: not available with {type(generator.model).__name__} "
                          "(--print-alignment); leave one of them out")
     if keep_mt_margin is not None:
-        return KeepMTGate(generator, models, dictionary, keep_mt_margin)
+        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept)
     return generator
