@@ -35,22 +35,24 @@ def load_plugin():
         return
     _loaded = True
     import logging
-    import os
 
     # Importing fairseq runs ``logging.basicConfig(level=DEBUG)`` (in
-    # fairseq/models/wav2vec/wav2vec2_classification.py), so any program that imports it
-    # before configuring logging prints every library's debug lines (matplotlib's font
-    # lookups, ...).  fairseq's CLIs configure logging first and are unaffected; for
-    # everything else the root logger is put back to what those CLIs use: $LOGLEVEL,
-    # INFO by default.
-    root_level = logging.getLogger().level
+    # fairseq/models/wav2vec/wav2vec2_classification.py): the root logger goes to DEBUG
+    # with a stderr handler, and a program that had not configured logging would print
+    # every library's debug lines.  The root logger is left as it was found, level and
+    # handlers; fairseq's CLIs configure it before importing fairseq (the basicConfig
+    # above is then a no-op), so their logging is unchanged.
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
     from . import compat
 
     compat.apply()
     from . import ape, attention, latent, vae  # noqa: F401  (registration)
 
-    if logging.getLogger().level < root_level:
-        logging.getLogger().setLevel(os.environ.get("LOGLEVEL", "INFO").upper())
+    root.setLevel(level)
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
 
 
 if "fairseq" in sys.modules:  # loaded by fairseq (--user-dir), or imported after it

@@ -1,6 +1,5 @@
 """Importing the package: what it does to the process beyond registering things."""
 
-import os
 import subprocess
 import sys
 
@@ -10,24 +9,28 @@ from tests.conftest import REPO
 
 PROGRAM = """
 import logging
+{configure}
+root = logging.getLogger()
+before = (root.level, list(root.handlers))
 import fairseq_sparse.ape  # a research line: imports fairseq and loads the plugin
 import matplotlib.pyplot  # logs its set-up at DEBUG level
-print(logging.getLogger().getEffectiveLevel())
+logging.getLogger("fairseq_sparse.ape.task").info("an INFO line of the plugin")
+print(before == (root.level, list(root.handlers)), root.getEffectiveLevel())
 """
 
 
-@pytest.mark.parametrize("loglevel, level", [(None, "20"), ("DEBUG", "10")])
-def test_import_leaves_the_root_logger_as_fairseq_s_clis_set_it(loglevel, level):
-    """fairseq's import sets the root logger to DEBUG (wav2vec2_classification.py calls
-    logging.basicConfig(level=DEBUG)); after importing a research line it is $LOGLEVEL,
-    INFO by default, as in fairseq-train, so a script prints no library's debug lines."""
-    env = {k: v for k, v in os.environ.items() if k != "LOGLEVEL"}
-    if loglevel:
-        env["LOGLEVEL"] = loglevel
-    proc = subprocess.run([sys.executable, "-c", PROGRAM], cwd=REPO, env=env, capture_output=True, text=True,
-                          check=True)
-    assert proc.stdout.split() == [level]
-    assert ("DEBUG:matplotlib" in proc.stderr) == (loglevel == "DEBUG")
+@pytest.mark.parametrize("configure, level", [("", "30"), ("logging.basicConfig(level=logging.INFO)", "20")])
+def test_import_leaves_the_root_logger_as_it_found_it(configure, level):
+    """fairseq's import sets the root logger to DEBUG with a stderr handler
+    (wav2vec2_classification.py calls logging.basicConfig(level=DEBUG)); importing the
+    plugin leaves the caller's logging as it was: unconfigured, a script prints no
+    library's debug or info lines; configured (as fairseq's CLIs do before importing
+    fairseq), the plugin's INFO lines come through."""
+    proc = subprocess.run([sys.executable, "-c", PROGRAM.format(configure=configure)], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["True", level]
+    assert "DEBUG:matplotlib" not in proc.stderr
+    assert ("an INFO line of the plugin" in proc.stderr) == (level == "20")
 
 
 ENTMAX_ONLY = """
