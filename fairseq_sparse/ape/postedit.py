@@ -77,7 +77,9 @@ class PostEditor:
     @torch.no_grad()
     def postedits(self, src_sentences, mt_sentences):
         """A :class:`PostEdit` for each (src, mt) pair, in order."""
-        src_sentences, mt_sentences = list(src_sentences), list(mt_sentences)
+        # Iterables become lists (read twice below); a str stays one, for encode_inputs to refuse.
+        src_sentences, mt_sentences = (x if isinstance(x, (str, bytes)) else list(x)
+                                       for x in (src_sentences, mt_sentences))
         sources = self.task.encode_inputs(src_sentences, mt_sentences)
         device = next(self.models[0].parameters()).device
         outputs = [None] * len(sources)

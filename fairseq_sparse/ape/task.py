@@ -205,20 +205,37 @@ class APETask(FairseqTask):
         is the task's own."""
         pairs = [line.split("\t") for line in lines]
         for line, pair in zip(lines, pairs):
-            if len(pair) != 2:
+            if len(pair) != 2 or not all(field.strip() for field in pair):
+                # fairseq-interactive strips each line, so an empty first or last field loses its tab.
                 raise ValueError(
-                    f"fairseq-interactive --task ape reads one 'src<TAB>mt' pair per line; this line has "
-                    f"{len(pair)} tab-separated fields: {line[:100]!r} (--constraints, which also splits "
-                    "lines on tabs, cannot be used with --task ape)")
+                    f"fairseq-interactive --task ape reads one 'src<TAB>mt' pair per line, both non-empty; this "
+                    f"line has {len(pair)} tab-separated field{'s' if len(pair) != 1 else ''}"
+                    f"{' (one empty)' if len(pair) == 2 else ''}: {line[:100]!r} (an empty src or mt loses its "
+                    "tab when fairseq-interactive strips the line; --constraints, which also splits lines on "
+                    "tabs, cannot be used with --task ape)")
         sources = self.encode_inputs([src for src, _ in pairs], [mt for _, mt in pairs])
         return sources, [len(s) for s in sources]
 
     def encode_inputs(self, src_lines, mt_lines):
         """Source tensors for (src, mt) pairs, as training builds them."""
+        for name, lines in (("src", src_lines), ("mt", mt_lines)):
+            if isinstance(lines, (str, bytes)):  # its characters would become sentences
+                raise TypeError(f"ape input: {name} must be a list of sentences, not one {type(lines).__name__} "
+                                "(wrap a single sentence in a list)")
+        src_lines, mt_lines = list(src_lines), list(mt_lines)
         if len(src_lines) != len(mt_lines):
             raise ValueError(f"{len(src_lines)} source sentences but {len(mt_lines)} MT outputs")
-        src, src_cut = encode_segments(self.tokenizer, list(src_lines), self.cfg.max_segment_tokens)
-        mt, mt_cut = encode_segments(self.tokenizer, list(mt_lines), self.cfg.max_segment_tokens)
+        for name, lines in (("src", src_lines), ("mt", mt_lines)):
+            for i, line in enumerate(lines):
+                if not isinstance(line, str):
+                    raise TypeError(f"ape input pair {i + 1}: {name} is {type(line).__name__}, not a sentence (str)")
+                try:
+                    line.encode("utf-8")
+                except UnicodeEncodeError as e:  # undecodable input bytes kept as surrogates (stdin)
+                    raise ValueError(f"ape input pair {i + 1}: {name} is not UTF-8 text ({e.reason} at "
+                                     f"character {e.start}): {line[:60]!r}") from None
+        src, src_cut = encode_segments(self.tokenizer, src_lines, self.cfg.max_segment_tokens)
+        mt, mt_cut = encode_segments(self.tokenizer, mt_lines, self.cfg.max_segment_tokens)
         if src_cut or mt_cut:
             logger.warning(f"ape input: of {len(src)} (src, mt) pairs, {src_cut} src and {mt_cut} mt cut to "
                            f"--max-segment-tokens {self.cfg.max_segment_tokens}")

@@ -80,8 +80,8 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
                           "--path", save / "checkpoint_best.pt", "--cpu", "--beam", "2", "--max-len-b", "30",
                           "--input", pairs)
     assert hypotheses(interactive.stdout) == {i: hyps[i] for i in range(3)}
-    with pytest.raises(ValueError, match=r"one 'src<TAB>mt' pair per line; this line has 1 tab-separated fields: "
-                                         r"'Das ist gut \.'"):
+    with pytest.raises(ValueError, match=r"one 'src<TAB>mt' pair per line, both non-empty; this line has 1 "
+                                         r"tab-separated field: 'Das ist gut \.' \(an empty src or mt loses its tab"):
         editor.task.get_interactive_tokens_and_lengths(["Das ist gut ."], encode_fn=None)
 
 
@@ -187,6 +187,25 @@ def test_a_pair_too_long_for_the_model_is_named_when_post_editing(ape_raw, tiny_
     with pytest.raises(ValueError, match=r"ape input: 1 \(src, mt\) pairs are longer than the model's 64 source "
                                          r"positions, the first is pair 2 \(99 tokens .*lower --max-segment-tokens"):
         editor.postedit(["ja", "das ist gut . " * 12], ["yes", "this is good . " * 12])
+
+
+def test_bad_inputs_to_post_edit_are_named(ape_raw, tiny_bert):
+    from fairseq import options, tasks
+
+    from fairseq_sparse.ape.postedit import PostEditor
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(ape_raw), *map(str, TRAIN), "--bert-model", str(tiny_bert)])
+    task = tasks.setup_task(args)
+    editor = PostEditor([task.build_model(args)], task, beam=1, max_len_b=3)
+    with pytest.raises(TypeError, match=r"ape input: src must be a list of sentences, not one str \(wrap"):
+        editor.postedit("Das ist gut .", "This is good .")
+    with pytest.raises(TypeError, match=r"ape input pair 2: mt is NoneType, not a sentence"):
+        editor.postedit(["ja", "nein"], ["yes", None])
+    with pytest.raises(ValueError, match=r"ape input pair 1: src is not UTF-8 text \(surrogates not allowed"):
+        editor.postedit(["gut \udcff"], ["good"])  # how undecodable stdin bytes arrive (surrogateescape)
+    with pytest.raises(ValueError, match=r"this line has 2 tab-separated fields \(one empty\): 'Das ist gut \.\\t '"):
+        task.get_interactive_tokens_and_lengths(["Das ist gut .\t "], encode_fn=None)
 
 
 @pytest.mark.parametrize("max_segment_tokens", [0, -5])
