@@ -32,7 +32,7 @@ from fairseq.data.list_dataset import ListDataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 
-from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist
+from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist, VocabularyCheck
 from .bert_dictionary import BertDictionary, WordPieceDetokenizer
 from .decoding import build_ape_generator, check_decoding_options
 from .triplets import build_source, encode_segments, encode_triplets, read_triplets
@@ -133,6 +133,14 @@ class APETask(FairseqTask):
 
     def max_positions(self):
         return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        """The architecture's model, which also records the vocabulary it was built on:
+        loading weights of another vocabulary is an error naming both."""
+        model = super().build_model(cfg, from_checkpoint)
+        model.bert_vocabulary = VocabularyCheck(
+            self.tokenizer, f"the tokenizer kept with the data in {Path(self.cfg.data) / 'tokenizer'}")
+        return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         """fairseq's generator with --conservativeness and --keep-mt-margin (see .decoding)."""

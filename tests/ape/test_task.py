@@ -1,5 +1,6 @@
 """The ape task end to end through fairseq's CLIs on real WMT APE triplets, and its input checks."""
 
+import json
 import re
 import subprocess
 import sys
@@ -17,9 +18,10 @@ TRAIN = ["--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert
          "--cpu", "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple"]
 
 
-def generate(data, checkpoint, *extra):
+def generate(data, checkpoint, *extra, check=True):
     return run_cli("fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
-                   "--path", checkpoint, "--gen-subset", "test", "--cpu", "--beam", "2", "--max-len-b", "30", *extra)
+                   "--path", checkpoint, "--gen-subset", "test", "--cpu", "--beam", "2", "--max-len-b", "30", *extra,
+                   check=check)
 
 
 def hypotheses(stdout):
@@ -256,3 +258,43 @@ def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_
     with pytest.raises(OSError, match="cannot keep the tokenizer with the data in .*new .*No space left"):
         keep_tokenizer(tokenizer, tmp_path / "new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "tokenizer"]  # no half-written copy left
+
+
+def test_a_tokenizer_of_another_vocabulary_is_refused_wherever_weights_are_loaded(tmp_path, ape_raw, tiny_bert,
+                                                                                   caplog):
+    """Same size, two tokens swapped: without the check, generation would run on wrong ids."""
+    import shutil
+
+    from fairseq_sparse.ape.postedit import PostEditor
+
+    save = tmp_path / "ckpt"
+    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", save)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("test.src", "test.mt", "test.pe"):
+        shutil.copy(ape_raw / name, other / name)
+    shutil.copytree(ape_raw / "tokenizer", other / "tokenizer")
+    spec = json.loads((other / "tokenizer" / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    first, second = (token for token, i in vocab.items() if i in (2000, 2001))
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer" / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    message = r"trained with another BERT vocabulary \(sha256 [0-9a-f]{12}\) than the tokenizer kept with the data " \
+              rf"in {re.escape(str(other / 'tokenizer'))} \(sha256 [0-9a-f]{{12}}\)"
+    for cli in ("fairseq-generate", "fairseq-interactive"):
+        proc = run_cli(cli, other, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
+                       save / "checkpoint_last.pt", "--cpu", "--gen-subset", "test", "--input", "/dev/null",
+                       check=False) if cli == "fairseq-interactive" else generate(other, save / "checkpoint_last.pt",
+                                                                                   check=False)
+        assert proc.returncode != 0 and re.search(message, proc.stderr), proc.stderr[-2000:]
+    # Here the checkpoint's own --bert-model is still on disk, and the task names it first.
+    with pytest.raises(ValueError, match=rf"--bert-model {re.escape(str(tiny_bert))} has another vocabulary than "
+                                         rf"the tokenizer kept with the data in {re.escape(str(other / 'tokenizer'))}"):
+        PostEditor.from_checkpoint(save / "checkpoint_last.pt", data=other)
+    # A checkpoint from before the digest was kept: loaded, with a warning.
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    del state["model"]["bert_vocabulary.sha256"]
+    torch.save(state, tmp_path / "old.pt")
+    with caplog.at_level("WARNING"):
+        editor = PostEditor.from_checkpoint(tmp_path / "old.pt", data=ape_raw, beam=1, max_len_b=3)
+    assert "does not record its BERT vocabulary" in caplog.text and len(editor.postedit(["gut"], ["good"])) == 1
