@@ -31,7 +31,7 @@ from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 
-from ..modules.bert import load_bert_tokenizer
+from ..modules.bert import VocabularyCheck, load_bert_tokenizer
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
@@ -219,6 +219,14 @@ class SentenceVAETask(FairseqTask):
         logger.info(f"sentence_vae {cfg.data}: {', '.join(f'{len(corpora[s][0])} {s}' for s in SPLITS)} sentences"
                     f"{' with class labels' if labelled else ''}; vocabulary {len(dictionary)}")
         return cls(cfg, dictionary, corpora)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        """With a BERT encoder, the model also records the BERT vocabulary: loading weights
+        of another vocabulary is an error naming both (``modules.bert.VocabularyCheck``)."""
+        model = super().build_model(cfg, from_checkpoint)
+        if self.bert_tokenizer is not None:
+            model.bert_vocabulary = VocabularyCheck(self.bert_tokenizer, f"--bert-model {self.cfg.bert_model}")
+        return model
 
     @property
     def num_classes(self):

@@ -74,3 +74,22 @@ def test_b_hsvae_trains_through_fairseq_train_and_is_analysed(yelp_dir, tiny_ber
                               classifier_epochs=2)
     assert results["objective"] == "hsvae" and results["latent_dim"] == 6
     assert 0 <= results["frozen_encoder_accuracy"] <= 100
+
+    # The checkpoint loaded with a BERT whose vocabulary has two tokens swapped: refused, both named.
+    import json
+    import re
+    import shutil
+
+    from fairseq import checkpoint_utils
+
+    other = tmp_path / "other_bert"
+    shutil.copytree(tiny_bert, other)
+    spec = json.loads((other / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    first, second = (token for token, i in vocab.items() if i in (2000, 2001))
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"another BERT vocabulary \(sha256 [0-9a-f]{{12}}\) than --bert-model "
+                                         rf"{re.escape(str(other))} \(sha256"):
+        checkpoint_utils.load_model_ensemble_and_task([str(tmp_path / "ckpt" / "checkpoint_last.pt")],
+                                                      arg_overrides={"bert_model": str(other)})
