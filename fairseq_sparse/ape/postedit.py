@@ -64,9 +64,13 @@ class PostEditor:
         overrides = {"data": str(data)} if data is not None else {}
         if max_segment_tokens is not None:
             overrides["max_segment_tokens"] = max_segment_tokens
-        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
-        if task.__class__.__name__ != "APETask":
-            raise ValueError(f"{path} was not trained with --task ape")
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(path), overrides)
+        cfg = state.get("cfg")
+        trained_with = cfg["task"].get("_name") if cfg is not None else getattr(state.get("args"), "task", None)
+        if trained_with != "ape":  # checked before fairseq builds that task (its errors say nothing of this)
+            raise ValueError(f"{path} was trained with --task {trained_with}, not --task ape: it cannot post-edit")
+        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides,
+                                                                           state=state)
         models = [m.to(device) for m in models]
         return cls(models, task, **kwargs)
 

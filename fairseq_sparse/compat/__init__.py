@@ -4,7 +4,8 @@
   without turning pickle safety off;
 - :mod:`.batching`: the last batch of every split is kept, and a resumed run gets the
   batches of an uninterrupted one;
-- :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed.
+- :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed;
+- :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error.
 
 Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
 when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
@@ -19,9 +20,10 @@ def apply():
     global _applied
     if _applied:
         return
-    from . import batching, checkpoints, criterion_state
+    from . import batching, checkpoints, criterion_state, precision
 
     checkpoints.apply()
     batching.apply()
     criterion_state.apply()
+    precision.apply()
     _applied = True

@@ -61,12 +61,19 @@ class VocabularyCheck(nn.Module):
 
     def __init__(self, tokenizer, source):
         super().__init__()
-        self.digest, self.source = vocabulary_sha256(tokenizer), source
+        self.digest, self.source, self.size = vocabulary_sha256(tokenizer), source, len(tokenizer.get_vocab())
         self.register_buffer("sha256", torch.tensor(list(bytes.fromhex(self.digest)), dtype=torch.uint8))
 
     def upgrade_state_dict_named(self, state_dict, name):
         key = f"{name}.sha256"
         if key not in state_dict:
+            # Without the digest, the embedding matrix still tells a checkpoint of another
+            # vocabulary (another task's, say) before torch's bare size-mismatch error.
+            rows = {v.shape[0] for k, v in state_dict.items() if k.endswith("embed_tokens.weight") and v.dim() == 2}
+            if rows and rows != {self.size}:
+                raise ValueError(f"the checkpoint's token embeddings have {', '.join(map(str, sorted(rows)))} rows, "
+                                 f"not the {self.size} tokens of {self.source}: it was trained on another vocabulary "
+                                 "(or another task)")
             logger.warning(f"the checkpoint does not record its BERT vocabulary (written before it did), so it "
                            f"cannot be checked against {self.source}")
             state_dict[key] = self.sha256.clone()

@@ -298,3 +298,25 @@ def test_a_tokenizer_of_another_vocabulary_is_refused_wherever_weights_are_loade
     with caplog.at_level("WARNING"):
         editor = PostEditor.from_checkpoint(tmp_path / "old.pt", data=ape_raw, beam=1, max_len_b=3)
     assert "does not record its BERT vocabulary" in caplog.text and len(editor.postedit(["gut"], ["good"])) == 1
+
+    # A checkpoint of another task: PostEditor says so before fairseq tries to build that
+    # task; fairseq-generate --task ape names the vocabulary sizes, not torch's size mismatch.
+    state["cfg"]["task"]["_name"] = "translation"
+    torch.save(state, tmp_path / "translation.pt")
+    with pytest.raises(ValueError, match=r"translation.pt was trained with --task translation, not --task ape"):
+        PostEditor.from_checkpoint(tmp_path / "translation.pt", data=ape_raw)
+    for key in [k for k in state["model"] if k.endswith("embed_tokens.weight")]:
+        state["model"][key] = state["model"][key][:1000]
+    torch.save(state, tmp_path / "other_vocabulary.pt")
+    proc = generate(ape_raw, tmp_path / "other_vocabulary.pt", check=False)
+    assert proc.returncode != 0 and re.search(r"token embeddings have 1000 rows, not the \d+ tokens of the tokenizer "
+                                              r"kept with the data", proc.stderr), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("option", ["--fp16", "--bf16"])
+def test_half_precision_without_a_gpu_is_a_plain_error(ape_raw, tiny_bert, tmp_path, option):
+    proc = run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir",
+                   tmp_path, option, check=False)
+    assert proc.returncode != 0
+    assert f"{option}: half-precision training and generation need a CUDA GPU, and --cpu is given" in proc.stderr
+    assert not list(tmp_path.glob("*.pt"))
