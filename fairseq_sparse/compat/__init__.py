@@ -5,7 +5,9 @@
 - :mod:`.batching`: the last batch of every split is kept, and a resumed run gets the
   batches of an uninterrupted one;
 - :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed;
-- :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error.
+- :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error;
+- :mod:`.checkpoint_files`: every checkpoint file is written atomically, and a torn
+  one is named with the whole checkpoint to resume from.
 
 Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
 when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
@@ -20,10 +22,11 @@ def apply():
     global _applied
     if _applied:
         return
-    from . import batching, checkpoints, criterion_state, precision
+    from . import batching, checkpoint_files, checkpoints, criterion_state, precision
 
     checkpoints.apply()
     batching.apply()
     criterion_state.apply()
     precision.apply()
+    checkpoint_files.apply()
     _applied = True
