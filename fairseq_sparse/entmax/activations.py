@@ -11,7 +11,9 @@ Transformers"), whose gradient with respect to alpha is given in closed form.
 
 Rows are taken along ``dim``.  Half and bfloat16 inputs are computed in float32
 and returned in their own dtype.  Scores of -inf (masks) get exactly zero
-probability, and a row with no finite score returns zeros with zero gradient.
+probability, and a row with no finite score returns zeros with zero gradient.  A
+row holding NaN or +inf returns NaN (and NaN gradients), as softmax does, on every
+backend.
 On CPU a fused C++ kernel is used (built at install time, or compiled on first use:
 ``cpp_kernel.py``), on CUDA a fused Triton kernel when Triton is installed
 (``triton_kernel.py``; it also keeps half and bfloat16 rows in their dtype in memory);
@@ -125,21 +127,35 @@ def _kernel_alpha(alpha, x2):
 
 
 def _forward_rows(x2, alpha):
-    """alpha-entmax of each row; ``alpha`` is a float or an (rows, 1) tensor."""
+    """alpha-entmax of each row; ``alpha`` is a float or an (rows, 1) tensor.
+
+    A row holding NaN or +inf is NaN, as softmax makes it, whichever backend runs: the
+    kernels would otherwise each do something else (drop the NaN and renormalise, zero
+    the row, or return scores), and a diverging run would be hidden."""
     if _use_triton(x2):
-        return triton_kernel.forward(x2, alpha)
-    if _use_cpp(x2):
-        return cpp_kernel.load().forward(x2, _kernel_alpha(alpha, x2), reference.newton_tol(x2.dtype))
-    return reference.forward(x2, alpha)
+        y2 = triton_kernel.forward(x2, alpha)
+    elif _use_cpp(x2):
+        y2 = cpp_kernel.load().forward(x2, _kernel_alpha(alpha, x2), reference.newton_tol(x2.dtype))
+    else:
+        y2 = reference.forward(x2, alpha)
+    invalid = (torch.isnan(x2) | torch.isposinf(x2)).any(-1, keepdim=True)
+    return y2.masked_fill(invalid, float("nan")) if invalid.any() else y2
 
 
 def _backward_rows(y2, dy2, alpha, alpha_grad):
+    """Gradients of each row (and of its alpha); NaN for a NaN row, as softmax gives."""
     if _use_triton(y2):
-        return triton_kernel.backward(y2, dy2, alpha, alpha_grad)
-    if _use_cpp(y2):
+        dx, da = triton_kernel.backward(y2, dy2, alpha, alpha_grad)
+    elif _use_cpp(y2):
         dx, da = cpp_kernel.load().backward(y2, dy2, _kernel_alpha(alpha, y2), alpha_grad)
-        return dx, (da.reshape(-1, 1) if alpha_grad else None)
-    return reference.backward(y2, dy2, alpha, alpha_grad)
+        da = da.reshape(-1, 1) if alpha_grad else None
+    else:
+        dx, da = reference.backward(y2, dy2, alpha, alpha_grad)
+    invalid = torch.isnan(y2).any(-1, keepdim=True)
+    if invalid.any():
+        dx = dx.masked_fill(invalid, float("nan"))
+        da = da.masked_fill(invalid, float("nan")) if da is not None else None
+    return dx, da
 
 
 class _FixedAlphaFunction(Function):
