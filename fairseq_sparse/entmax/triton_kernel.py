@@ -143,13 +143,32 @@ def _backward_kernel(y_ptr, dy_ptr, alpha_ptr, dx_ptr, dalpha_ptr, d, stride_y, 
     dx = gdy - g * (tl.sum(gdy, axis=0) / g_sum)
     tl.store(dx_ptr + row * stride_dx + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
     if ALPHA_GRAD:
-        p_skew = g / g_sum
-        ylogy = tl.where(on, y * log2_y * LN2, 0.0)
-        ent = tl.sum(ylogy, axis=0)
-        am1 = alpha - 1.0
-        dalpha = tl.sum(dy * (y - p_skew), axis=0) / (am1 * am1)
-        dalpha -= tl.sum(dy * (ylogy - p_skew * ent), axis=0) / am1
-        tl.store(dalpha_ptr + row, dalpha)
+        # reference.alpha_gradient's form, accurate in float32 as alpha -> 1.
+        yhat = y / tl.maximum(tl.sum(y, axis=0), TINY)
+        log_y = log2_y * LN2
+        mu = tl.sum(yhat * log_y, axis=0)
+        delta = alpha - 1.0
+        u = tl.where(on, log_y - mu, 0.0)
+        s = tl.sum(yhat * _exp_remainder(delta * u), axis=0)
+        # log1p(s): its series where 1 + s would round (s >= 0).
+        c = tl.where(s < 1e-3, s * (1.0 - s * (0.5 - s * (1.0 / 3.0 - s * 0.25))), tl.log(1.0 + s))
+        w = delta * u + c
+        phi_w = _exp_remainder(w)
+        terms = tl.where(on, (c - phi_w) / (delta * delta) + mu * (phi_w - w) / delta, 0.0)
+        tl.store(dalpha_ptr + row, tl.sum(dy * yhat * terms, axis=0))
+
+
+@triton.jit
+def _exp_remainder(w):
+    """phi(w) = exp(-w) - 1 + w, by its series w^2 (1/2! - w/3! + ... + w^6/8!) for |w| < 1/2."""
+    series = 1.0 / 40320.0
+    series = 1.0 / 5040.0 - w * series
+    series = 1.0 / 720.0 - w * series
+    series = 1.0 / 120.0 - w * series
+    series = 1.0 / 24.0 - w * series
+    series = 1.0 / 6.0 - w * series
+    series = 0.5 - w * series
+    return tl.where(tl.abs(w) < 0.5, w * w * series, tl.exp(-w) - 1.0 + w)
 
 
 def forward(x2, alpha):

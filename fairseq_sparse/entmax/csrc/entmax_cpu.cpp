@@ -160,32 +160,22 @@ INLINE_INTO_CLONE void shifted_powers(scalar_t* z, int64_t n, scalar_t tau, scal
   for (int64_t j = 0; j < n; ++j) z[j] = pos_pow(z[j] - tau, k);
 }
 
-// Over the support of a row (y > 0): g = y^(2 - alpha) and the five sums the
-// gradients need, {g, g dy, y dy, y log y, y log y dy}.  One log serves both
-// y^(2 - alpha) and y log y.  Sums in the row's dtype: a vectorised reduction adds
-// in a tree, so float32 keeps ~1e-7 relative accuracy, and double lanes would
-// halve the width.
+// Over the support of a row (y > 0): g = y^(2 - alpha) and the two sums dx needs,
+// {g, g dy}.  Sums in the row's dtype: a vectorised reduction adds in a tree, so
+// float32 keeps ~1e-7 relative accuracy, and double lanes would halve the width.
 template <typename scalar_t>
 INLINE_INTO_CLONE void support_sums(const scalar_t* y, const scalar_t* dy, scalar_t* g, int64_t n,
                               scalar_t two_minus_alpha, scalar_t* sums) {
-  scalar_t g_sum = 0, gdy_sum = 0, ydy = 0, ent = 0, ylogy_dy = 0;
-#pragma omp simd reduction(+ : g_sum, gdy_sum, ydy, ent, ylogy_dy)
+  scalar_t g_sum = 0, gdy_sum = 0;
+#pragma omp simd reduction(+ : g_sum, gdy_sum)
   for (int64_t j = 0; j < n; ++j) {
-    const scalar_t yj = y[j], dyj = dy[j];
-    const scalar_t logy = fast_log(yj);
-    const scalar_t gj = fast_exp(two_minus_alpha * logy);
+    const scalar_t gj = fast_exp(two_minus_alpha * fast_log(y[j]));
     g[j] = gj;
     g_sum += gj;
-    gdy_sum += gj * dyj;
-    ydy += yj * dyj;
-    ent += yj * logy;
-    ylogy_dy += yj * logy * dyj;
+    gdy_sum += gj * dy[j];
   }
   sums[0] = g_sum;
   sums[1] = gdy_sum;
-  sums[2] = ydy;
-  sums[3] = ent;
-  sums[4] = ylogy_dy;
 }
 
 // Threshold of one row from its candidates, which are left holding the support.
@@ -254,6 +244,35 @@ WIDEST_SIMD void forward_rows(const scalar_t* x, const scalar_t* alpha, scalar_t
     }
 }
 
+// phi(w) = exp(-w) - 1 + w, in double (its cancellation costs ~1e-16 / |w| relative).
+inline double exp_remainder(double w) { return std::expm1(-w) + w; }
+
+// dy . d y / d alpha of one row from its support, in reference.alpha_gradient's form
+// (accurate as alpha -> 1, where Prop. 1's two terms each grow like 1 / (alpha - 1)),
+// in double: it runs once per row over the support only.
+template <typename scalar_t>
+double alpha_gradient(const scalar_t* y, const scalar_t* dy, int64_t n, double delta) {
+  double total = 0.0;
+  for (int64_t j = 0; j < n; ++j) total += y[j];
+  if (!(total > 0.0)) return 0.0;
+  std::vector<double> yhat(n), log_y(n);
+  double mu = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    yhat[j] = y[j] / total;
+    log_y[j] = std::log(static_cast<double>(y[j]));
+    mu += yhat[j] * log_y[j];
+  }
+  double s = 0.0;
+  for (int64_t j = 0; j < n; ++j) s += yhat[j] * exp_remainder(delta * (log_y[j] - mu));
+  const double c = std::log1p(s);
+  double grad = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double w = delta * (log_y[j] - mu) + c, phi = exp_remainder(w);
+    grad += dy[j] * yhat[j] * ((c - phi) / (delta * delta) + mu * (phi - w) / delta);
+  }
+  return grad;
+}
+
 template <typename scalar_t>
 WIDEST_SIMD void backward_rows(const scalar_t* y, const scalar_t* dy, const scalar_t* alpha,
                                scalar_t* dx, scalar_t* dalpha, int64_t begin, int64_t end, int64_t d) {
@@ -273,18 +292,14 @@ WIDEST_SIMD void backward_rows(const scalar_t* y, const scalar_t* dy, const scal
         n += yr[i] > scalar_t(0);
       }
       const double a = static_cast<double>(alpha[r]);
-      scalar_t sums[5];
+      scalar_t sums[2];
       support_sums(ys.data(), dys.data(), gs.data(), n, static_cast<scalar_t>(2.0 - a), sums);
-      const scalar_t g_sum = sums[0], gdy_sum = sums[1], ydy = sums[2], ent = sums[3], ylogy_dy = sums[4];
+      const scalar_t g_sum = sums[0], gdy_sum = sums[1];
       const double q = g_sum > 0 ? static_cast<double>(gdy_sum) / g_sum : 0.0;
       const scalar_t qs = static_cast<scalar_t>(q);
       std::fill(dxr, dxr + d, scalar_t(0));
       for (int64_t j = 0; j < n; ++j) dxr[index[j]] = gs[j] * (dys[j] - qs);
-      if (dalpha) {
-        // dy . p~ = gdy_sum / g_sum = q, with p~ = g / sum g (see reference.backward).
-        const double am1 = a - 1.0;
-        dalpha[r] = static_cast<scalar_t>((ydy - q) / (am1 * am1) - (ylogy_dy - q * ent) / am1);
-      }
+      if (dalpha) dalpha[r] = static_cast<scalar_t>(alpha_gradient(ys.data(), dys.data(), n, a - 1.0));
     }
 }
 
