@@ -217,8 +217,7 @@ def write_table(args, title, sizes, tuning):
              f"were chosen on dev only (each system's `tuning/`); beam {args.beam}. {scorer.spelling}. Kept: test "
              "sentences whose output is the MT (by the gate or by the beam).", "",
              "| system | TER | BLEU | modified | improved | deteriorated | kept | updates | target tokens | "
-             "training wall time | device |", "| --- | " * 11]
-    lines[-1] = lines[-1].strip()
+             "training wall time | device |", "|" + " --- |" * 11]
     for name, (ter, bleu, effects), kept, trained in rows:
         budget = (f"{trained['updates']} | {trained['tokens'] / 1e6:.2f}M | {trained['seconds'] / 60:.0f} min | "
                   f"{trained['device']}" if trained else "– | – | – | –")
