@@ -1,11 +1,9 @@
 """scripts/tune_ape_decoding.py: the grid it simulates is what the gate does."""
 
 import json
-import math
 import subprocess
 import sys
 
-import pytest
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()
