@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-
 import fairseq_sparse
 fairseq_sparse.load_plugin()
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
