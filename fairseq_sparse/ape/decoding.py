@@ -77,6 +77,8 @@ class ConservativeEnsemble(EnsembleModel):
 
     def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        if self.penalty == 0:  # plain search: nothing to subtract, no (rows, vocabulary) mask per step
+            return lprobs, attn
         present = torch.zeros_like(lprobs, dtype=torch.bool).scatter_(1, self.src_tokens, True)
         present[:, self.eos] = True
         # where(), not a multiplication: C = inf must not turn present tokens into NaN,
@@ -85,11 +87,11 @@ class ConservativeEnsemble(EnsembleModel):
 
 
 def mt_targets(src_tokens, dictionary):
-    """Each row's mt segment and its closing ``[SEP]`` (= eos) as (target, prev_output_tokens),
-    right-padded, as the decoder is trained on them."""
-    segment = mt_segment(src_tokens, dictionary.eos(), dictionary.pad()).bool()
-    rows = [row[mask] for row, mask in zip(src_tokens, segment)]
+    """Each row's mt segment and its closing ``[SEP]`` (= eos): the rows, and as the decoder
+    is trained on them, right-padded, (target, prev_output_tokens)."""
     pad, eos = dictionary.pad(), dictionary.eos()
+    segment = mt_segment(src_tokens, eos, pad).bool()
+    rows = [row[mask] for row, mask in zip(src_tokens, segment)]
     target = data_utils.collate_tokens(rows, pad, eos, left_pad=False)
     prev = data_utils.collate_tokens(rows, pad, eos, left_pad=False, move_eos_to_beginning=True)
     return rows, target, prev

@@ -26,6 +26,7 @@ from fairseq.tasks import FairseqTask
 
 from .bert_dictionary import WordPieceDetokenizer
 from .decoding import build_ape_generator
+from .triplets import mt_segment
 
 _TASKS = object()  # "the task's value" (None already means "gate off")
 
@@ -92,7 +93,7 @@ class PostEditor:
         # names it and --max-segment-tokens, not an IndexError deep in the position embedding.
         self.task.filter_indices_by_size(np.arange(len(sources)), dataset, self.max_positions)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        sep = self.task.target_dictionary.eos()
+        dictionary = self.task.target_dictionary
         for start in range(0, len(order), self.batch_size):
             batch = dataset.collater([dataset[i] for i in order[start:start + self.batch_size]])
             batch = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in batch.items()}
@@ -102,10 +103,9 @@ class PostEditor:
                 best = nbest[0]
                 tokens = best["tokens"].cpu()
                 source = sources[sample_id]
-                mt_tokens = source[(source == sep).nonzero()[0, 0] + 1:]  # mt [SEP]
-                is_mt = torch.equal(tokens, mt_tokens)
-                text = mt_sentences[sample_id] if is_mt else self.detokenizer.decode(
-                    self.task.target_dictionary.string(tokens.int()))
+                mt_tokens = source[mt_segment(source[None], dictionary.eos(), dictionary.pad())[0].bool()]
+                is_mt = torch.equal(tokens, mt_tokens)  # mt [SEP]
+                text = mt_sentences[sample_id] if is_mt else self.detokenizer.decode(dictionary.string(tokens.int()))
                 mt_score = best.get("mt_score")
                 outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt,
                                               None if mt_score is None else float(mt_score))

@@ -103,10 +103,9 @@ def exp_remainder(w):
     else directly."""
     if w.dtype == torch.float64:
         return torch.expm1(-w) + w
-    factorials = [math.factorial(k) for k in range(9)]
-    series = torch.full_like(w, 1.0 / factorials[8])
+    series = torch.full_like(w, 1.0 / math.factorial(8))
     for k in range(7, 1, -1):
-        series = 1.0 / factorials[k] - w * series
+        series = 1.0 / math.factorial(k) - w * series
     return torch.where(w.abs() < 0.5, w * w * series, torch.exp(-w) - 1 + w)
 
 
