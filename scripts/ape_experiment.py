@@ -96,6 +96,8 @@ def train(system, data, args):
     if args.lr_scheduler == "polynomial_decay":
         # fairseq's defaults, power 1 down to 0, are BertAdam's warmup_linear.
         schedule += ["--total-num-update", args.max_update]
+    # A wall-clock cap (a leased GPU's time); the checkpoint is saved where it stops.
+    stop = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours > 0 else []
     record = save / "trained.json"
     totals = json.loads(record.read_text()) if record.is_file() else {"updates": 0, "tokens": 0, "seconds": 0.0}
     started = time.time()
@@ -106,7 +108,7 @@ def train(system, data, args):
          "--adam-eps", args.adam_eps, "--weight-decay", args.weight_decay, "--clip-norm", args.clip_norm,
          "--lr", args.lr, *schedule, "--warmup-updates", args.warmup,
          "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens,
-         "--update-freq", args.update_freq, "--max-update", args.max_update, "--seed", "1", *device,
+         "--update-freq", args.update_freq, "--max-update", args.max_update, "--seed", "1", *device, *stop,
          "--num-workers", "0", "--no-epoch-checkpoints", "--save-interval-updates", "250",
          "--keep-interval-updates", "1", "--save-dir", save, "--log-format", "simple",
          "--log-interval", "50", "--tensorboard-logdir", args.out / "tensorboard" / system], save / "train.log")
@@ -145,6 +147,9 @@ def main(argv=None):
                         help="bert_ape's decoder self-attention shares the encoder's parameters (the authors')")
     parser.add_argument("--max-update", type=int, default=50000,
                         help="stop after this many updates; with polynomial_decay, where the decay reaches 0")
+    parser.add_argument("--stop-time-hours", type=float, default=0,
+                        help="also stop training after this many hours of it (0: no limit); the learning rate "
+                             "schedule still runs to --max-update")
     parser.add_argument("--max-tokens", type=int, default=512, help="tokens per batch")
     parser.add_argument("--update-freq", type=int, default=2, help="batches accumulated per update")
     parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
