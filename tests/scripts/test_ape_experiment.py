@@ -83,3 +83,15 @@ def test_linear_decay_without_an_end_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0" in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_training_cap_stops_early_and_is_recorded(tmp_path, tiny_bert):
+    """--stop-time-hours (a leased GPU's time) stops training after the update that passes it,
+    saves there, and the table reports the updates actually made."""
+    write_ape_split(tmp_path, "slice", 0, 240)
+    out = tmp_path / "capped"
+    _, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 50, "--systems", "bert",
+                             "--stop-time-hours", "1e-9")
+    assert json.loads((out / "bert" / "trained.json").read_text())["updates"] == 1
+    assert all(cells[6] == "1" for name, cells in rows.items() if name.startswith("bert_ape"))
+    assert "'stop_time_hours': 1e-09" in (out / "bert" / "train.log").read_text()
