@@ -1,0 +1,148 @@
+"""alpha-entmax attention, ``normalise(scale Q K^T) V``, fused on GPU.
+
+    o_i = sum_j entmax_alpha(scale q_i.K^T)_j v_j
+
+with sparsemax (alpha = 2), 1.5-entmax or alpha-entmax with one alpha per head
+(Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, "Adaptively Sparse
+Transformers", EMNLP 2019), whose gradient in alpha is Prop. 1 of the latter.
+
+On CUDA (and on CPU tensors under Triton's interpreter, when asked with
+``use_backend("triton")``) the Triton kernels of ``attention_kernel.py`` run: the
+(Tq, Tk) scores are recomputed tile by tile and never stored, so memory grows
+with T, not T^2.  Elsewhere the reference path materialises the scores, a chunk of
+queries at a time, and normalises them with :func:`entmax_alpha`.
+"""
+
+import torch
+from torch.autograd import Function
+
+from . import activations
+
+try:
+    from . import attention_kernel
+except ImportError:  # no Triton
+    attention_kernel = None
+
+# Queries per chunk of the reference path: bounds the float32 scores held at once
+# (while autograd keeps every chunk's probabilities for the backward pass).
+REFERENCE_CHUNK = 1024
+
+
+def _fixed_kind(alpha):
+    if isinstance(alpha, float):
+        return {2.0: 1, 1.5: 2}.get(alpha, 0)
+    return 0
+
+
+def _check(q, k, v, alpha, key_padding_mask, scale):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"entmax_attention takes q, k, v of shape (B, H, T, D), got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, _, D = q.shape
+    if k.shape[:2] != (B, H) or k.shape[3] != D or v.shape != k.shape:
+        raise ValueError(f"entmax_attention: k and v must be (B={B}, H={H}, Tk, D={D}) and alike, got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"entmax_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
+        if not 1.0 < float(alpha) <= 2.0:
+            raise ValueError(f"entmax alpha must lie in (1, 2], got {alpha}")
+    elif torch.is_tensor(alpha):
+        if alpha.shape != (H,):
+            raise ValueError(f"entmax_attention: a tensor alpha has one value per head, shape ({H},), "
+                             f"got {tuple(alpha.shape)}")
+        if not alpha.is_cuda:  # on the GPU this check would wait for the device
+            activations._check_alpha_range(alpha.detach())
+    else:
+        raise TypeError(f"entmax_attention: alpha must be a float or a tensor of shape ({H},), got {type(alpha)}")
+    if key_padding_mask is not None:
+        if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (B, k.shape[2]):
+            raise ValueError(f"entmax_attention: key_padding_mask must be bool of shape (B={B}, Tk={k.shape[2]}), "
+                             f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
+    if scale is not None and not scale > 0:
+        raise ValueError(f"entmax_attention: scale must be positive, got {scale}")
+
+
+def _use_fused(q):
+    if attention_kernel is None or not attention_kernel.supports(q):
+        return False
+    if q.is_cuda:
+        return activations._BACKEND != "torch"
+    return activations._BACKEND == "triton"  # CPU tensors: only under the interpreter, when asked
+
+
+def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
+    """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D); returns (B, H, Tq, D).
+
+    ``alpha``: a float in (1, 2] (2 is sparsemax), or a tensor of shape (H,), one per
+    head, which may require grad.  ``key_padding_mask``: (B, Tk) bool, True at padding
+    (fairseq's convention).  ``causal``: query i sees keys j <= i + Tk - Tq (the last
+    query is aligned with the last key).  ``scale``: default 1 / sqrt(D).  A query that
+    sees no key gets zeros (and zero gradients).
+    """
+    _check(q, k, v, alpha, key_padding_mask, scale)
+    scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
+    if isinstance(alpha, (int, float)):
+        alpha = float(alpha)
+    if _use_fused(q):
+        fixed = _fixed_kind(alpha)
+        heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
+        return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale)
+    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale)
+
+
+def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device):
+    """True where a score is masked, broadcastable to (B, H, len(rows), Tk)."""
+    mask = torch.zeros((1, 1, len(rows), Tk), dtype=torch.bool, device=device)
+    if causal:
+        keys = torch.arange(Tk, device=device)
+        mask = mask | (keys[None, None, None, :] > rows[None, None, :, None] + (Tk - Tq))
+    if key_padding_mask is not None:
+        mask = mask | key_padding_mask[:, None, None, :]
+    return mask
+
+
+def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
+    """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
+    normalised by :func:`entmax_alpha` (float32 for half inputs); any device."""
+    scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
+    Tq, Tk = q.shape[2], k.shape[2]
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    fixed = None if torch.is_tensor(alpha) else {2.0: activations.sparsemax, 1.5: activations.entmax15}.get(alpha)
+    if torch.is_tensor(alpha):
+        alpha = alpha.to(compute).view(1, -1, 1, 1)
+    outputs = []
+    for start in range(0, Tq, REFERENCE_CHUNK):
+        rows = torch.arange(start, min(start + REFERENCE_CHUNK, Tq), device=q.device)
+        scores = torch.matmul(q[:, :, start:start + len(rows)].to(compute), k.to(compute).transpose(-1, -2)) * scale
+        scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device), float("-inf"))
+        probs = fixed(scores, dim=-1) if fixed else activations.entmax_alpha(scores, alpha, dim=-1)
+        outputs.append(torch.matmul(probs, v.to(compute)).to(q.dtype))
+    return torch.cat(outputs, dim=2) if outputs else q.new_zeros(q.shape[:3] + (v.shape[-1],))
+
+
+class FusedEntmaxAttention(Function):
+    """The Triton kernels as an autograd Function; ``alpha_heads`` is (H,), float32 or not."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale):
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
+        heads = alpha_heads.detach().to(torch.float32).contiguous()
+        alpha_grad = alpha_heads.requires_grad
+        o, og, stats = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale, alpha_stats=alpha_grad)
+        ctx.save_for_backward(q, k, v, og, stats, heads, kpm)
+        ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype = fixed, causal, scale, alpha_heads.dtype
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, og, stats, heads, kpm = ctx.saved_tensors
+        alpha_grad = ctx.needs_input_grad[3]
+        dq, dk, dv, dalpha_rows = attention_kernel.backward(
+            q, k, v, do, og, stats, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad)
+        dalpha = None
+        if alpha_grad:
+            B, H = q.shape[:2]
+            dalpha = dalpha_rows.view(B, H, -1).sum(dim=(0, 2)).to(ctx.alpha_dtype)
+        return dq, dk, dv, dalpha, None, None, None, None

@@ -1,0 +1,442 @@
+"""Fused alpha-entmax attention in Triton: the (Tq, Tk) scores are never stored.
+
+For one query row (Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, 2019)
+
+    s_j = scale q.k_j  (-inf where masked),   z_j = (alpha - 1)(s_j - max s) + 1,
+    p_j = [z_j - tau]_+^(1 / (alpha - 1)),    sum_j p_j = 1,     o = sum_j p_j v_j.
+
+A program holds BLOCK_M query rows of one (batch, head) and walks the key tiles,
+recomputing each tile's scores from q and k on every pass (as FlashAttention does):
+
+1. the row maxima;
+2. Newton on h(tau) = ||[z - tau]_+||_k - 1, k = 1 / (alpha - 1), from tau = 0, one pass
+   per step: h is convex and decreasing with h(0) >= 0, so the iterates climb onto the
+   root without overshooting (``reference.threshold``, the same solver row by row).
+   Every iterate is a lower bound of tau, so a key tile with no support at one iterate
+   has none at the root: a tile whose scores all fall at or below tau is skipped;
+3. for alpha = 2 and 1.5, the exact threshold on the support found
+   (``reference.polish_threshold``);
+4. the output, o = sum p v, and the row statistics the backward pass needs:
+   og = sum g v and G = sum g with g = p^(2 - alpha) (so that sum_j g_j dp_j =
+   dO.og), P = sum p, and for the alpha gradient mu = sum p log p / P and
+   c = log1p(sum (p / P) phi((alpha - 1)(log p - mu))) (one more pass);
+   see ``reference.alpha_gradient``.
+
+The backward pass recomputes p and g from q, k and the stored (max, tau):
+
+    dv_j = sum_i p_ij dO_i,   dp_ij = dO_i.v_j,   ds_ij = g_ij (dp_ij - r_i),
+    r_i = dO_i.og_i / G_i,    dq_i = scale sum_j ds_ij k_j,   dk_j = scale sum_i ds_ij q_i,
+
+one kernel over key tiles (dk, dv) and one over query tiles (dq, and each row's
+alpha gradient, Correia et al. 2019, Prop. 1 in ``reference.alpha_gradient``'s
+stable form), summed per head outside.
+
+Scores, thresholds and statistics are float32 whatever the input dtype; products
+with v and dO take p and ds in the input dtype, as FlashAttention does.  Under
+``TRITON_INTERPRET=1`` (set before import) the kernels run on CPU tensors.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .reference import MAX_NEWTON_ITER, newton_tol
+from .triton_kernel import INTERPRET, TINY, _exp_remainder
+
+# Row statistics kept between the passes (float32, one row each).
+STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C = range(6)
+NUM_STATS = 6
+# The same, as constexpr globals for the kernels.
+NUM_STATS_C = tl.constexpr(NUM_STATS)
+STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C = (tl.constexpr(i) for i in range(NUM_STATS))
+
+
+@triton.jit
+def _dot(a, b, PRECISION: tl.constexpr):
+    """a @ b with float32 accumulation.  Triton's interpreter multiplies bfloat16 as raw
+    bits, so there the operands (already rounded to their dtype) are widened first."""
+    if PRECISION == "interpret":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PRECISION)
+
+
+@triton.jit
+def _scores(q, k_ptrs, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
+            HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Scaled scores of a (BLOCK_M, BLOCK_N) tile, -inf outside the rows, keys and masks."""
+    kt = tl.load(k_ptrs, mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
+    s = _dot(q, kt, PRECISION) * scale
+    valid = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+    if HAS_KPM:
+        pad = tl.load(kpm_ptr + offs_n, mask=offs_n < Tk, other=1)
+        valid = valid & (pad[None, :] == 0)
+    if CAUSAL:
+        valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
+    return tl.where(valid, s, float("-inf"))
+
+
+@triton.jit
+def _powers(gap, k, FIXED: tl.constexpr):
+    """(gap^k, gap^(k-1)) for gap >= 0, zero where gap == 0."""
+    on = gap > 0.0
+    if FIXED == 1:
+        return gap, on.to(tl.float32)
+    elif FIXED == 2:
+        return gap * gap, gap
+    else:
+        gkm1 = tl.where(on, tl.exp2((k - 1.0) * tl.log2(tl.where(on, gap, 1.0))), 0.0)
+        return gkm1 * gap, gkm1
+
+
+@triton.jit
+def _prob_and_g(gap, k, alpha, FIXED: tl.constexpr):
+    """(p, g) = (gap^k, p^(2 - alpha) on the support)."""
+    on = gap > 0.0
+    if FIXED == 1:
+        return gap, on.to(tl.float32)
+    elif FIXED == 2:
+        return gap * gap, gap
+    else:
+        log2_gap = tl.log2(tl.where(on, gap, 1.0))
+        p = tl.where(on, tl.exp2(k * log2_gap), 0.0)
+        g = tl.where(on, tl.exp2(k * (2.0 - alpha) * log2_gap), 0.0)
+        return p, g
+
+
+@triton.jit
+def _key_end(start_m, Tq, Tk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """One past the last key any row of this query tile may see."""
+    if CAUSAL:
+        return tl.minimum(Tk, tl.maximum(start_m + BLOCK_M + (Tk - Tq), 0))
+    else:
+        return Tk
+
+
+@triton.jit
+def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
+                    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+                    sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter,
+                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
+                    ALPHA_STATS: tl.constexpr, PRECISION: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_nb = tl.arange(0, BLOCK_N)
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=(offs_m[:, None] < Tq) & (offs_d[None, :] < D), other=0.0)
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+    kpm_base = KPM + b * skpb
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    k = 1.0 / am1
+    n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+
+    # 1. Row maxima.
+    row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for start_n in range(0, n_end, BLOCK_N):
+        offs_n = start_n + offs_nb
+        s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
+                    offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+        row_max = tl.maximum(row_max, tl.max(s, axis=1))
+    # A row with no visible key keeps tau = 0 and max 0: all its z are -inf, its p zero.
+    live = row_max > float("-inf")
+    row_max = tl.where(live, row_max, 0.0)
+
+    # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step.
+    tau = tl.zeros([BLOCK_M], tl.float32)
+    step_max = am1 * 0.0 + 1.0
+    it = 0
+    while (it < max_iter) & (step_max > tol):
+        power = tl.zeros([BLOCK_M], tl.float32)
+        s1 = tl.zeros([BLOCK_M], tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + offs_nb
+            s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
+                        offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+            gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+            gk, gkm1 = _powers(gap, k, FIXED)
+            power += tl.sum(gk, axis=1)
+            s1 += tl.sum(gkm1, axis=1)
+        power = tl.maximum(power, TINY)
+        norm = tl.exp2(tl.log2(power) * am1)  # ||gap||_k = power^(1/k)
+        slope = norm / power * s1  # -h'(tau)
+        step = tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
+        tau += step
+        step_max = tl.max(tl.abs(step), axis=0)
+        it += 1
+
+    # 3. Exact threshold on the support found (sparsemax, 1.5-entmax).
+    if FIXED != 0:
+        n_on = tl.zeros([BLOCK_M], tl.float32)
+        z_sum = tl.zeros([BLOCK_M], tl.float32)
+        z_sq = tl.zeros([BLOCK_M], tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + offs_nb
+            s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
+                        offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+            z = am1 * (s - row_max[:, None]) + 1.0
+            on = z > tau[:, None]
+            n_on += tl.sum(on.to(tl.float32), axis=1)
+            z_sum += tl.sum(tl.where(on, z, 0.0), axis=1)
+            z_sq += tl.sum(tl.where(on, z * z, 0.0), axis=1)
+        n_on = tl.maximum(n_on, 1.0)
+        mean = z_sum / n_on
+        if FIXED == 1:
+            exact = mean - 1.0 / n_on
+        else:
+            var = tl.maximum(z_sq / n_on - mean * mean, 0.0)
+            exact = mean - tl.sqrt(tl.maximum(1.0 / n_on - var, 0.0))
+        tau = tl.where(live, exact, 0.0)
+
+    # 4. Output and statistics.
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc_g = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    g_sum = tl.zeros([BLOCK_M], tl.float32)
+    p_sum = tl.zeros([BLOCK_M], tl.float32)
+    plogp = tl.zeros([BLOCK_M], tl.float32)
+    for start_n in range(0, n_end, BLOCK_N):
+        offs_n = start_n + offs_nb
+        s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
+                    offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+        gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+        if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
+            p, g = _prob_and_g(gap, k, alpha, FIXED)
+            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                        mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
+            acc += _dot(p.to(v.dtype), v, PRECISION)
+            acc_g += _dot(g.to(v.dtype), v, PRECISION)
+            g_sum += tl.sum(g, axis=1)
+            p_sum += tl.sum(p, axis=1)
+            if ALPHA_STATS:
+                plogp += tl.sum(tl.where(p > 0.0, p * tl.log(tl.where(p > 0.0, p, 1.0)), 0.0), axis=1)
+    o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod
+    o_mask = (offs_m[:, None] < Tq) & (offs_d[None, :] < D)
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_mask)
+    tl.store(OG + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
+             acc_g.to(OG.dtype.element_ty), mask=o_mask)
+    stats = STATS + (bh * NUM_STATS_C) * Tq + offs_m
+    row_ok = offs_m < Tq
+    tl.store(stats + STAT_MAX_C * Tq, row_max, mask=row_ok)
+    tl.store(stats + STAT_TAU_C * Tq, tau, mask=row_ok)
+    tl.store(stats + STAT_G_C * Tq, g_sum, mask=row_ok)
+    tl.store(stats + STAT_P_C * Tq, p_sum, mask=row_ok)
+
+    if ALPHA_STATS:
+        # mu = sum yhat log y and c = log1p(sum yhat phi(delta (log y - mu))), yhat = y / P.
+        p_safe = tl.maximum(p_sum, TINY)
+        mu = plogp / p_safe
+        acc_c = tl.zeros([BLOCK_M], tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            offs_n = start_n + offs_nb
+            s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
+                        offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+            gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+            if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                p, g = _prob_and_g(gap, k, alpha, FIXED)
+                on = p > 0.0
+                u = tl.log(tl.where(on, p, 1.0)) - mu[:, None]
+                acc_c += tl.sum(tl.where(on, p * _exp_remainder(am1 * u), 0.0), axis=1)
+        sc = acc_c / p_safe
+        # log1p(sc): its series where 1 + sc would round (sc >= 0).
+        c = tl.where(sc < 1e-3, sc * (1.0 - sc * (0.5 - sc * (1.0 / 3.0 - sc * 0.25))), tl.log(1.0 + sc))
+        tl.store(stats + STAT_MU_C * Tq, mu, mask=row_ok)
+        tl.store(stats + STAT_C_C * Tq, c, mask=row_ok)
+
+
+
+@triton.jit
+def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
+                 sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+                 sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale,
+                 HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, PRECISION: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_mb = tl.arange(0, BLOCK_M)
+    kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
+    k_tile = tl.load(K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+    v_tile = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+    kt = tl.trans(k_tile)
+    vt = tl.trans(v_tile)
+    valid_n = offs_n < Tk
+    if HAS_KPM:
+        pad = tl.load(KPM + b * skpb + offs_n, mask=valid_n, other=1)
+        valid_n = valid_n & (pad == 0)
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    k = 1.0 / am1
+    stats = STATS + (bh * NUM_STATS_C) * Tq
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    m_begin = 0
+    if CAUSAL:  # rows before this one see none of these keys
+        m_begin = tl.maximum(start_n - (Tk - Tq), 0) // BLOCK_M * BLOCK_M
+    for start_m in range(m_begin, Tq, BLOCK_M):
+        offs_m = start_m + offs_mb
+        row_ok = offs_m < Tq
+        qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
+        do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
+                     other=0.0)
+        row_max = tl.load(stats + STAT_MAX_C * Tq + offs_m, mask=row_ok, other=0.0)
+        tau = tl.load(stats + STAT_TAU_C * Tq + offs_m, mask=row_ok, other=0.0)
+        r = tl.load(R + bh * Tq + offs_m, mask=row_ok, other=0.0)
+        s = _dot(q, kt, PRECISION) * scale
+        valid = row_ok[:, None] & valid_n[None, :]
+        if CAUSAL:
+            valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
+        s = tl.where(valid, s, float("-inf"))
+        gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+        if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+            p, g = _prob_and_g(gap, k, alpha, FIXED)
+            dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
+            dp = _dot(do, vt, PRECISION)
+            ds = g * (dp - r[:, None])
+            dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
+    tl.store(DK + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+             (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+             dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
+               sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+               sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale,
+               HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
+               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_nb = tl.arange(0, BLOCK_N)
+    row_ok = offs_m < Tq
+    qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
+    do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask, other=0.0)
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+    kpm_base = KPM + b * skpb
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    k = 1.0 / am1
+    stats = STATS + (bh * NUM_STATS_C) * Tq
+    row_max = tl.load(stats + STAT_MAX_C * Tq + offs_m, mask=row_ok, other=0.0)
+    tau = tl.load(stats + STAT_TAU_C * Tq + offs_m, mask=row_ok, other=0.0)
+    r = tl.load(R + bh * Tq + offs_m, mask=row_ok, other=0.0)
+    if ALPHA_GRAD:
+        p_safe = tl.maximum(tl.load(stats + STAT_P_C * Tq + offs_m, mask=row_ok, other=1.0), TINY)
+        mu = tl.load(stats + STAT_MU_C * Tq + offs_m, mask=row_ok, other=0.0)
+        c = tl.load(stats + STAT_C_C * Tq + offs_m, mask=row_ok, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    dalpha = tl.zeros([BLOCK_M], tl.float32)
+    n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    for start_n in range(0, n_end, BLOCK_N):
+        offs_n = start_n + offs_nb
+        k_ptrs = k_base + offs_n[None, :] * skn + offs_d[:, None] * skd
+        s = _scores(q, k_ptrs, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+        gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+        if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+            p, g = _prob_and_g(gap, k, alpha, FIXED)
+            kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
+            vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
+                         mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
+            k_tile = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+            dp = _dot(do, vt, PRECISION)
+            ds = g * (dp - r[:, None])
+            dq += _dot(ds.to(k_tile.dtype), k_tile, PRECISION)
+            if ALPHA_GRAD:
+                # reference.alpha_gradient, term by term.
+                on = p > 0.0
+                u = tl.log(tl.where(on, p, 1.0)) - mu[:, None]
+                w = am1 * u + c[:, None]
+                phi_w = _exp_remainder(w)
+                terms = (c[:, None] - phi_w) / (am1 * am1) + mu[:, None] * (phi_w - w) / am1
+                dalpha += tl.sum(tl.where(on, dp * (p / p_safe[:, None]) * terms, 0.0), axis=1)
+    tl.store(DQ + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+             (dq * scale).to(DQ.dtype.element_ty), mask=qd_mask)
+    if ALPHA_GRAD:
+        tl.store(DALPHA + bh * Tq + offs_m, dalpha, mask=row_ok)
+
+
+def supports(q):
+    """Tensors these kernels take: on CUDA, or on CPU under Triton's interpreter."""
+    return (q.is_cuda or (INTERPRET and q.device.type == "cpu")) \
+        and q.dtype in (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _blocks(d, device_type):
+    block_d = max(16, triton.next_power_of_2(d))
+    if device_type == "cpu":  # the interpreter: small tiles keep the numpy work small
+        return 16, 16, block_d, 1
+    if block_d <= 64:
+        return 64, 64, block_d, 4
+    return 64, 32, block_d, 4
+
+
+def _precision(q):
+    if q.device.type == "cpu":
+        return "interpret"
+    # float32 inputs get float32 products (tensor cores would round them to tf32).
+    return "ieee" if q.dtype == torch.float32 else "tf32"
+
+
+def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats):
+    """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,)."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    o = torch.empty_like(q)
+    og = torch.empty_like(q)
+    stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
+    block_m, block_n, block_d, warps = _blocks(D, q.device.type)
+    kpm = key_padding_mask if key_padding_mask is not None else q.new_zeros((B, 1), dtype=torch.int8)
+    grid = (triton.cdiv(Tq, block_m), B * H)
+    _forward_kernel[grid](
+        q, k, v, alpha_heads, kpm, o, og, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        kpm.stride(0), H, Tq, Tk, D, scale, newton_tol(torch.float32), MAX_NEWTON_ITER,
+        HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats,
+        PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps)
+    return o, og, stats
+
+
+def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad):
+    """(dq, dk, dv, dalpha of each row (B*H, Tq) or None)."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    do = do.contiguous()
+    # r_i = sum_j g_ij dp_ij / sum_j g_ij = dO_i . og_i / G_i (zero for a row without keys).
+    g_sum = stats[:, STAT_G].view(B, H, Tq)
+    r = ((do.float() * og.float()).sum(-1) / g_sum.clamp_min(torch.finfo(torch.float32).tiny)).contiguous()
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    dalpha = torch.empty((B * H, Tq), dtype=torch.float32, device=q.device) if alpha_grad else r
+    block_m, block_n, block_d, warps = _blocks(D, q.device.type)
+    kpm = key_padding_mask if key_padding_mask is not None else q.new_zeros((B, 1), dtype=torch.int8)
+    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, PRECISION=_precision(q),
+                  BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps)
+    # q, k, v and do are contiguous (see attention.py), so dq, dk and dv share their strides.
+    _dkdv_kernel[(triton.cdiv(Tk, block_n), B * H)](
+        q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+        kpm.stride(0), H, Tq, Tk, D, scale, **common)
+    _dq_kernel[(triton.cdiv(Tq, block_m), B * H)](
+        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+        kpm.stride(0), H, Tq, Tk, D, scale, ALPHA_GRAD=alpha_grad, **common)
+    return dq, dk, dv, (dalpha if alpha_grad else None)
+
+

@@ -1,0 +1,158 @@
+"""The fused entmax attention kernels (``attention_kernel.py``) against autograd through
+the float64 reference, ``entmax_alpha(scale Q K^T) V``: outputs and the gradients in q,
+k, v and each head's alpha.  On CUDA where there is a GPU, otherwise on CPU tensors
+under Triton's interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py), which
+runs the kernels' own code through numpy, at small shapes."""
+
+import entmax as reference_package
+import pytest
+import torch
+
+from fairseq_sparse.entmax import attention, entmax_attention, has_triton_kernel, triton_kernel, use_backend
+from fairseq_sparse.entmax.attention import reference_attention
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or triton_kernel.INTERPRET)),
+                                reason="needs Triton, and CUDA or TRITON_INTERPRET=1")
+HEAD_ALPHAS = [1.05, 1.3, 1.5, 1.8, 2.0]
+
+
+def inputs(B, H, Tq, Tk, D, seed=0, spread=2.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, Tq, D, generator=g, dtype=torch.float64) * spread
+    k = torch.randn(B, H, Tk, D, generator=g, dtype=torch.float64) * spread
+    v = torch.randn(B, H, Tk, D, generator=g, dtype=torch.float64)
+    do = torch.randn(B, H, Tq, D, generator=g, dtype=torch.float64)
+    return q, k, v, do
+
+
+def fused(q, k, v, do, alpha, dtype=torch.float32, **kw):
+    """Output and gradients (q, k, v, alpha) through the kernels, in ``dtype``."""
+    leaves = [t.detach().to(DEVICE, dtype).clone().requires_grad_() for t in (q, k, v)]
+    a = alpha.detach().to(DEVICE, torch.float32).clone().requires_grad_() if torch.is_tensor(alpha) else alpha
+    kw = {n: (t.to(DEVICE) if torch.is_tensor(t) else t) for n, t in kw.items()}
+    with use_backend("triton"):
+        o = entmax_attention(*leaves, a, **kw)
+    (o.float() * do.to(DEVICE, torch.float32)).sum().backward()
+    grads = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
+    return o, grads
+
+
+def expected(q, k, v, do, alpha, **kw):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    a = alpha.detach().double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
+    with use_backend("torch"):
+        o = reference_attention(*leaves, a, **kw)
+    (o * do).sum().backward()
+    return o, [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
+
+
+def assert_close(got, want, tol, what):
+    got = got.detach().cpu().double()
+    err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
+    assert err <= tol, f"{what}: relative error {err:.3g} > {tol:g}"
+
+
+def check(q, k, v, do, alpha, tol=2e-5, dtype=torch.float32, **kw):
+    o, grads = fused(q, k, v, do, alpha, dtype, **kw)
+    o_ref, grads_ref = expected(q, k, v, do, alpha, **kw)
+    assert o.dtype == dtype and o.shape == o_ref.shape
+    assert_close(o, o_ref, tol, "output")
+    for name, got, want in zip(("dq", "dk", "dv", "dalpha"), grads, grads_ref):
+        if want is not None:
+            # d/d alpha divides by (alpha - 1)^2 (Prop. 1): at alpha = 1.05 float32 keeps
+            # about 4 digits of it (see test_triton_kernel.assert_alpha_grad_close).
+            assert_close(got, want, 10 * tol if name == "dalpha" else tol, name)
+    return o, grads
+
+
+@pytest.mark.parametrize("Tq,Tk", [(20, 20), (17, 33), (33, 9), (1, 40)], ids=lambda t: str(t))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("padded", [False, True], ids=["", "padded"])
+def test_per_head_alpha_matches_reference(Tq, Tk, causal, padded):
+    """Learnable alpha per head (1.05 to 2), odd lengths, Tq != Tk both ways, causal
+    (aligned at the end) and key padding: the output and all four gradients."""
+    q, k, v, do = inputs(2, len(HEAD_ALPHAS), Tq, Tk, 16, seed=Tq * Tk)
+    mask = None
+    if padded:
+        mask = torch.zeros(2, Tk, dtype=torch.bool)
+        mask[1, Tk // 2:] = True
+        mask[0, 0] = True
+    check(q, k, v, do, torch.tensor(HEAD_ALPHAS), causal=causal, key_padding_mask=mask)
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.5, 1.25], ids=["sparsemax", "entmax15", "alpha1.25"])
+def test_fixed_alpha_matches_reference(alpha):
+    """Constant alpha: sparsemax and 1.5-entmax finish with their exact thresholds."""
+    q, k, v, do = inputs(1, 2, 23, 29, 16, seed=3)
+    check(q, k, v, do, alpha, causal=True)
+
+
+@pytest.mark.parametrize("D", [32, 64, 128])
+def test_head_dims(D):
+    q, k, v, do = inputs(1, 2, 18, 21, D, seed=D, spread=1.0)
+    check(q, k, v, do, torch.tensor([1.2, 1.7]), key_padding_mask=torch.arange(21)[None] > 17)
+
+
+def test_forward_matches_the_entmax_package():
+    """An independent oracle: the authors' ``entmax_bisect`` on the explicit scores."""
+    q, k, v, _ = inputs(2, 3, 15, 26, 16, seed=5)
+    alpha = torch.tensor([1.1, 1.5, 1.9], dtype=torch.float64)
+    scores = q @ k.transpose(-1, -2) / 4.0
+    want = reference_package.entmax_bisect(scores, alpha.view(1, 3, 1, 1), dim=-1, n_iter=100) @ v
+    with use_backend("triton"):
+        got = entmax_attention(*(t.to(DEVICE, torch.float32) for t in (q, k, v)), alpha.float().to(DEVICE))
+    assert_close(got, want, 1e-5, "output")
+
+
+def test_rows_without_keys_are_zero_with_zero_gradients():
+    """A batch entry whose keys are all padding, and causal rows with Tq > Tk that come
+    before the first key: zeros out, zero gradient in, nothing NaN."""
+    q, k, v, do = inputs(2, 2, 12, 5, 16, seed=7)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[0] = True
+    o, (dq, dk, dv, da) = check(q, k, v, do, torch.tensor([1.3, 2.0]), causal=True, key_padding_mask=mask)
+    assert bool((o[0] == 0).all()) and bool((dq[0] == 0).all()) and bool((dk[0] == 0).all())
+    # Causal and aligned at the end: rows 0..6 of 12 see no key of 5.
+    assert bool((o[1, :, :7] == 0).all()) and bool((dq[1, :, :7] == 0).all())
+    assert bool(o[1, :, 7:].abs().sum(-1).gt(0).all())
+    assert torch.isfinite(da).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision(dtype):
+    """Inputs, output and gradients in half precision; the threshold solved in float32.
+    Compared with the float64 reference on the same (rounded) inputs."""
+    q, k, v, do = (t.to(dtype).double() for t in inputs(1, 2, 19, 24, 32, seed=11, spread=1.0))
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    check(q, k, v, do, torch.tensor([1.4, 1.9]), tol=tol, dtype=dtype, causal=True)
+
+
+def test_kernel_runs_when_asked_and_reference_otherwise(monkeypatch):
+    """On CPU the kernels run only under use_backend("triton") (the interpreter); by
+    default CPU tensors take the reference path, with the same result."""
+    calls = []
+    real = attention.attention_kernel.forward
+    monkeypatch.setattr(attention.attention_kernel, "forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    q, k, v, _ = (t.float().to(DEVICE) for t in inputs(1, 2, 9, 9, 16))
+    with use_backend("triton"):
+        fused_out = entmax_attention(q, k, v, 1.5)
+    assert calls == [1]
+    with use_backend("torch"):
+        ref_out = entmax_attention(q, k, v, 1.5)
+    assert calls == [1]
+    torch.testing.assert_close(fused_out, ref_out, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_input_is_refused_by_name():
+    q, k, v, _ = (t.float() for t in inputs(1, 2, 4, 5, 16))
+    with pytest.raises(ValueError, match=r"one value per head, shape \(2,\)"):
+        entmax_attention(q, k, v, torch.tensor([1.5, 1.5, 1.5]))
+    with pytest.raises(ValueError, match=r"alpha must lie in \(1, 2\]"):
+        entmax_attention(q, k, v, 1.0)
+    with pytest.raises(ValueError, match=r"alpha must lie in \(1, 2\]"):
+        entmax_attention(q, k, v, torch.tensor([1.5, 2.5]))
+    with pytest.raises(ValueError, match="key_padding_mask must be bool of shape"):
+        entmax_attention(q, k, v, 1.5, key_padding_mask=torch.zeros(1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="k and v must be"):
+        entmax_attention(q, k, v[..., :8], 1.5)
