@@ -13,8 +13,16 @@ reference path and the authors' ``entmax`` package (``entmax_bisect``) are
 timed for comparison.  Peak memory is the extra memory one forward+backward
 allocates, as a ratio to SDPA's.
 
+Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
+recomputed tile by tile, never stored) is timed at alpha = 1.5 and with a learnable
+alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
+where it is installed and applies (alpha = 1.5, power-of-two lengths).  With
+``--tokens N`` the batch is N / T sequences, so every length does the same number
+of query rows; ``--causal`` masks the future (SDPA's ``is_causal``).
+
     python benchmarks/bench_attention_gpu.py                  # T in 256 512 1024 2048, bf16
     python benchmarks/bench_attention_gpu.py --dtype float32 --lengths 512
+    python benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 512 1024 4096 16384 --causal --no-reference
 """
 
 import argparse
@@ -25,12 +33,24 @@ import entmax as reference_package
 import torch
 import torch.nn.functional as F
 
-from fairseq_sparse.entmax import entmax15, entmax_alpha, has_triton_kernel, sparsemax, support_size, use_backend
+from fairseq_sparse.entmax import (entmax15, entmax_alpha, entmax_attention, has_triton_kernel, sparsemax,
+                                   support_size, use_backend)
+
+DEVICE = "cuda"
+
+try:
+    from adasplash import adasplash
+except ImportError:
+    adasplash = None
 
 
-def unfused(normalise):
+def unfused(normalise, causal):
     def attention(q, k, v):
         scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        if causal:
+            T = scores.shape[-1]
+            future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
         return torch.matmul(normalise(scores), v)
     return attention
 
@@ -39,19 +59,25 @@ def softmax_in_float32(s):
     return torch.softmax(s.float(), -1).to(s.dtype)
 
 
-def variants(heads, dtype):
+def variants(heads, causal, lengths_pow2):
     # Spread over (1, 2) as learned alphas are (Correia et al. 2019, Fig. 2).
-    alpha = torch.linspace(1.25, 1.75, heads, device="cuda").view(1, heads, 1, 1).requires_grad_()
-    return alpha, {
-        "SDPA (fused softmax)": F.scaled_dot_product_attention,
-        "unfused softmax": unfused(softmax_in_float32),
-        "sparsemax (triton)": unfused(sparsemax),
-        "entmax15 (triton)": unfused(entmax15),
-        "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha)),
-        "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha))),
+    alpha = torch.linspace(1.25, 1.75, heads, device=DEVICE).view(1, heads, 1, 1).requires_grad_()
+    head_alpha = torch.linspace(1.25, 1.75, heads, device=DEVICE).requires_grad_()
+    fns = {
+        "SDPA (fused softmax)": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        "unfused softmax": unfused(softmax_in_float32, causal),
+        "sparsemax (triton)": unfused(sparsemax, causal),
+        "entmax15 (triton)": unfused(entmax15, causal),
+        "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
+        "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
+        "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
+        "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
-            lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype)),
+            lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype), causal),
     }
+    if adasplash is not None and lengths_pow2:
+        fns["AdaSplash entmax15"] = lambda q, k, v: adasplash(q, k, v, alpha=1.5, is_causal=causal)
+    return (alpha, head_alpha), fns
 
 
 def cuda_time(fn, repeats):
@@ -80,31 +106,37 @@ def peak_extra_bytes(fn):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per batch (unless --tokens)")
+    parser.add_argument("--tokens", type=int, help="tokens per batch: the batch is TOKENS / T sequences")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    parser.add_argument("--causal", action="store_true", help="mask the future (decoder self-attention)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
+    parser.add_argument("--no-unfused-entmax", action="store_true",
+                        help="skip the unfused Triton normalisers (they hold the (T, T) scores)")
     args = parser.parse_args()
     if not (torch.cuda.is_available() and has_triton_kernel()):
         raise SystemExit("this benchmark needs a CUDA device and Triton")
     dtype = getattr(torch, args.dtype)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}; "
-          f"B={args.batch} H={args.heads} head_dim={args.head_dim}; forward+backward of attention(Q, K, V)")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}; H={args.heads} "
+          f"head_dim={args.head_dim}; {'causal' if args.causal else 'not causal'}; "
+          f"forward+backward of attention(Q, K, V); AdaSplash {'installed' if adasplash else 'not installed'}")
 
     for T in args.lengths:
+        batch = max(1, args.tokens // T) if args.tokens else args.batch
         torch.manual_seed(0)
-        shape = (args.batch, args.heads, T, args.head_dim)
-        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
-        up = torch.randn(shape, device="cuda", dtype=dtype)
-        alpha, fns = variants(args.heads, dtype)
+        shape = (batch, args.heads, T, args.head_dim)
+        q, k, v = (torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
+        up = torch.randn(shape, device=DEVICE, dtype=dtype)
+        alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0)
 
         def step(attention, backend="auto"):
             def run():
                 with use_backend(backend):
-                    for t in (q, k, v, alpha):
+                    for t in (q, k, v, *alphas):
                         t.grad = None
                     attention(q, k, v).backward(up)
             return run
@@ -112,22 +144,41 @@ def main():
         results = {}
         for name, fn in fns.items():
             backend, fn = fn if isinstance(fn, tuple) else ("auto", fn)
-            if args.no_reference and backend == "torch" or args.no_reference and "package" in name:
+            if args.no_reference and (backend == "torch" or "package" in name):
                 continue
-            results[name] = (cuda_time(step(fn, backend), args.repeats), peak_extra_bytes(step(fn, backend)))
+            if args.no_unfused_entmax and "(triton)" in name:
+                continue
+            try:
+                results[name] = (cuda_time(step(fn, backend), args.repeats), peak_extra_bytes(step(fn, backend)))
+            except torch.cuda.OutOfMemoryError:
+                results[name] = None
+            except Exception as e:  # e.g. AdaSplash refusing a shape: say so and go on
+                results[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+            torch.cuda.empty_cache()
         sdpa_ms, sdpa_mem = results["SDPA (fused softmax)"]
-        unfused_ms = results["unfused softmax"][0]
-        with torch.no_grad():
-            s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(args.head_dim)
-            density = {"sparsemax (triton)": sparsemax(s), "entmax15 (triton)": entmax15(s),
-                       "alpha-entmax per head (triton)": entmax_alpha(s, alpha)}
-            density = {n: support_size(p).float().mean().item() / T for n, p in density.items()}
-        print(f"\nT={T}: SDPA {sdpa_ms:.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
+        unfused_ms = results["unfused softmax"][0] if isinstance(results.get("unfused softmax"), tuple) else None
+        density = {}
+        if T <= 4096:  # the support, from explicit scores (one batch entry)
+            with torch.no_grad():
+                s = torch.matmul(q[:1], k[:1].transpose(-1, -2)) / math.sqrt(args.head_dim)
+                if args.causal:
+                    s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=DEVICE).triu(1), float("-inf"))
+                visible = torch.isfinite(s).sum(-1).float()
+                for name, p in (("sparsemax (triton)", sparsemax(s)), ("entmax15 (triton)", entmax15(s)),
+                                ("alpha-entmax per head (triton)", entmax_alpha(s, alphas[0][:1]))):
+                    density[name] = (support_size(p).float() / visible).mean().item()
+                density["fused entmax15 (ours)"] = density["AdaSplash entmax15"] = density["entmax15 (triton)"]
+                density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
+        print(f"\nT={T}, batch {batch}: SDPA {sdpa_ms:.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
         print(f"  {'':36s} {'time/SDPA':>10s} {'time/unfused softmax':>21s} {'memory/SDPA':>12s}  support")
-        for name, (ms, mem) in results.items():
+        for name, result in results.items():
+            if not isinstance(result, tuple):
+                print(f"  {name:36s} {'out of memory' if result is None else result}", flush=True)
+                continue
+            ms, mem = result
             support = f"{density[name]:6.1%}" if name in density else ""
-            print(f"  {name:36s} {ms / sdpa_ms:9.2f}x {ms / unfused_ms:20.2f}x {mem / sdpa_mem:11.2f}x  {support}",
-                  flush=True)
+            vs_unfused = f"{ms / unfused_ms:20.2f}x" if unfused_ms else f"{'-':>21s}"
+            print(f"  {name:36s} {ms / sdpa_ms:9.2f}x {vs_unfused} {mem / sdpa_mem:11.2f}x  {support}", flush=True)
 
 
 if __name__ == "__main__":
