@@ -133,7 +133,7 @@ class EntmaxTransformerModel(TransformerModel):
                 self_attention=stock.self_attention, encoder_decoder_attention=stock.encoder_decoder_attention,
                 q_noise=getattr(args, "quant_noise_pq", 0), qn_block_size=getattr(args, "quant_noise_pq_block_size", 8),
                 normalizer=normalizers[model.normalizer_site(site)], alpha_init=alpha_init,
-                alpha_min=options.alpha_min,
+                alpha_min=options.alpha_min, causal_attn_mask=site == "decoder",
             )
             missing, unexpected = sparse.load_state_dict(stock.state_dict(), strict=False)
             assert not unexpected and all("alpha" in k for k in missing), (missing, unexpected)
