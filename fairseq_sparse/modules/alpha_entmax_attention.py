@@ -48,6 +48,8 @@ class AlphaEntmaxAttention(MultiheadAttention):
         super().__init__(*args, **kwargs)
         # attn_mask, when given, is fairseq's future mask (decoder self-attention).
         self.causal_attn_mask = causal_attn_mask
+        # False keeps the explicit path everywhere (benchmarks compare the two).
+        self.use_fused_kernel = True
         self._dropout_noted = False
         # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
         self.normalizer = get_normalizer(normalizer)
@@ -125,7 +127,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
         return attn, weights
 
     def _fused_applies(self, query, attn_mask, incremental_state):
-        if self.record_attention or self.bias_k is not None or self.add_zero_attn:
+        if not self.use_fused_kernel or self.record_attention or self.bias_k is not None or self.add_zero_attn:
             return False
         if not fused_attention._use_fused(query):
             return False
