@@ -130,7 +130,9 @@ class FusedEntmaxAttention(Function):
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
         alpha_grad = alpha_heads.requires_grad
-        o, og, stats = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale, alpha_stats=alpha_grad)
+        # Inference (no input needs a gradient) skips og, the backward pass's statistic.
+        o, og, stats = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale, alpha_stats=alpha_grad,
+                                                backward=any(ctx.needs_input_grad[:4]))
         ctx.save_for_backward(q, k, v, og, stats, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype = fixed, causal, scale, alpha_heads.dtype
         return o

@@ -118,7 +118,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                     sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
-                    ALPHA_STATS: tl.constexpr, PRECISION: tl.constexpr,
+                    ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -211,7 +211,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
                         mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
             acc += _dot(p.to(v.dtype), v, PRECISION)
-            acc_g += _dot(g.to(v.dtype), v, PRECISION)
+            if WRITE_OG:
+                acc_g += _dot(g.to(v.dtype), v, PRECISION)
             g_sum += tl.sum(g, axis=1)
             p_sum += tl.sum(p, axis=1)
             if ALPHA_STATS:
@@ -219,8 +220,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod
     o_mask = (offs_m[:, None] < Tq) & (offs_d[None, :] < D)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_mask)
-    tl.store(OG + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
-             acc_g.to(OG.dtype.element_ty), mask=o_mask)
+    if WRITE_OG:
+        tl.store(OG + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
+                 acc_g.to(OG.dtype.element_ty), mask=o_mask)
     stats = STATS + (bh * NUM_STATS_C) * Tq + offs_m
     row_ok = offs_m < Tq
     tl.store(stats + STAT_MAX_C * Tq, row_max, mask=row_ok)
@@ -374,6 +376,20 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
         tl.store(DALPHA + bh * Tq + offs_m, dalpha, mask=row_ok)
 
 
+@triton.jit
+def _r_kernel(DO, OG, STATS, R, rows, Tq, D, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """r = dO.og / G per row, in float32 without widened copies of dO and og (which
+    would double the backward pass's peak memory)."""
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_r[:, None] < rows) & (offs_d[None, :] < D)
+    do = tl.load(DO + offs_r[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    og = tl.load(OG + offs_r[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    bh = offs_r // Tq
+    g_sum = tl.load(STATS + (bh * NUM_STATS_C + STAT_G_C) * Tq + offs_r % Tq, mask=offs_r < rows, other=1.0)
+    tl.store(R + offs_r, tl.sum(do * og, axis=1) / tl.maximum(g_sum, TINY), mask=offs_r < rows)
+
+
 def supports(q):
     """Tensors these kernels take: on CUDA, or on CPU under Triton's interpreter."""
     return (q.is_cuda or (INTERPRET and q.device.type == "cpu")) \
@@ -396,20 +412,21 @@ def _precision(q):
     return "ieee" if q.dtype == torch.float32 else "tf32"
 
 
-def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats):
-    """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,)."""
+def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True):
+    """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,).
+    Without ``backward`` (inference) og is not computed (None)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
-    og = torch.empty_like(q)
+    og = torch.empty_like(q) if backward else None
     stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
     block_m, block_n, block_d, warps = _blocks(D, q.device.type)
     kpm = key_padding_mask if key_padding_mask is not None else q.new_zeros((B, 1), dtype=torch.int8)
     grid = (triton.cdiv(Tq, block_m), B * H)
     _forward_kernel[grid](
-        q, k, v, alpha_heads, kpm, o, og, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         kpm.stride(0), H, Tq, Tk, D, scale, newton_tol(torch.float32), MAX_NEWTON_ITER,
-        HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats,
+        HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps)
     return o, og, stats
 
@@ -420,8 +437,12 @@ def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mas
     Tk = k.shape[2]
     do = do.contiguous()
     # r_i = sum_j g_ij dp_ij / sum_j g_ij = dO_i . og_i / G_i (zero for a row without keys).
-    g_sum = stats[:, STAT_G].view(B, H, Tq)
-    r = ((do.float() * og.float()).sum(-1) / g_sum.clamp_min(torch.finfo(torch.float32).tiny)).contiguous()
+    rows = B * H * Tq
+    r = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
+    block_d = max(16, triton.next_power_of_2(D))
+    block_r = 16 if q.device.type == "cpu" else 64
+    if rows:
+        _r_kernel[(triton.cdiv(rows, block_r),)](do, og, stats, r, rows, Tq, D, BLOCK_R=block_r, BLOCK_D=block_d)
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
