@@ -3,7 +3,7 @@ fairseq-train; one table per experiment in the paper's format, next to its numbe
 and a plot of decoder calls (the support size, for sparse marginalisation) over training.
 
     python scripts/latent_results.py --out results/latent              # digits, 3 seeds
-    python scripts/latent_results.py --out results/mnist --dataset mnist --data ../shared/data/images/mnist
+    python scripts/latent_results.py --out results/mnist --dataset mnist      # the full MNIST, official split
 
 A run whose log already ends its training is collected, not rerun (``--collect-only``
 never trains).  Metrics are the last epoch's on the test split; decoder calls are per
@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -85,6 +86,7 @@ def run_one(args, experiment, estimator, seed):
             "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
     if experiment.startswith("bitvector_vae"):
         cmd += ["--nll-samples", str(args.nll_samples)]
+    cmd += shlex.split(args.fairseq_args)  # last, so that they override the defaults above
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
@@ -164,14 +166,17 @@ def main(argv=None):
     parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits",
                         help="images: scikit-learn's 8x8 digits (no download) or MNIST from --data "
                              "(default: %(default)s)")
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist",
-                        help="MNIST-format directory for --dataset mnist")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist-full",
+                        help="MNIST-format directory for --dataset mnist (default: the full MNIST, IDX files)")
     parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},
                         help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '
                              '"bitvector_vae": 10})')
     parser.add_argument("--batch-size", type=int, default=64, help="images per update (default: %(default)s)")
     parser.add_argument("--nll-samples", type=int, default=32,
                         help="importance samples per image of the bit-vector VAE's NLL estimate (default: %(default)s)")
+    parser.add_argument("--fairseq-args", default="",
+                        help="more fairseq-train options for every run, overriding the defaults above "
+                             "(e.g. \"--lr 5e-4 --latent-dim 10\")")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")

@@ -183,15 +183,18 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                         offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
             z = am1 * (s - row_max[:, None]) + 1.0
             on = z > tau[:, None]
+            # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
+            # does not cancel the way sums of z near 1 would.
             n_on += tl.sum(on.to(tl.float32), axis=1)
-            z_sum += tl.sum(tl.where(on, z, 0.0), axis=1)
-            z_sq += tl.sum(tl.where(on, z * z, 0.0), axis=1)
+            z_sum += tl.sum(tl.where(on, z - 1.0, 0.0), axis=1)
+            z_sq += tl.sum(tl.where(on, (z - 1.0) * (z - 1.0), 0.0), axis=1)
         n_on = tl.maximum(n_on, 1.0)
-        mean = z_sum / n_on
+        shifted_mean = z_sum / n_on
+        mean = shifted_mean + 1.0
         if FIXED == 1:
             exact = mean - 1.0 / n_on
         else:
-            var = tl.maximum(z_sq / n_on - mean * mean, 0.0)
+            var = tl.maximum(z_sq / n_on - shifted_mean * shifted_mean, 0.0)
             exact = mean - tl.sqrt(tl.maximum(1.0 / n_on - var, 0.0))
         tau = tl.where(live, exact, 0.0)
 

@@ -17,14 +17,16 @@ logger = logging.getLogger(__name__)
 class ImageExperimentConfig(FairseqDataclass):
     # Optional positional (argparse_const gives it nargs="?"); "." rather than "" because
     # fairseq-train lists DATA_DIR for extra validation sets even when a task reads none.
-    data: str = field(default=".", metadata={"help": "directory of --dataset mnist: ../shared/data/images/mnist "
-                                                     "(mnist.npz and t10k-labels-idx1-ubyte.gz) or the IDX files "
-                                                     "of data_prep/mnist.sh (MNIST or Fashion-MNIST); not read "
-                                                     "for digits",
+    data: str = field(default=".", metadata={"help": "directory of --dataset mnist: the full MNIST's IDX files "
+                                                     "(../shared/data/images/mnist-full, or data_prep/mnist.sh; "
+                                                     "official test split, 10,000 of train for valid) or "
+                                                     "../shared/data/images/mnist (its 10,000 test images, "
+                                                     "split 80/10/10); not read for digits",
                                              "argparse_const": "."})
     dataset: ChoiceEnum(["digits", "mnist"]) = field(
         default="digits", metadata={"help": "digits: scikit-learn's bundled 8x8 digits (no download); mnist: DATA_DIR"})
-    split_seed: int = field(default=0, metadata={"help": "seed of the deterministic 80/10/10 train/valid/test split"})
+    split_seed: int = field(default=0, metadata={"help": "seed of the deterministic split (80/10/10, or the "
+                                                                 "validation images of an official training half)"})
 
 
 class ImageExperimentTask(FairseqTask):
@@ -32,8 +34,9 @@ class ImageExperimentTask(FairseqTask):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.levels, self.labels, self.num_levels = load_images(cfg.dataset, cfg.data)
-        self.parts = deterministic_splits(len(self.levels), cfg.split_seed)
+        images = load_images(cfg.dataset, cfg.data)
+        self.levels, self.labels, self.num_levels = images.levels, images.labels, images.num_levels
+        self.parts = deterministic_splits(len(self.levels), cfg.split_seed, images.official_test)
         self.input_dim = self.levels.shape[1]
         self.num_classes = int(self.labels.max()) + 1
 

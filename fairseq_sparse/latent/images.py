@@ -5,20 +5,32 @@ no download).  ``mnist``: a directory in one of two layouts:
 
 - the offline copy in ``../shared/data/images/mnist``: ``mnist.npz`` (``data``:
   N x 28 x 28 uint8) and ``t10k-labels-idx1-ubyte.gz``;
-- the official IDX files as ``data_prep/mnist.sh`` leaves them
-  (``{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``), of MNIST or of
-  Fashion-MNIST, both halves used.
+- the official IDX files (``{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``: the full
+  MNIST of ``../shared/data/images/mnist-full``, or what ``data_prep/mnist.sh`` leaves,
+  MNIST or Fashion-MNIST).
 
-Every set is split deterministically (a permutation by a seed) into
-train / valid / test, 80 / 10 / 10%.
+The official files keep their own split: the t10k half is the test set, and a seeded
+``OFFICIAL_VALID`` (10,000) of the training half is the validation set (MNIST's usual
+50,000 / 10,000 / 10,000).  Any other set is split deterministically (a permutation by
+a seed) into train / valid / test, 80 / 10 / 10%.
 """
 
 import gzip
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 from fairseq.data import FairseqDataset
+
+OFFICIAL_VALID = 10_000
+
+
+class Images(NamedTuple):
+    levels: torch.Tensor  # (N, pixels) long
+    labels: torch.Tensor  # (N,) long
+    num_levels: int  # grey levels
+    official_test: Optional[int] = None  # the last this many images are an official test half
 
 
 def _read_idx(path, magic):
@@ -39,12 +51,12 @@ def _check_aligned(images, labels, images_path, labels_path):
 
 
 def load_images(dataset, data_dir):
-    """(levels (N, pixels) long, labels (N,) long, number of grey levels)."""
+    """:class:`Images` of ``dataset`` (``digits`` or ``mnist`` read from ``data_dir``)."""
     if dataset == "digits":
         from sklearn.datasets import load_digits
 
         digits = load_digits()
-        return torch.tensor(digits.data, dtype=torch.long), torch.tensor(digits.target, dtype=torch.long), 17
+        return Images(torch.tensor(digits.data, dtype=torch.long), torch.tensor(digits.target, dtype=torch.long), 17)
     if dataset != "mnist":
         raise ValueError(f"--dataset {dataset!r}: choose digits or mnist")
     directory = Path(data_dir)
@@ -58,7 +70,9 @@ def load_images(dataset, data_dir):
             parts.append((images, labels))
         images = np.concatenate([p[0] for p in parts])
         labels = np.concatenate([p[1] for p in parts])
+        official_test = len(parts[1][0])
     else:
+        official_test = None
         images_path, labels_path = directory / "mnist.npz", directory / "t10k-labels-idx1-ubyte.gz"
         for path in (images_path, labels_path):
             if not path.is_file():
@@ -69,12 +83,20 @@ def load_images(dataset, data_dir):
         images = images.reshape(len(images), -1)
         labels = _read_idx(labels_path, 2049)
         _check_aligned(images, labels, images_path, labels_path)
-    return torch.tensor(images.astype(np.int64)), torch.tensor(labels.astype(np.int64)), 256
+    return Images(torch.tensor(images.astype(np.int64)), torch.tensor(labels.astype(np.int64)), 256, official_test)
 
 
-def deterministic_splits(n, seed):
-    """{"train", "valid", "test"} -> indices: a seeded permutation cut 80 / 10 / 10%."""
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+def deterministic_splits(n, seed, official_test=None):
+    """{"train", "valid", "test"} -> indices.  With ``official_test`` the last that many are
+    the test set and a seeded ``OFFICIAL_VALID`` of the others (at most a sixth of them)
+    the validation set; otherwise a seeded permutation cut 80 / 10 / 10%."""
+    generator = torch.Generator().manual_seed(seed)
+    if official_test is not None:
+        train_half = n - official_test
+        order = torch.randperm(train_half, generator=generator)
+        valid = min(OFFICIAL_VALID, train_half // 6)
+        return {"test": torch.arange(train_half, n), "valid": order[:valid], "train": order[valid:]}
+    order = torch.randperm(n, generator=generator)
     tenth = n // 10
     return {"test": order[:tenth], "valid": order[tenth:2 * tenth], "train": order[2 * tenth:]}
 
