@@ -49,11 +49,7 @@ class SentenceVAEConfig(FairseqDataclass):
                 "needed by --arch bert_sentence_vae"})
 
 
-def read_corpus(path, max_tokens):
-    """(sentences as lists of words, labels or None) of one file, checked line by line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sentence_vae: {path} is missing (DATA_DIR needs train.txt, valid.txt, test.txt)")
+def _read_text(path):
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -64,10 +60,46 @@ def read_corpus(path, max_tokens):
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    words = [line.split() for line in lines]
+    return lines
+
+
+def read_label_file(path, count, text_path):
+    """Class ids, one per line (the HSVAE sets' ``{split}_labels.txt``), as many as sentences."""
+    labels = []
+    for number, line in enumerate(_read_text(path), 1):
+        if not line.strip().isdigit():
+            raise ValueError(f"{path}:{number}: {line.strip()!r} is not a class id (a non-negative integer)")
+        labels.append(int(line))
+    if len(labels) != count:
+        raise ValueError(f"{path} has {len(labels)} labels but {text_path} has {count} sentences")
+    return labels
+
+
+def read_corpus(path, max_tokens):
+    """(sentences as lists of words, labels or None) of one file, checked line by line.
+
+    Labels lead each line (``LABEL sentence``) or, when ``{split}_labels.txt`` lies beside
+    ``{split}.txt`` (the HSVAE sets' format), come from that file, one per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sentence_vae: {path} is missing (DATA_DIR needs train.txt, valid.txt, test.txt)")
+    words = [line.split() for line in _read_text(path)]
     for number, tokens in enumerate(words, 1):
         if not tokens:
             raise ValueError(f"{path}:{number}: empty line")
+    label_file = path.with_name(f"{path.stem}_labels.txt")
+    if label_file.is_file():
+        labels = read_label_file(label_file, len(words), path)
+    else:
+        words, labels = _leading_labels(words, path)
+    for number, tokens in enumerate(words, 1):
+        if len(tokens) > max_tokens:
+            raise ValueError(f"{path}:{number}: {len(tokens)} tokens, more than --max-sentence-tokens {max_tokens}")
+    return words, labels
+
+
+def _leading_labels(words, path):
+    """(sentences, labels or None) of lines that may each be led by a class id."""
     # A split is labelled or not as a whole: every line led by a class id, or (numbers are
     # words too) a text where few lines start with one.  Mostly labelled is a broken line.
     led = [t[0].isdigit() for t in words]
@@ -76,16 +108,14 @@ def read_corpus(path, max_tokens):
         number = led.index(False) + 1
         raise ValueError(f"{path}:{number}: no class label, while {sum(led)} of the {len(led)} lines start with one "
                          "(a labelled split has an integer label leading every line)")
-    if labelled:
-        labels = [int(t[0]) for t in words]
-        words = [t[1:] for t in words]
-        for number, tokens in enumerate(words, 1):
-            if not tokens:
-                raise ValueError(f"{path}:{number}: a label and no sentence")
+    if not labelled:
+        return words, None
+    labels = [int(t[0]) for t in words]
+    words = [t[1:] for t in words]
     for number, tokens in enumerate(words, 1):
-        if len(tokens) > max_tokens:
-            raise ValueError(f"{path}:{number}: {len(tokens)} tokens, more than --max-sentence-tokens {max_tokens}")
-    return words, (labels if labelled else None)
+        if not tokens:
+            raise ValueError(f"{path}:{number}: a label and no sentence")
+    return words, labels
 
 
 def build_vocabulary(sentences, size):

@@ -1,0 +1,57 @@
+"""The HSVAE paper's Yahoo and DBpedia sets: labels read from their own files, the
+paper's valid set split into train and a held-out valid, and fairseq-train reading it."""
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from fairseq_sparse.vae.task import read_corpus
+from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+
+
+def prepare(source, out, *extra):
+    return subprocess.run([sys.executable, str(REPO / "data_prep" / "hsvae_sets.py"), str(source), str(out), *extra],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("name,classes", [("hsvae-yahoo10", 10), ("hsvae-dbpedia14", 14)])
+def test_prepared_splits_are_balanced_disjoint_and_aligned(name, classes, tmp_path):
+    source = shared_data("text", name)
+    proc = prepare(source, tmp_path / "raw", "--valid-per-class", "50", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    paper_valid = read_corpus(source / "valid.txt", 10**6)
+    pairs = Counter((" ".join(s), label) for s, label in zip(*paper_valid))
+    split = {}
+    for part in ("train", "valid", "test"):
+        sentences, labels = read_corpus(tmp_path / "raw" / f"{part}.txt", 10**6)
+        split[part] = Counter((" ".join(s), label) for s, label in zip(sentences, labels))
+        assert sorted(Counter(labels).values()) == [{"train": 950, "valid": 50, "test": 500}[part]] * classes
+    # train + valid is the paper's valid set, pair for pair (text with its own label).
+    assert split["train"] + split["valid"] == pairs
+    assert split["test"] == Counter((" ".join(s), label) for s, label in zip(*read_corpus(source / "test.txt", 10**6)))
+
+
+def test_label_files_are_checked(tmp_path):
+    (tmp_path / "train.txt").write_text("a b\nc d\n")
+    (tmp_path / "train_labels.txt").write_text("1\n0\n")
+    assert read_corpus(tmp_path / "train.txt", 10) == ([["a", "b"], ["c", "d"]], [1, 0])
+    (tmp_path / "train_labels.txt").write_text("1\nx\n")
+    with pytest.raises(ValueError, match=r"train_labels.txt:2: 'x' is not a class id"):
+        read_corpus(tmp_path / "train.txt", 10)
+    (tmp_path / "train_labels.txt").write_text("1\n")
+    with pytest.raises(ValueError, match=r"train_labels.txt has 1 labels but .*train.txt has 2 sentences"):
+        read_corpus(tmp_path / "train.txt", 10)
+
+
+def test_sentence_vae_trains_on_a_prepared_set(tmp_path):
+    raw = tmp_path / "raw"
+    assert prepare(shared_data("text", "hsvae-yahoo10"), raw).returncode == 0
+    proc = run_cli("fairseq-train", raw, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae",
+                   "--arch", "sentence_vae", "--criterion", "hsvae", "--optimizer", "adam", "--lr", "1e-3",
+                   "--batch-size", "64", "--cpu", "--num-workers", "0", "--no-save", "--log-format", "simple",
+                   "--embed-dim", "32", "--hidden-dim", "64", "--latent-dim", "8", "--max-update", "3",
+                   cwd=tmp_path)
+    assert "9000 train, 1000 valid, 5000 test sentences with class labels" in proc.stdout
+    assert valid_metrics(proc.stdout)["reconstruction"] > 0
