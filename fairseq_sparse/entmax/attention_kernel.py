@@ -62,10 +62,11 @@ def _dot(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k_ptrs, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
+def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
             HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """Scaled scores of a (BLOCK_M, BLOCK_N) tile, -inf outside the rows, keys and masks."""
-    kt = tl.load(k_ptrs, mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
+    kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+                 mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
     s = _dot(q, kt, PRECISION) * scale
     valid = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
     if HAS_KPM:
@@ -74,6 +75,12 @@ def _scores(q, k_ptrs, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
     return tl.where(valid, s, float("-inf"))
+
+
+@triton.jit
+def _gap(s, row_max, tau, am1):
+    """[z - tau]_+ with z = (alpha - 1)(s - max) + 1, for a tile of scores."""
+    return tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
 
 
 @triton.jit
@@ -142,8 +149,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
-        s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
-                    offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+        s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                    PRECISION)
         row_max = tl.maximum(row_max, tl.max(s, axis=1))
     # A row with no visible key keeps tau = 0 and max 0: all its z are -inf, its p zero.
     live = row_max > float("-inf")
@@ -158,9 +165,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         s1 = tl.zeros([BLOCK_M], tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
             offs_n = start_n + offs_nb
-            s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
-                        offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
-            gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                    PRECISION)
+            gap = _gap(s, row_max, tau, am1)
             gk, gkm1 = _powers(gap, k, FIXED)
             power += tl.sum(gk, axis=1)
             s1 += tl.sum(gkm1, axis=1)
@@ -179,8 +186,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         z_sq = tl.zeros([BLOCK_M], tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
             offs_n = start_n + offs_nb
-            s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
-                        offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
+            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                    PRECISION)
             z = am1 * (s - row_max[:, None]) + 1.0
             on = z > tau[:, None]
             # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
@@ -206,9 +213,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     plogp = tl.zeros([BLOCK_M], tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
-        s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
-                    offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
-        gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+        s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                    PRECISION)
+        gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
             p, g = _prob_and_g(gap, k, alpha, FIXED)
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
@@ -240,9 +247,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         acc_c = tl.zeros([BLOCK_M], tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
             offs_n = start_n + offs_nb
-            s = _scores(q, k_base + offs_n[None, :] * skn + offs_d[:, None] * skd, kpm_base, offs_m, offs_n,
-                        offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
-            gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                    PRECISION)
+            gap = _gap(s, row_max, tau, am1)
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                 p, g = _prob_and_g(gap, k, alpha, FIXED)
                 on = p > 0.0
@@ -303,7 +310,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
         s = tl.where(valid, s, float("-inf"))
-        gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+        gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
             p, g = _prob_and_g(gap, k, alpha, FIXED)
             dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
@@ -353,9 +360,9 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
-        k_ptrs = k_base + offs_n[None, :] * skn + offs_d[:, None] * skd
-        s = _scores(q, k_ptrs, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL, PRECISION)
-        gap = tl.maximum(am1 * (s - row_max[:, None]) + 1.0 - tau[:, None], 0.0)
+        s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                    PRECISION)
+        gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
             p, g = _prob_and_g(gap, k, alpha, FIXED)
             kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)

@@ -162,7 +162,9 @@ class AlphaEntmaxAttention(MultiheadAttention):
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(-1, self.beam_size, key_padding_mask.size(1))[:, 0, :]
             k, v = self.k_proj(key), self.v_proj(key)
-        heads = lambda t: t.contiguous().view(t.size(0), -1, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # noqa: E731
+        def heads(t):  # (T, batch, E) -> (batch, H, T, D)
+            return t.contiguous().view(t.size(0), -1, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+
         q = heads(q)
         k = heads(k) if k is not None else None
         v = heads(v) if v is not None else None
