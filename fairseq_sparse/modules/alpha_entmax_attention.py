@@ -161,7 +161,9 @@ class AlphaEntmaxAttention(MultiheadAttention):
                 key = key.view(key.size(0), -1, self.beam_size, key.size(2))[:, :, 0, :]
                 if key_padding_mask is not None:
                     key_padding_mask = key_padding_mask.view(-1, self.beam_size, key_padding_mask.size(1))[:, 0, :]
-            k, v = self.k_proj(key), self.v_proj(key)
+            # fairseq projects the encoder output (key) to both in encoder-decoder attention.
+            k, v = self.k_proj(key), self.v_proj(key if self.encoder_decoder_attention else value)
+
         def heads(t):  # (T, batch, E) -> (batch, H, T, D)
             return t.contiguous().view(t.size(0), -1, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
 
@@ -207,14 +209,15 @@ def _softmax_attention(q, k, v, causal, key_padding_mask, scale):
     """Softmax attention by PyTorch's SDPA (flash or memory-efficient kernels on CUDA).
     A query row with no visible key gives zeros, as the entmax kernel does (SDPA gives NaN)."""
     mask = None
+    Tq, Tk = q.size(2), k.size(2)
     if key_padding_mask is not None:
         mask = ~key_padding_mask[:, None, None, :]
-        if causal:
-            Tq, Tk = q.size(2), k.size(2)
-            keys = torch.arange(Tk, device=q.device)
-            rows = torch.arange(Tq, device=q.device)
-            mask = mask & (keys[None, :] <= rows[:, None] + (Tk - Tq))
-            causal = False
+    if causal and (mask is not None or Tq != Tk):  # SDPA's own causal mask is aligned at the start
+        keys = torch.arange(Tk, device=q.device)
+        rows = torch.arange(Tq, device=q.device)
+        visible = keys[None, :] <= rows[:, None] + (Tk - Tq)
+        mask = visible if mask is None else mask & visible
+        causal = False
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
     if mask is not None:
         out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)

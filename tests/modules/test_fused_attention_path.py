@@ -98,6 +98,16 @@ def test_cross_attention(normalizer):
     assert_same(explicit, fused)
 
 
+@pytest.mark.parametrize("normalizer", ["softmax", "alpha_entmax"])
+def test_attention_with_its_own_values(normalizer):
+    """Neither self- nor encoder-decoder attention: values projected from ``value``."""
+    attn = module(normalizer).train()
+    x = torch.randn(4, 2, E, device=DEVICE) * 2
+    key, value = torch.randn(6, 2, E, device=DEVICE) * 2, torch.randn(6, 2, E, device=DEVICE)
+    explicit, fused = run_both(attn, [x, key, value])
+    assert_same(explicit, fused)
+
+
 @pytest.mark.parametrize("normalizer", ["softmax", "entmax15", "alpha_entmax"])
 def test_incremental_decoding(normalizer, fused_calls):
     """Self-attention and cross-attention step by step on the fused path == one explicit
