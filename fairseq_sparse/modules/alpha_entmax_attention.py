@@ -141,7 +141,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
             return False
         return True
 
-    def _project(self, query, key, key_padding_mask, incremental_state, static_kv):
+    def _project(self, query, key, value, key_padding_mask, incremental_state, static_kv):
         """q (bsz, H, T, D), k and v (kv_bsz, H, S, D) and the key padding mask (kv_bsz, S) or
         None: fairseq's ``MultiheadAttention.forward`` up to its scores, incremental state
         included, for the configurations the fused path takes; q is not scaled."""
@@ -187,7 +187,8 @@ class AlphaEntmaxAttention(MultiheadAttention):
 
     def _fused_forward(self, query, key, value, key_padding_mask, incremental_state, static_kv, causal):
         tgt_len, bsz, _ = query.size()
-        q, k, v, key_padding_mask = self._project(query, key, key_padding_mask, incremental_state, static_kv)
+        q, k, v, key_padding_mask = self._project(query, key, value, key_padding_mask, incremental_state,
+                                                  static_kv)
         kv_bsz = k.size(0)
         beam = bsz // kv_bsz
         if beam > 1:  # the beam shares the encoder output: its queries become rows of one key set
