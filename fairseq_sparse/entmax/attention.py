@@ -66,6 +66,8 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
 def _use_fused(q):
     if attention_kernel is None or not attention_kernel.supports(q):
         return False
+    if q.shape[-1] > attention_kernel.MAX_HEAD_DIM:  # wider heads would not fit the tiles in registers
+        return False
     if q.is_cuda:
         return activations._BACKEND != "torch"
     return activations._BACKEND == "triton"  # CPU tensors: only under the interpreter, when asked

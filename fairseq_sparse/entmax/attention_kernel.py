@@ -46,6 +46,8 @@ from .triton_kernel import INTERPRET, TINY, _exp_remainder
 # Row statistics kept between the passes (float32, one row each).
 STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C = range(6)
 NUM_STATS = 6
+# Widest head the tiles take (q, the output and og accumulators sit in registers).
+MAX_HEAD_DIM = 128
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
 STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C = (tl.constexpr(i) for i in range(NUM_STATS))

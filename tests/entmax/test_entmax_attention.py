@@ -144,6 +144,16 @@ def test_kernel_runs_when_asked_and_reference_otherwise(monkeypatch):
     torch.testing.assert_close(fused_out, ref_out, atol=1e-5, rtol=1e-5)
 
 
+def test_wide_heads_take_the_reference_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(attention.attention_kernel, "forward", lambda *a, **kw: calls.append(1))
+    q, k, v, _ = (t.float().to(DEVICE) for t in inputs(1, 1, 3, 4, 256))
+    with use_backend("triton"):
+        got = entmax_attention(q, k, v, 1.5)
+    assert calls == []
+    torch.testing.assert_close(got, reference_attention(q, k, v, 1.5))
+
+
 def test_bad_input_is_refused_by_name():
     q, k, v, _ = (t.float() for t in inputs(1, 2, 4, 5, 16))
     with pytest.raises(ValueError, match=r"one value per head, shape \(2,\)"):
