@@ -34,7 +34,8 @@ for set in mnist fashion_mnist; do
   (cd "$HERE/.." && "$(project_python)" -c "
 import sys
 from fairseq_sparse.latent.images import load_images
-levels, labels, _ = load_images('mnist', sys.argv[1])
-print(f'[mnist.sh] {sys.argv[2]}: {len(levels)} images of {levels.shape[1]} pixels, {int(labels.max()) + 1} classes')
+images = load_images('mnist', sys.argv[1])
+print(f'[mnist.sh] {sys.argv[2]}: {len(images.levels)} images of {images.levels.shape[1]} pixels '
+      f'({images.official_test} the official test set), {int(images.labels.max()) + 1} classes')
 " "$OUT/$set" "$set")
 done

@@ -48,7 +48,7 @@ def test_mnist_pipeline_verifies_and_prepares(tmp_path):
     mirror_of_real_images(mirror)
     proc = run(tmp_path / "out2", mirror, VERIFY="0", PYTHON=str(REPO / ".venv" / "bin" / "python"))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[mnist.sh] mnist: 60 images of 784 pixels, 10 classes" in proc.stdout
+    assert "[mnist.sh] mnist: 60 images of 784 pixels (30 the official test set), 10 classes" in proc.stdout
     assert "[mnist.sh] fashion_mnist: 40 images of 784 pixels" in proc.stdout
     # A rerun finds everything in place and downloads nothing.
     again = run(tmp_path / "out2", tmp_path / "empty", VERIFY="0", PYTHON=str(REPO / ".venv" / "bin" / "python"))
