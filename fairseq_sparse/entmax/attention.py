@@ -28,12 +28,6 @@ except ImportError:  # no Triton
 REFERENCE_CHUNK = 1024
 
 
-def _fixed_kind(alpha):
-    if isinstance(alpha, float):
-        return {2.0: 1, 1.5: 2}.get(alpha, 0)
-    return 0
-
-
 def _check(q, k, v, alpha, key_padding_mask, scale):
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"entmax_attention takes q, k, v of shape (B, H, T, D), got {tuple(q.shape)}, "
@@ -87,7 +81,7 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     if isinstance(alpha, (int, float)):
         alpha = float(alpha)
     if _use_fused(q):
-        fixed = _fixed_kind(alpha)
+        fixed = attention_kernel._fixed(alpha)  # the row-wise kernels' closed forms (1.5, 2)
         heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale)
     return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale)

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from .reference import MAX_NEWTON_ITER, newton_tol
-from .triton_kernel import INTERPRET, TINY, _exp_remainder
+from .triton_kernel import INTERPRET, TINY, _exp_remainder, _fixed  # noqa: F401 (_fixed: for attention.py)
 
 # Row statistics kept between the passes (float32, one row each).
 STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C = range(6)
@@ -70,10 +70,22 @@ def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, sca
     kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
                  mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
     s = _dot(q, kt, PRECISION) * scale
-    valid = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, CAUSAL)
+
+
+@triton.jit
+def _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM: tl.constexpr):
+    """Which keys of a tile exist and are not padding."""
+    ok = offs_n < Tk
     if HAS_KPM:
-        pad = tl.load(kpm_ptr + offs_n, mask=offs_n < Tk, other=1)
-        valid = valid & (pad[None, :] == 0)
+        ok = ok & (tl.load(kpm_ptr + offs_n, mask=ok, other=1) == 0)
+    return ok
+
+
+@triton.jit
+def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL: tl.constexpr):
+    """-inf outside the rows, the keys and (causal, aligned at the end) the past."""
+    valid = (offs_m[:, None] < Tq) & keys_ok[None, :]
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
     return tl.where(valid, s, float("-inf"))
@@ -114,6 +126,24 @@ def _prob_and_g(gap, k, alpha, FIXED: tl.constexpr):
 
 
 @triton.jit
+def _head(ALPHA, H):
+    """This program's (batch x head index, batch, head) and its head's alpha, alpha - 1 and
+    1 / (alpha - 1)."""
+    bh = tl.program_id(1)
+    h = bh % H
+    alpha = tl.load(ALPHA + h)
+    return bh, bh // H, h, alpha, alpha - 1.0, 1.0 / (alpha - 1.0)
+
+
+@triton.jit
+def _row_threshold(stats, r_ptr, offs_m, row_ok, Tq):
+    """Each row's stored (max, tau) and r = dO.og / G, for the backward kernels."""
+    row_max = tl.load(stats + STAT_MAX_C * Tq + offs_m, mask=row_ok, other=0.0)
+    tau = tl.load(stats + STAT_TAU_C * Tq + offs_m, mask=row_ok, other=0.0)
+    return row_max, tau, tl.load(r_ptr + offs_m, mask=row_ok, other=0.0)
+
+
+@triton.jit
 def _key_end(start_m, Tq, Tk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
     """One past the last key any row of this query tile may see."""
     if CAUSAL:
@@ -130,9 +160,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -142,9 +170,6 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     k_base = K + b * skb + h * skh
     v_base = V + b * svb + h * svh
     kpm_base = KPM + b * skpb
-    alpha = tl.load(ALPHA + h)
-    am1 = alpha - 1.0
-    k = 1.0 / am1
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
 
     # 1. Row maxima.
@@ -264,7 +289,6 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         tl.store(stats + STAT_C_C * Tq, c, mask=row_ok)
 
 
-
 @triton.jit
 def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
@@ -272,9 +296,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
                  HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, PRECISION: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -284,13 +306,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
     v_tile = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
     kt = tl.trans(k_tile)
     vt = tl.trans(v_tile)
-    valid_n = offs_n < Tk
-    if HAS_KPM:
-        pad = tl.load(KPM + b * skpb + offs_n, mask=valid_n, other=1)
-        valid_n = valid_n & (pad == 0)
-    alpha = tl.load(ALPHA + h)
-    am1 = alpha - 1.0
-    k = 1.0 / am1
+    keys_ok = _keys_ok(KPM + b * skpb, offs_n, Tk, HAS_KPM)
     stats = STATS + (bh * NUM_STATS_C) * Tq
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -304,14 +320,8 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
         q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
         do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
                      other=0.0)
-        row_max = tl.load(stats + STAT_MAX_C * Tq + offs_m, mask=row_ok, other=0.0)
-        tau = tl.load(stats + STAT_TAU_C * Tq + offs_m, mask=row_ok, other=0.0)
-        r = tl.load(R + bh * Tq + offs_m, mask=row_ok, other=0.0)
-        s = _dot(q, kt, PRECISION) * scale
-        valid = row_ok[:, None] & valid_n[None, :]
-        if CAUSAL:
-            valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
-        s = tl.where(valid, s, float("-inf"))
+        row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
+        s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
             p, g = _prob_and_g(gap, k, alpha, FIXED)
@@ -332,9 +342,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
                PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -346,13 +354,8 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
     k_base = K + b * skb + h * skh
     v_base = V + b * svb + h * svh
     kpm_base = KPM + b * skpb
-    alpha = tl.load(ALPHA + h)
-    am1 = alpha - 1.0
-    k = 1.0 / am1
     stats = STATS + (bh * NUM_STATS_C) * Tq
-    row_max = tl.load(stats + STAT_MAX_C * Tq + offs_m, mask=row_ok, other=0.0)
-    tau = tl.load(stats + STAT_TAU_C * Tq + offs_m, mask=row_ok, other=0.0)
-    r = tl.load(R + bh * Tq + offs_m, mask=row_ok, other=0.0)
+    row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
     if ALPHA_GRAD:
         p_safe = tl.maximum(tl.load(stats + STAT_P_C * Tq + offs_m, mask=row_ok, other=1.0), TINY)
         mu = tl.load(stats + STAT_MU_C * Tq + offs_m, mask=row_ok, other=0.0)
@@ -424,6 +427,11 @@ def _precision(q):
     return "ieee" if q.dtype == torch.float32 else "tf32"
 
 
+def _padding_arg(key_padding_mask, q):
+    """The mask (B, Tk) int8, or a placeholder the kernels never read (HAS_KPM false)."""
+    return key_padding_mask if key_padding_mask is not None else q.new_zeros((q.shape[0], 1), dtype=torch.int8)
+
+
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True):
     """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,).
     Without ``backward`` (inference) og is not computed (None)."""
@@ -433,7 +441,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     og = torch.empty_like(q) if backward else None
     stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
     block_m, block_n, block_d, warps = _blocks(D, q.device.type)
-    kpm = key_padding_mask if key_padding_mask is not None else q.new_zeros((B, 1), dtype=torch.int8)
+    kpm = _padding_arg(key_padding_mask, q)
     grid = (triton.cdiv(Tq, block_m), B * H)
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
@@ -451,7 +459,7 @@ def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mas
     # r_i = sum_j g_ij dp_ij / sum_j g_ij = dO_i . og_i / G_i (zero for a row without keys).
     rows = B * H * Tq
     r = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
-    block_d = max(16, triton.next_power_of_2(D))
+    block_m, block_n, block_d, warps = _blocks(D, q.device.type)
     block_r = 16 if q.device.type == "cpu" else 64
     if rows:
         _r_kernel[(triton.cdiv(rows, block_r),)](do, og, stats, r, rows, Tq, D, BLOCK_R=block_r, BLOCK_D=block_d)
@@ -459,8 +467,7 @@ def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mas
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     dalpha = torch.empty((B * H, Tq), dtype=torch.float32, device=q.device) if alpha_grad else r
-    block_m, block_n, block_d, warps = _blocks(D, q.device.type)
-    kpm = key_padding_mask if key_padding_mask is not None else q.new_zeros((B, 1), dtype=torch.int8)
+    kpm = _padding_arg(key_padding_mask, q)
     common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, PRECISION=_precision(q),
                   BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps)
     # q, k, v and do are contiguous (see attention.py), so dq, dk and dv share their strides.
