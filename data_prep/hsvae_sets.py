@@ -35,7 +35,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         sentences, labels = read_corpus(args.source / "valid.txt", max_tokens=10**6)
-        read_corpus(args.source / "test.txt", max_tokens=10**6)
+        test_sentences, _ = read_corpus(args.source / "test.txt", max_tokens=10**6)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(str(e)) from None
     if labels is None:
@@ -51,13 +51,13 @@ def main(argv=None):
         held[rng.choice(members, args.valid_per_class, replace=False)] = True
     args.out.mkdir(parents=True, exist_ok=True)
     for split, keep in (("train", ~held), ("valid", held)):
-        (args.out / f"{split}.txt").write_text("".join(" ".join(sentences[i]) + "\n" for i in np.flatnonzero(keep)),
-                                               encoding="utf-8")
-        (args.out / f"{split}_labels.txt").write_text("".join(f"{labels[i]}\n" for i in np.flatnonzero(keep)))
+        rows = np.flatnonzero(keep)
+        (args.out / f"{split}.txt").write_text("".join(" ".join(sentences[i]) + "\n" for i in rows), encoding="utf-8")
+        (args.out / f"{split}_labels.txt").write_text("".join(f"{labels[i]}\n" for i in rows))
     for name in ("test.txt", "test_labels.txt"):
         shutil.copyfile(args.source / name, args.out / name)
     print(f"{args.out}: train {int((~held).sum())}, valid {int(held.sum())} (of the paper's valid set), "
-          f"test {sum(1 for _ in open(args.out / 'test.txt'))} (the paper's test set)", file=sys.stderr)
+          f"test {len(test_sentences)} (the paper's test set)", file=sys.stderr)
 
 
 if __name__ == "__main__":
