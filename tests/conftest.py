@@ -90,6 +90,14 @@ def valid_metrics(stdout):
     return epoch_metrics(stdout)["valid"][-1]
 
 
+def train_metrics(stdout):
+    """The metrics of each epoch's "| train | epoch" line of a fairseq-train log, in order."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from cli_helpers import epoch_metrics
+
+    return epoch_metrics(stdout)["train"]
+
+
 @pytest.fixture(scope="session")
 def multi30k_bin(tmp_path_factory):
     """A small slice of Multi30k en-de binarised by the stock fairseq-preprocess."""

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from fairseq_sparse.latent import ESTIMATORS, Categorical
-from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+from tests.conftest import REPO, run_cli, shared_data, train_metrics, valid_metrics
 
 COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "ssvae", "--arch", "ssvae",
           "--criterion", "latent_marginalization", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "64",
@@ -51,3 +51,20 @@ def test_mnist_from_shared_data(tmp_path):
     assert split and 790 <= int(split.group(1)) <= 810  # 10% of each class, rounded per class
     missing = run_cli("fairseq-train", tmp_path, *COMMON, "--dataset", "mnist", "--max-update", "1", check=False)
     assert missing.returncode != 0 and "mnist.npz is missing" in missing.stderr
+
+
+def test_labelled_only_warm_start_then_the_whole_objective(tmp_path):
+    """The paper's protocol: train on the labelled images alone, then fine-tune the whole
+    objective from that checkpoint."""
+    common = [a for a in COMMON if a != "--no-save"] + ["--estimator", "sparsemax", "--dataset", "digits"]
+    warm = run_cli("fairseq-train", *common, "--labelled-only", "--max-epoch", "1", "--save-dir", tmp_path / "warm",
+                   cwd=tmp_path)
+    labelled = int(re.search(r"ssvae digits: 1439 train \((\d+) labelled, trained on alone\)", warm.stdout).group(1))
+    assert 140 <= labelled <= 150  # 10% of each class of the 1,439 training digits
+    # One epoch of the labelled images alone: ceil(labelled / 64) updates, no image left to marginalise.
+    epoch = train_metrics(warm.stdout)[0]
+    assert epoch["num_updates"] == -(-labelled // 64) and epoch.get("decoder_calls", 0) == 0
+    full = run_cli("fairseq-train", *common, "--max-update", "2", "--finetune-from-model",
+                   tmp_path / "warm" / "checkpoint_last.pt", "--save-dir", tmp_path / "full", cwd=tmp_path)
+    assert "loaded checkpoint" in full.stdout.lower() and "1439 train (" in full.stdout
+    assert valid_metrics(full.stdout)["decoder_calls"] >= 1
