@@ -57,6 +57,9 @@ class EstimatorOptions:
     set_size: int = field(default=4, metadata={"help": "samples without replacement of unordered_set (at most 6)"})
     budget: int = field(default=0, metadata={"help": "most ones of a bit-vector under sparsemap_budget "
                                                      "(0: half the bits)"})
+    bit_states: int = field(default=1, metadata={"help": "SparseMAP's quadratic term over bit-vectors: 1, on the bits "
+                                                         "(1/2 ||mu||^2); 2, on both states of each bit, as the "
+                                                         "paper's code (lp-sparsemap's Bernoulli factor)"})
     baseline_decay: float = field(default=0.99, metadata={"help": "moving-average decay of the baseline of sfe, "
                                                                   "nvil and sum_and_sample"})
     gumbel_temperature: float = field(default=1.0, metadata={"help": "initial Gumbel-softmax temperature"})
@@ -98,6 +101,7 @@ def build_estimator_from_options(name, options, space=None):
 OPTION_RULES = {
     "topk": (lambda v: v >= 1, "must be at least 1"),
     "set_size": (lambda v: 1 <= v <= 6, "must be 1 to 6 (the set's probability sums over its m! orders)"),
+    "bit_states": (lambda v: v in (1, 2), "must be 1 or 2"),
     "baseline_decay": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
     "gumbel_temperature": (lambda v: v > 0, "must be above 0"),  # the relaxed sample divides by it
     "gumbel_min_temperature": (lambda v: v > 0, "must be above 0"),
@@ -268,17 +272,20 @@ class SparseMAP(Estimator):
 
     sparse = True
     spaces = (BitVector,)
+    options = {"bit_states": "bit_states"}
 
-    def __init__(self, space=None, budget=None):
+    def __init__(self, space=None, budget=None, bit_states=1):
         if not isinstance(space, BitVector):
             raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
         if budget is not None:
             space = space.with_budget(budget)
         super().__init__(space)
+        self.check_options(bit_states=bit_states)
+        self.bit_states = bit_states
 
     def support(self, scores):
         """(probabilities (B, S), structures (B, S, D)), padded with probability 0."""
-        return sparsemap(scores, self.space)
+        return sparsemap(scores, self.space, self.bit_states)
 
     def forward(self, scores, loss_fn, features=None):
         probs, structures = self.support(scores)
@@ -289,14 +296,14 @@ class SparseMAP(Estimator):
 class SparseMAPBudget(SparseMAP):
     """SparseMAP over bit-vectors with at most ``budget`` ones (default: half the bits)."""
 
-    options = {"budget": "budget"}
+    options = {"budget": "budget", "bit_states": "bit_states"}
 
-    def __init__(self, space=None, budget=None):
+    def __init__(self, space=None, budget=None, bit_states=1):
         if not isinstance(space, BitVector):
             raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
         if budget is not None and not 0 <= budget <= space.bits:
             raise ValueError(f"--budget {budget}: must be 0 (half the bits) to the {space.bits} latent bits")
-        super().__init__(space, budget or max(1, space.bits // 2))
+        super().__init__(space, budget or max(1, space.bits // 2), bit_states)
 
 
 def _decode(loss_fn, z):

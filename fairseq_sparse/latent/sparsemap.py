@@ -105,7 +105,17 @@ class SparseMAPFunction(torch.autograd.Function):
         return grad.to(grad_probs.dtype), None
 
 
-def sparsemap(scores, space):
+def sparsemap(scores, space, bit_states=1):
     """SparseMAP distribution over the bit-vectors of ``space`` (a :class:`BitVector`,
-    its budget respected): (probabilities (B, S), structures (B, S, D))."""
-    return SparseMAPFunction.apply(scores, space.map)
+    its budget respected): (probabilities (B, S), structures (B, S, D)).
+
+    ``bit_states=2`` is the factor of the paper's code (lp-sparsemap's Bernoulli and
+    budget factors): each bit is a pair of states, the structure [z, 1 - z] with scores
+    [theta, 0], so the quadratic term is 1/2 (||mu||^2 + ||1 - mu||^2).  As
+    1 - M p = 1 - mu for p on the simplex, its objective is
+    2 [((theta + 1) / 2) . mu - 1/2 ||mu||^2] minus a constant: SparseMAP over the bits at
+    scores (theta + 1) / 2, the same p.  Its marginals are fractional for scores in
+    (-1, 1) rather than (0, 1) (without a budget mu = clip((theta + 1) / 2, 0, 1))."""
+    if bit_states not in (1, 2):
+        raise ValueError(f"bit_states {bit_states}: must be 1 or 2")
+    return SparseMAPFunction.apply(scores if bit_states == 1 else (scores + 1) / 2, space.map)

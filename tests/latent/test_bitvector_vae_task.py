@@ -29,10 +29,11 @@ def test_every_estimator_trains_on_digits(estimator, tmp_path):
 
 
 def test_sparsemap_budget_and_latent_bits_on_mnist(tmp_path):
+    """... with the paper's two-state factor (--bit-states 2)."""
     mnist = shared_data("images", "mnist")
     proc = run_cli("fairseq-train", mnist, *COMMON, "--dataset", "mnist", "--estimator", "sparsemap_budget",
-                   "--latent-bits", "32", "--budget", "4", "--max-update", "3", "--nll-samples", "4",
-                   "--batch-size", "16", "--max-valid-steps", "2", cwd=tmp_path)
+                   "--latent-bits", "32", "--budget", "4", "--bit-states", "2", "--max-update", "3",
+                   "--nll-samples", "4", "--batch-size", "16", "--max-valid-steps", "2", cwd=tmp_path)
     assert "8000 train / 1000 valid / 1000 test images of 784 pixels, 256 grey levels; 32 latent bits" in proc.stdout
     metrics = valid_metrics(proc.stdout)
     assert metrics["neg_elbo_bits_per_dim"] < 8.0  # below a uniform 256-way guess
@@ -44,3 +45,6 @@ def test_bad_options_are_named(tmp_path):
     proc = run_cli("fairseq-train", *COMMON, "--estimator", "sparsemap_budget", "--budget", "40", "--max-update", "1",
                    cwd=tmp_path, check=False)
     assert proc.returncode != 0 and "--budget 40: must be 0 (half the bits) to the 32 latent bits" in proc.stderr
+    proc = run_cli("fairseq-train", *COMMON, "--estimator", "sparsemap", "--bit-states", "3", "--max-update", "1",
+                   cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "--bit-states 3: must be 1 or 2" in proc.stderr

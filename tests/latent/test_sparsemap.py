@@ -106,3 +106,36 @@ def test_large_bitvectors_stay_sparse():
     support = (p > 0).sum(1)
     assert bool((support <= 129).all()) and bool((z.sum(-1) <= 64).all())
     torch.testing.assert_close(p.sum(1), torch.ones(8, dtype=torch.float64))
+
+
+def brute_force_two_states(theta, budget=None):
+    """The paper's factor by brute force: min_p 1/2 ||[M; 1 - M] p||^2 - [theta; 0] . [M; 1 - M] p
+    over every structure's probability (SLSQP); returns the marginals M p."""
+    d = len(theta)
+    every = np.array(list(itertools.product([0.0, 1.0], repeat=d)))
+    if budget is not None:
+        every = every[every.sum(1) <= budget]
+    doubled, t = np.concatenate([every, 1 - every], 1), np.concatenate([theta.numpy(), np.zeros(d)])
+    n = len(every)
+    result = minimize(lambda p: 0.5 * (p @ doubled) @ (p @ doubled) - t @ (p @ doubled), np.full(n, 1.0 / n),
+                      jac=lambda p: doubled @ (p @ doubled - t), method="SLSQP", bounds=[(0, 1)] * n,
+                      constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1, "jac": lambda p: np.ones(n)}],
+                      options={"ftol": 1e-14, "maxiter": 1000})
+    return torch.tensor(result.x @ every)
+
+
+@pytest.mark.parametrize("budget", [None, 2])
+def test_two_bit_states_is_the_paper_s_factor(budget):
+    torch.manual_seed(1)
+    space = BitVector(4, budget)
+    for _ in range(6):
+        theta = 1.5 * torch.randn(1, 4, dtype=torch.float64)
+        p, structures = sparsemap(theta, space, bit_states=2)
+        torch.testing.assert_close((p[0] @ structures[0]), brute_force_two_states(theta[0], budget), atol=1e-5,
+                                   rtol=0)
+    if budget is None:  # fractional on (-1, 1): mu = clip((theta + 1) / 2, 0, 1)
+        theta = torch.tensor([[1.7, 0.3, -0.4, -1.2]], dtype=torch.float64)
+        p, structures = sparsemap(theta, space, bit_states=2)
+        torch.testing.assert_close(p[0] @ structures[0], ((theta[0] + 1) / 2).clamp(0, 1))
+    with pytest.raises(ValueError, match="bit_states 3"):
+        sparsemap(theta, space, bit_states=3)
