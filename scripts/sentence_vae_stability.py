@@ -1,14 +1,28 @@
-"""Stability of sparsity (Prokhorov et al. 2021, Sec. 6): the average Hoyer of HSVAE and
-MAT-VAE over training, for several seeds and several settings of their sparsity
-knobs, (alpha, beta) of HSVAE's Beta prior and (psi, lambda) of MAT-VAE.
+"""The sentence-VAE grid of Prokhorov et al. (2021, Sec. 6): objectives x settings x seeds
+through fairseq-train, the average Hoyer over training and, with ``--analyse``, the
+frozen-encoder classifier on the test split.
 
-    python scripts/sentence_vae_stability.py DATA_DIR --out DIR [--seeds 3] [--epochs 10]
+    python scripts/sentence_vae_stability.py DATA_DIR --out DIR [--seeds 3] [--epochs 10] [--analyse]
+
+Runs:
+- HSVAE over (alpha, beta) of its Beta prior (``--hsvae-settings``), with the KL weights
+  (psi, lambda) of ``--hsvae-weights``: the authors' 0.01, 0.01 (VictorProkhorov/HSVAE),
+  without which the posterior collapses;
+- MAT-VAE over (psi, lambda) (``--mat-vae-settings``);
+- baselines (``--baselines``): ``vae``, ``vae_l1``, ``vae_l2`` with their KL weight psi
+  and, for the penalties, the penalty's weight (``vae_l1,0.01,0.1``).
+Every run has the authors' optimiser unless told otherwise: Adam, ``--lr`` 8e-4,
+``--batch-size`` 256.
 
 The paper's claim: HSVAE's sparsity follows (alpha, beta) and is steady across
-seeds; MAT-VAE's is erratic across settings.  Writes ``DIR/stability.png`` (mean and
-spread over seeds per setting, per epoch), ``DIR/stability.json`` and prints a
-table of the last epoch's average Hoyer and reconstruction.  Runs whose log
-already ends its training are collected, not rerun.
+seeds; MAT-VAE's is erratic across settings.  Writes ``DIR/stability.png`` (validation
+average Hoyer per epoch, mean and range over seeds, one panel per objective),
+``DIR/stability.json`` and a table of the last epoch (reconstruction and KL in nats
+per sentence, average Hoyer; with ``--analyse``, the objective's KL terms on test,
+the test accuracy of a classifier on the frozen encoder's K = 5 samples
+(``scripts/sentence_vae_analysis.py``) and the majority class's).  A run keeps its last checkpoint, so an interrupted grid resumes
+each run where it stopped (its log is appended to); runs and analyses already
+finished are collected, not rerun.
 """
 
 import argparse
@@ -23,8 +37,12 @@ from pathlib import Path
 from cli_helpers import epoch_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-# objective -> its two knobs as fairseq-train options
-KNOBS = {"hsvae": ("--prior-alpha", "--prior-beta"), "mat_vae": ("--kl-weight", "--mmd-weight")}
+# objective -> the fairseq-train options its setting's values are given to, in order
+KNOBS = {"hsvae": ("--prior-alpha", "--prior-beta"), "mat_vae": ("--kl-weight", "--mmd-weight"),
+         "vae": ("--kl-weight",), "vae_l1": ("--kl-weight", "--regularization-weight"),
+         "vae_l2": ("--kl-weight", "--regularization-weight")}
+KNOB_NAMES = {"hsvae": "(alpha, beta)", "mat_vae": "(psi, lambda)", "vae": "(psi,)",
+              "vae_l1": "(psi, penalty)", "vae_l2": "(psi, penalty)"}
 
 
 def settings(text):
@@ -35,27 +53,85 @@ def settings(text):
         raise argparse.ArgumentTypeError(f"{text!r}: settings are space-separated pairs like '10,1 1,1'") from None
 
 
+def pair(text):
+    values = settings(text)
+    if len(values) != 1 or len(values[0]) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: one pair like '0.01,0.01'")
+    return values[0]
+
+
+def baselines(text):
+    """"vae,1 vae_l1,0.01,0.1" -> [("vae", (1.0,)), ("vae_l1", (0.01, 0.1))]"""
+    runs = []
+    for item in text.split():
+        objective, *values = item.split(",")
+        if objective not in ("vae", "vae_l1", "vae_l2") or not 1 <= len(values) <= len(KNOBS[objective]):
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: a baseline is vae,PSI or vae_l1,PSI[,PENALTY] or vae_l2,PSI[,PENALTY]")
+        try:
+            runs.append((objective, tuple(float(v) for v in values)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: PSI and PENALTY are numbers") from None
+    return runs
+
+
+def run_name(objective, setting, seed):
+    return f"{objective}/{'_'.join(f'{v:g}' for v in setting)}_seed{seed}"
+
+
+def train_command(args, objective, setting, seed, save_dir):
+    cmd = [str(Path(sys.executable).parent / "fairseq-train"), str(args.data), "--user-dir",
+           str(REPO / "fairseq_sparse"), "--task", "sentence_vae", "--arch", "sentence_vae", "--criterion", objective]
+    for option, value in zip(KNOBS[objective], setting):
+        cmd += [option, str(value)]
+    if objective == "hsvae":
+        cmd += ["--kl-weight", str(args.hsvae_weights[0]), "--gamma-kl-weight", str(args.hsvae_weights[1])]
+    return cmd + [
+        "--latent-dim", str(args.latent_dim), "--embed-dim", str(args.embed_dim), "--hidden-dim",
+        str(args.hidden_dim), "--optimizer", "adam", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
+        "--max-epoch", str(args.epochs), "--seed", str(seed), "--num-workers", "0", "--no-epoch-checkpoints",
+        "--log-format", "simple", "--log-interval", "1000", "--cpu", "--save-dir", str(save_dir)]
+
+
+def finished(log):
+    return log.is_file() and "done training" in log.read_text(encoding="utf-8")
+
+
+def last_per_epoch(entries):
+    """A resumed run logs again the epoch it was interrupted in: keep each epoch's last entry."""
+    by_epoch = {}
+    for entry in entries:
+        by_epoch[int(entry.get("epoch", len(by_epoch) + 1))] = entry
+    return [by_epoch[e] for e in sorted(by_epoch)]
+
+
 def run_one(args, objective, setting, seed):
-    name = f"{objective}/{setting[0]:g}_{setting[1]:g}_seed{seed}"
+    name = run_name(objective, setting, seed)
     log = args.out / "logs" / f"{name}.log"
-    if not (log.is_file() and "done training" in log.read_text(encoding="utf-8")):
+    save_dir = args.out / "checkpoints" / name
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    if not finished(log):
         log.parent.mkdir(parents=True, exist_ok=True)
-        first, second = KNOBS[objective]
-        cmd = [str(Path(sys.executable).parent / "fairseq-train"), str(args.data), "--user-dir",
-               str(REPO / "fairseq_sparse"), "--task", "sentence_vae", "--arch", "sentence_vae", "--criterion",
-               objective, first, str(setting[0]), second, str(setting[1]), "--latent-dim", str(args.latent_dim),
-               "--embed-dim", str(args.embed_dim), "--hidden-dim", str(args.hidden_dim), "--optimizer", "adam",
-               "--lr", "1e-3", "--batch-size", "32", "--max-epoch", str(args.epochs), "--seed", str(seed),
-               "--num-workers", "0", "--no-save", "--log-format", "simple", "--log-interval", "1000", "--cpu",
-               # fairseq probes its save dir even with --no-save: one per run, or concurrent runs collide.
-               "--save-dir", str(args.out / "checkpoints" / name)]
-        env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        # Appended: a resumed run (fairseq reads checkpoint_last.pt in its save dir) keeps the
+        # epochs logged before the interruption.
+        with open(log, "a", encoding="utf-8") as out:
+            proc = subprocess.run(train_command(args, objective, setting, seed, save_dir), stdout=out,
+                                  stderr=subprocess.STDOUT, text=True, env=env)
         if proc.returncode != 0:
-            raise SystemExit(f"{name} failed; log in {log}:\n{proc.stderr[-2000:]}")
-    valid = epoch_metrics(log.read_text(encoding="utf-8")).get("valid", [])
-    return objective, setting, seed, valid
+            raise SystemExit(f"{name} failed; log in {log}:\n{log.read_text(encoding='utf-8')[-2000:]}")
+    valid = last_per_epoch(epoch_metrics(log.read_text(encoding="utf-8")).get("valid", []))
+    analysis = None
+    if args.analyse:
+        result = args.out / "analysis" / name / "analysis.json"
+        if not result.is_file():
+            cmd = [sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
+                   str(save_dir / "checkpoint_last.pt"), str(args.data), "--out", str(result.parent),
+                   "--baseline-epochs", "0", "--seed", str(seed)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise SystemExit(f"analysis of {name} failed:\n{proc.stderr[-2000:]}")
+        analysis = json.loads(result.read_text(encoding="utf-8"))
+    return objective, setting, seed, valid, analysis
 
 
 def plot(results, path):
@@ -66,16 +142,16 @@ def plot(results, path):
 
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
     for ax, (objective, by_setting) in zip(axes[0], results.items()):
-        knobs = "(alpha, beta)" if objective == "hsvae" else "(psi, lambda)"
         for setting, runs in by_setting.items():
-            curves = [[epoch["average_hoyer"] for epoch in run] for run in runs]
+            curves = [[epoch["average_hoyer"] for epoch in run["valid"]] for run in runs]
             n = min(len(c) for c in curves)
             mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
             low = [min(c[i] for c in curves) for i in range(n)]
             high = [max(c[i] for c in curves) for i in range(n)]
-            (line,) = ax.plot(range(1, n + 1), mean, marker="o", markersize=3, label=f"{knobs} = {setting}")
+            (line,) = ax.plot(range(1, n + 1), mean, marker="o", markersize=3,
+                              label=f"{KNOB_NAMES[objective]} = {setting}")
             ax.fill_between(range(1, n + 1), low, high, color=line.get_color(), alpha=0.2)
-        ax.set_title(f"{objective}: average Hoyer, mean and range over seeds")
+        ax.set_title(f"{objective}: average Hoyer, mean and range over seeds", fontsize=9)
         ax.set_xlabel("epoch")
         ax.set_ylabel("average Hoyer (validation)")
         ax.set_ylim(0, 1)
@@ -84,48 +160,79 @@ def plot(results, path):
     fig.savefig(path, dpi=130)
 
 
+def mean_spread(values, digits):
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
+
+
+def table(results, analysed):
+    header = ["objective", "setting", "seeds", "reconstruction", "KL", "average Hoyer"]
+    if analysed:
+        header += ["KL terms (test)", "frozen-encoder accuracy (test)", "majority class"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for objective, by_setting in results.items():
+        for setting, runs in by_setting.items():
+            last = [run["valid"][-1] for run in runs]
+            row = [objective, f"{KNOB_NAMES[objective]} = {setting}", str(len(runs)),
+                   mean_spread([e["reconstruction"] for e in last], 2), mean_spread([e["kl"] for e in last], 2),
+                   mean_spread([e["average_hoyer"] for e in last], 3)]
+            if analysed:
+                terms = runs[0]["analysis"].get("test_kl", {})
+                row += [", ".join(f"{name} {statistics.mean(run['analysis']['test_kl'][name] for run in runs):.2f}"
+                                  for name in terms) or "-",
+                        mean_spread([run["analysis"]["frozen_encoder_accuracy"] for run in runs], 2),
+                        f"{runs[0]['analysis']['majority_class_accuracy']:.2f}"]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt)")
+    parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt or binarised)")
     parser.add_argument("--out", type=Path, required=True, help="directory for the runs, tables and plots")
     parser.add_argument("--seeds", type=int, default=3, help="runs per setting, seeds 1..N (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=10, help="training epochs per run (default: %(default)s)")
     parser.add_argument("--hsvae-settings", type=settings, default=settings("10,1 5,5 1,10"),
-                        help="HSVAE (alpha, beta) pairs (default: '10,1 5,5 1,10')")
+                        help="HSVAE (alpha, beta) pairs; '' for none (default: '10,1 5,5 1,10')")
+    parser.add_argument("--hsvae-weights", type=pair, default=(0.01, 0.01),
+                        help="HSVAE's KL weights psi,lambda (default: the authors' 0.01,0.01)")
     parser.add_argument("--mat-vae-settings", type=settings, default=settings("1,1 1,10 0.1,10"),
-                        help="MAT-VAE (psi, lambda) pairs (default: '1,1 1,10 0.1,10')")
+                        help="MAT-VAE (psi, lambda) pairs; '' for none (default: '1,1 1,10 0.1,10')")
+    parser.add_argument("--baselines", type=baselines, default=[],
+                        help="e.g. 'vae,0.01 vae,1 vae_l1,0.01 vae_l2,0.01' (default: none)")
     parser.add_argument("--latent-dim", type=int, default=32, help="latent code dimensions (default: %(default)s)")
     parser.add_argument("--embed-dim", type=int, default=256, help="word embedding width (default: %(default)s)")
     parser.add_argument("--hidden-dim", type=int, default=512,
                         help="GRU encoder and decoder width (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=8e-4, help="Adam's learning rate (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=256, help="sentences per update (default: %(default)s)")
+    parser.add_argument("--analyse", action="store_true",
+                        help="also classify the test split from each run's frozen encoder (sentence_vae_analysis.py)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     args = parser.parse_args(argv)
 
-    grid = [(objective, setting, seed) for objective, pairs in (("hsvae", args.hsvae_settings),
-                                                               ("mat_vae", args.mat_vae_settings))
-            for setting in pairs for seed in range(1, args.seeds + 1)]
+    grid = [(objective, setting, seed)
+            for objective, setting in ([("hsvae", s) for s in args.hsvae_settings]
+                                       + [("mat_vae", s) for s in args.mat_vae_settings] + args.baselines)
+            for seed in range(1, args.seeds + 1)]
+    if not grid:
+        parser.error("nothing to run: give HSVAE or MAT-VAE settings or baselines")
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        finished = list(pool.map(lambda job: run_one(args, *job), grid))
+        done = list(pool.map(lambda job: run_one(args, *job), grid))
     results = {}
-    for objective, setting, seed, valid in finished:
+    for objective, setting, seed, valid, analysis in done:
         if not valid:
-            raise SystemExit(f"{objective} {setting} seed {seed}: no validation in its log")
-        results.setdefault(objective, {}).setdefault(setting, []).append(valid)
-    lines = ["| objective | setting | average Hoyer (last epoch) | spread over seeds | reconstruction |",
-             "|---|---|---|---|---|"]
-    for objective, by_setting in results.items():
-        for setting, runs in by_setting.items():
-            last = [run[-1] for run in runs]
-            hoyer = [epoch["average_hoyer"] for epoch in last]
-            spread = statistics.stdev(hoyer) if len(hoyer) > 1 else 0.0
-            lines.append(f"| {objective} | {setting} | {statistics.mean(hoyer):.3f} | {spread:.3f} | "
-                         f"{statistics.mean(e['reconstruction'] for e in last):.2f} |")
+            raise SystemExit(f"{run_name(objective, setting, seed)}: no validation in its log")
+        results.setdefault(objective, {}).setdefault(setting, []).append(
+            {"seed": seed, "valid": valid, "analysis": analysis})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "stability.json").write_text(json.dumps(
-        {o: {f"{s[0]:g},{s[1]:g}": runs for s, runs in by.items()} for o, by in results.items()}, indent=1),
+        {o: {",".join(f"{v:g}" for v in s): runs for s, runs in by.items()} for o, by in results.items()}, indent=1),
         encoding="utf-8")
     plot(results, args.out / "stability.png")
-    print("\n".join(lines))
+    text = table(results, args.analyse)
+    (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
     print(f"\nplot: {args.out / 'stability.png'}")
 
 

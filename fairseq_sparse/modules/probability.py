@@ -4,7 +4,8 @@
 - :func:`reparameterized_sample`: z = mean + sigma * eps (Kingma & Welling 2014);
 - :func:`gumbel_noise`: g = -log(-log u), for Gumbel-max and Gumbel-softmax
   (Jang, Gu & Poole 2017; Maddison, Mnih & Teh 2017) and Gumbel-top-k;
-- :func:`binary_concrete`: a relaxed Bernoulli sample (Maddison et al. 2017).
+- :func:`binary_concrete`: a relaxed Bernoulli sample (Maddison et al. 2017);
+- :func:`clamp_keep_gradient`: a clamp whose gradient is the identity's.
 
 Uniform draws are kept off 0 and 1, where the logarithms are infinite.
 """
@@ -45,3 +46,13 @@ def binary_concrete(logits, temperature):
     L = log u - log(1 - u) logistic noise."""
     uniform = torch.rand_like(logits).clamp(UNIFORM_TAIL, 1 - UNIFORM_TAIL)
     return torch.sigmoid((logits + torch.log(uniform) - torch.log1p(-uniform)) / temperature)
+
+
+def clamp_keep_gradient(x, low, high):
+    """``x`` clamped to [low, high] in value, with the gradient of the identity.
+
+    A plain clamp has zero gradient outside the range, so a parameter pushed past a
+    bound stays there; this one lets the loss pull it back (what the HSVAE authors
+    do for the Beta posterior's parameters: TensorFlow Probability's
+    ``clip_by_value_preserve_gradient``)."""
+    return x + (x.clamp(low, high) - x).detach()

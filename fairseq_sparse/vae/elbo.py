@@ -4,12 +4,14 @@
 
 summed over sentences (one reparameterised z each, in training and validation).
 Logged: ``reconstruction`` (nats per sentence), ``kl`` (the objective's prior
-terms, unweighted) and, in validation, ``average_hoyer`` of one sample z per
+terms, unweighted; an objective with several also logs each, HSVAE its
+``kl_z`` and ``kl_gamma``) and, in validation, ``average_hoyer`` of one sample z per
 sentence and ``average_hoyer_mean`` of the posterior means
 (:mod:`.hoyer`), computed over the whole validation set.
 
 The other objectives subclass it: ``latent`` draws z and returns its prior terms
-(already weighted), ``regularizer`` adds a penalty.
+(already weighted) and its KL terms by name (unweighted), ``regularizer`` adds a
+penalty.
 """
 
 from dataclasses import dataclass, field
@@ -38,11 +40,11 @@ class VAECriterion(FairseqCriterion):
         self.pad = task.target_dictionary.pad()
 
     def latent(self, posterior):
-        """(z, weighted prior terms per sentence, unweighted KL per sentence, mean code)."""
+        """(z, weighted prior terms per sentence, {name: unweighted KL per sentence}, mean code)."""
         mean, log_var = posterior["mean"], posterior["log_var"]
         z = reparameterized_sample(mean, log_var)
         kl = gaussian_kl(mean, log_var)
-        return z, self.cfg.kl_weight * kl, kl, mean
+        return z, self.cfg.kl_weight * kl, {"kl": kl}, mean
 
     def regularizer(self, posterior):
         """Extra per-sentence penalty on the posterior (none for the plain VAE)."""
@@ -51,15 +53,17 @@ class VAECriterion(FairseqCriterion):
     def forward(self, model, sample, reduce=True):
         net_input = sample["net_input"]
         posterior = model.encode(**encoder_input(net_input))
-        z, prior_terms, kl, mean_code = self.latent(posterior)
+        z, prior_terms, kl_terms, mean_code = self.latent(posterior)
         logits = model.decode(z, net_input["prev_output_tokens"])
         reconstruction = F.cross_entropy(logits.transpose(1, 2), sample["target"], ignore_index=self.pad,
                                          reduction="none").sum(-1)
         loss = (reconstruction + prior_terms + self.regularizer(posterior)).sum()
         batch = len(sample["id"])
         logging_output = {"loss": loss.detach(), "reconstruction": reconstruction.detach().sum(),
-                          "kl": kl.detach().sum(), "ntokens": sample["ntokens"], "nsentences": batch,
-                          "sample_size": batch}
+                          "kl": sum(kl_terms.values()).detach().sum(), "ntokens": sample["ntokens"],
+                          "nsentences": batch, "sample_size": batch}
+        if len(kl_terms) > 1:
+            logging_output.update({name: value.detach().sum() for name, value in kl_terms.items()})
         if not model.training:
             logging_output["codes"] = z.detach()
             logging_output["means"] = mean_code.detach()
@@ -68,7 +72,8 @@ class VAECriterion(FairseqCriterion):
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         n = sum(log["sample_size"] for log in logging_outputs)
-        for key in ("loss", "reconstruction", "kl"):
+        parts = sorted(key for key in (logging_outputs[0] if logging_outputs else {}) if key.startswith("kl_"))
+        for key in ("loss", "reconstruction", "kl", *parts):
             metrics.log_scalar(key, sum(float(log[key]) for log in logging_outputs) / max(n, 1), n, round=3)
         codes = [log["codes"] for log in logging_outputs if "codes" in log]
         if codes:

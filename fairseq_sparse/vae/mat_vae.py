@@ -76,4 +76,4 @@ class MATVAECriterion(VAECriterion):
         kl = log_q - spike_and_slab_log_prob(z, self.cfg.prior_spike_weight, self.cfg.prior_spike_std)
         prior = sample_spike_and_slab(len(z), z.shape[1], self.cfg.prior_spike_weight, self.cfg.prior_spike_std, z)
         mmd = imq_mmd(z, prior)
-        return z, self.cfg.kl_weight * kl + self.cfg.mmd_weight * mmd, kl, mean
+        return z, self.cfg.kl_weight * kl + self.cfg.mmd_weight * mmd, {"kl": kl}, mean

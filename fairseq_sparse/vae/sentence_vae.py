@@ -21,6 +21,13 @@ from fairseq.models import BaseFairseqModel, register_model
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from ..modules.probability import clamp_keep_gradient
+
+# The Beta posterior's parameters are kept in this range: the HSVAE authors' cure for
+# training that turned NaN (VictorProkhorov/HSVAE, README, "Numerical stability").  A
+# Beta with a parameter below 1 has unbounded density at 0 or 1, where its samples pile up.
+BETA_PARAMETER_RANGE = (0.5, 100.0)
+
 
 def encoder_input(net_input):
     """The encoder's share of a batch's ``net_input``: all but the decoder's input."""
@@ -75,9 +82,10 @@ class SentenceVAEModel(BaseFairseqModel):
 
     def posterior_parameters(self, sentence_vector):
         mean, log_var, raw_a, raw_b = self.posterior(sentence_vector).chunk(4, -1)
-        # Beta parameters kept in [1e-2, 1e2]: beyond, sampling and the Beta KL lose precision.
+        low, high = BETA_PARAMETER_RANGE
         return {"mean": mean, "log_var": log_var.clamp(-20, 20),
-                "gamma_a": F.softplus(raw_a).clamp(1e-2, 1e2), "gamma_b": F.softplus(raw_b).clamp(1e-2, 1e2)}
+                "gamma_a": clamp_keep_gradient(F.softplus(raw_a), low, high),
+                "gamma_b": clamp_keep_gradient(F.softplus(raw_b), low, high)}
 
     def decode(self, z, prev_output_tokens):
         """Next-word logits (B, T, vocabulary) given codes z (B, latent_dim)."""

@@ -43,3 +43,14 @@ def test_binary_concrete_is_a_relaxed_bernoulli_of_the_sigmoid():
     assert ((soft >= 0) & (soft <= 1)).all()
     # At any temperature P(relaxed sample > 1/2) = sigmoid(logits) (Maddison et al. 2017).
     torch.testing.assert_close((soft > 0.5).float().mean(0), torch.sigmoid(logits), atol=0.005, rtol=0)
+
+
+def test_clamp_keep_gradient_clips_the_value_and_passes_the_gradient():
+    from fairseq_sparse.modules.probability import clamp_keep_gradient
+
+    x = torch.tensor([0.1, 0.5, 3.0, 250.0], requires_grad=True)
+    y = clamp_keep_gradient(x, 0.5, 100.0)
+    assert y.tolist() == [0.5, 0.5, 3.0, 100.0]
+    (y * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
+    assert x.grad.tolist() == [1.0, 2.0, 3.0, 4.0]  # a plain clamp gives 0 at 0.1 and 250
+

@@ -31,6 +31,8 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     for key in ("frozen_encoder_accuracy", "end_to_end_accuracy", "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
     assert 0 <= results["average_hoyer_samples"] <= 1
+    # HSVAE's KL terms on test, apart: the Gaussian's (information about x) and the Beta's.
+    assert set(results["test_kl"]) == {"kl_z", "kl_gamma"} and min(results["test_kl"].values()) >= 0
     gamma_class = np.array(results["gamma_class"])
     assert gamma_class.shape == (5, 6) and ((0 <= gamma_class) & (gamma_class <= 1)).all()
     kl = np.array(results["class_word_kl"])

@@ -1,5 +1,6 @@
 """scripts/sentence_vae_stability.py on a small slice of real Yelp text: the table, the plot,
-and logs collected rather than rerun on a second call."""
+the frozen-encoder analysis, logs collected rather than rerun on a second call, and an
+interrupted run resumed from its checkpoint with its earlier epochs kept."""
 
 import json
 import subprocess
@@ -8,29 +9,59 @@ import sys
 from tests.conftest import REPO, shared_data
 
 
-def run(data, out):
+def run(data, out, *extra, epochs=2):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_stability.py"), str(data), "--out",
-                           str(out), "--seeds", "2", "--epochs", "2", "--hsvae-settings", "10,1", "--mat-vae-settings",
-                           "1,1", "--latent-dim", "6", "--embed-dim", "16", "--hidden-dim", "32", "--jobs", "2"],
+                           str(out), "--seeds", "2", "--epochs", str(epochs), "--hsvae-settings", "10,1",
+                           "--mat-vae-settings", "1,1", "--latent-dim", "6", "--embed-dim", "16", "--hidden-dim", "32",
+                           "--batch-size", "32", "--jobs", "2", *extra],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
 
-def test_stability_grid(tmp_path):
+def yelp_slice(tmp_path):
     yelp = shared_data("text", "yelp5")
     data = tmp_path / "yelp"
     data.mkdir()
     lines = (yelp / "valid.txt").read_text(encoding="utf-8").splitlines()
     for split, part in (("train", lines[:200]), ("valid", lines[200:260]), ("test", lines[260:320])):
         (data / f"{split}.txt").write_text("\n".join(part) + "\n", encoding="utf-8")
+    return data
+
+
+def test_stability_grid(tmp_path):
+    data = yelp_slice(tmp_path)
     out = tmp_path / "stability"
-    proc = run(data, out)
-    assert "| hsvae | (10.0, 1.0) |" in proc.stdout and "| mat_vae | (1.0, 1.0) |" in proc.stdout
+    grid = ("--baselines", "vae,0.5 vae_l1,0.01,0.1", "--analyse")
+    proc = run(data, out, *grid)
+    for row in ("| hsvae | (alpha, beta) = (10.0, 1.0) | 2 |", "| mat_vae | (psi, lambda) = (1.0, 1.0) | 2 |",
+                "| vae | (psi,) = (0.5,) | 2 |", "| vae_l1 | (psi, penalty) = (0.01, 0.1) | 2 |"):
+        assert row in proc.stdout
     results = json.loads((out / "stability.json").read_text())
     runs = results["hsvae"]["10,1"]
-    assert len(runs) == 2 and len(runs[0]) == 2 and 0 <= runs[0][-1]["average_hoyer"] <= 1
+    assert [run["seed"] for run in runs] == [1, 2] and len(runs[0]["valid"]) == 2
+    assert 0 <= runs[0]["valid"][-1]["average_hoyer"] <= 1
+    # The analysis of each run: its frozen-encoder classifier, without the end-to-end baseline.
+    analysis = runs[0]["analysis"]
+    assert analysis["objective"] == "hsvae" and 0 <= analysis["frozen_encoder_accuracy"] <= 100
+    assert analysis["end_to_end_accuracy"] is None
+    assert "| kl_z " in proc.stdout.split("| hsvae |")[1].split("\n")[0]  # HSVAE's KL terms, apart
+    assert (out / "table.md").read_text().strip() == proc.stdout.split("\n\nplot:")[0].strip()
     assert (out / "stability.png").stat().st_size > 10000
-    logs = sorted((out / "logs").rglob("*.log"))
-    stamps = [p.stat().st_mtime_ns for p in logs]
-    assert run(data, out).stdout == proc.stdout and [p.stat().st_mtime_ns for p in logs] == stamps
+    written = sorted((out / "logs").rglob("*.log")) + sorted((out / "analysis").rglob("analysis.json"))
+    stamps = [p.stat().st_mtime_ns for p in written]
+    assert run(data, out, *grid).stdout == proc.stdout and [p.stat().st_mtime_ns for p in written] == stamps
+
+
+def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
+    data = yelp_slice(tmp_path)
+    out = tmp_path / "stability"
+    run(data, out, "--seeds", "1", "--mat-vae-settings", "", epochs=1)
+    log = out / "logs" / "hsvae" / "10_1_seed1.log"
+    # As if killed after epoch 1: the log lacks its last line, the checkpoint is there.
+    log.write_text(log.read_text().replace("done training", "killed"))
+    run(data, out, "--seeds", "1", "--mat-vae-settings", "", epochs=2)
+    text = log.read_text()
+    assert text.count("done training") == 1 and "Loaded checkpoint" in text
+    valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
+    assert [epoch["epoch"] for epoch in valid] == [1, 2]

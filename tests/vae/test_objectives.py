@@ -55,7 +55,27 @@ def test_hsvae_is_finite_at_extreme_beta_parameters(extreme):
     posterior = {"mean": torch.full((64, 8), 30.0, requires_grad=True),
                  "log_var": torch.full((64, 8), -20.0, requires_grad=True),
                  "gamma_a": raw, "gamma_b": (1e-2 + 1e2 - raw)}
-    z, terms, kl, mean_code = criterion.latent(posterior)
+    z, terms, kl_terms, mean_code = criterion.latent(posterior)
     (terms.sum() + z.sum()).backward()
-    for t in (z, terms, kl, mean_code, raw.grad, posterior["mean"].grad):
+    assert set(kl_terms) == {"kl_z", "kl_gamma"}
+    for t in (z, terms, *kl_terms.values(), mean_code, raw.grad, posterior["mean"].grad):
         assert torch.isfinite(t).all()
+
+
+def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradients():
+    from types import SimpleNamespace
+
+    from fairseq_sparse.vae.sentence_vae import BETA_PARAMETER_RANGE, SentenceVAEModel
+
+    model = SentenceVAEModel(SimpleNamespace(embed_dim=8, hidden_dim=8, latent_dim=4, dropout=0.0),
+                             type("D", (), {"pad": lambda self: 1, "__len__": lambda self: 10})())
+    torch.manual_seed(0)
+    # Large sentence vectors: the softplus outputs fall far below and above the range.
+    posterior = model.posterior_parameters(500 * torch.randn(64, 8))
+    low, high = BETA_PARAMETER_RANGE
+    for name in ("gamma_a", "gamma_b"):
+        assert posterior[name].min() == low and posterior[name].max() == high
+    (posterior["gamma_a"].sum() + posterior["gamma_b"].sum()).backward()
+    # Every Beta output row still gets a gradient through its clipped entries (a plain clamp gives 0 there).
+    beta_rows = model.posterior.weight.grad[2 * 4:]
+    assert (beta_rows.abs().sum(-1) > 0).all()

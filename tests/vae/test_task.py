@@ -23,6 +23,10 @@ def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path)
     metrics = valid_metrics(proc.stdout)
     assert 0 <= metrics["average_hoyer"] <= 1 and 0 <= metrics["average_hoyer_mean"] <= 1
     assert metrics["reconstruction"] > 0 and metrics["kl"] >= 0
+    if criterion == "hsvae":  # its two KL terms also apart; they sum to the KL (up to logged rounding)
+        assert abs(metrics["kl_z"] + metrics["kl_gamma"] - metrics["kl"]) < 0.01
+    else:
+        assert "kl_z" not in metrics
 
 
 def test_hsvae_prior_near_one_gives_sparser_codes_than_near_zero(yelp_dir, tmp_path):
