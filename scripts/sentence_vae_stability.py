@@ -161,8 +161,10 @@ def plot(results, path):
 
 
 def mean_spread(values, digits):
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
+    """"mean ± std" over seeds; one seed has no spread to show."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def table(results, analysed):
