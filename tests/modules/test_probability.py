@@ -53,4 +53,3 @@ def test_clamp_keep_gradient_clips_the_value_and_passes_the_gradient():
     assert y.tolist() == [0.5, 0.5, 3.0, 100.0]
     (y * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
     assert x.grad.tolist() == [1.0, 2.0, 3.0, 4.0]  # a plain clamp gives 0 at 0.1 and 250
-

@@ -67,15 +67,17 @@ def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradien
 
     from fairseq_sparse.vae.sentence_vae import BETA_PARAMETER_RANGE, SentenceVAEModel
 
-    model = SentenceVAEModel(SimpleNamespace(embed_dim=8, hidden_dim=8, latent_dim=4, dropout=0.0),
-                             type("D", (), {"pad": lambda self: 1, "__len__": lambda self: 10})())
-    torch.manual_seed(0)
-    # Large sentence vectors: the softplus outputs fall far below and above the range.
-    posterior = model.posterior_parameters(500 * torch.randn(64, 8))
+    latent = 4
+    model = SentenceVAEModel(SimpleNamespace(embed_dim=8, hidden_dim=8, latent_dim=latent, dropout=0.0),
+                             type("Dictionary", (), {"pad": lambda self: 1, "__len__": lambda self: 10})())
+    # Pre-activations set through the bias: softplus(-5) = 0.0067 lies below the range, softplus(200) above it.
+    raw_a, raw_b = torch.full((latent,), -5.0), torch.full((latent,), 200.0)
+    with torch.no_grad():
+        model.posterior.weight.zero_()
+        model.posterior.bias.copy_(torch.cat([torch.zeros(2 * latent), raw_a, raw_b]))
+    posterior = model.posterior_parameters(torch.randn(3, 8))
     low, high = BETA_PARAMETER_RANGE
-    for name in ("gamma_a", "gamma_b"):
-        assert posterior[name].min() == low and posterior[name].max() == high
+    assert (posterior["gamma_a"] == low).all() and (posterior["gamma_b"] == high).all()
     (posterior["gamma_a"].sum() + posterior["gamma_b"].sum()).backward()
-    # Every Beta output row still gets a gradient through its clipped entries (a plain clamp gives 0 there).
-    beta_rows = model.posterior.weight.grad[2 * 4:]
-    assert (beta_rows.abs().sum(-1) > 0).all()
+    # The gradient is softplus's, sigmoid(raw), for each of the 3 rows; a plain clamp would give 0.
+    torch.testing.assert_close(model.posterior.bias.grad[2 * latent:], 3 * torch.sigmoid(torch.cat([raw_a, raw_b])))
