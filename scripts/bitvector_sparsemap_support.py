@@ -37,6 +37,7 @@ from fairseq_sparse.latent import BitVector  # noqa: E402
 from fairseq_sparse.latent.bitvector_vae_model import BitVectorVAEModel  # noqa: E402
 from fairseq_sparse.latent.estimators import build_estimator  # noqa: E402
 from fairseq_sparse.latent.images import load_images  # noqa: E402
+from fairseq_sparse.latent.sparsemap import bit_scores  # noqa: E402
 
 VARIANTS = {"sparsemap, 1 bit state": ("sparsemap", {"bit_states": 1}),
             "sparsemap, 2 bit states (paper's factor)": ("sparsemap", {"bit_states": 2}),
@@ -46,7 +47,7 @@ TEST_IMAGES = 1000
 
 def band(scores, bit_states):
     """Which bits are fractional: SparseMAP's marginal lies strictly inside (0, 1)."""
-    shifted = scores if bit_states == 1 else (scores + 1) / 2
+    shifted = bit_scores(scores, bit_states)
     return (shifted > 0) & (shifted < 1)
 
 

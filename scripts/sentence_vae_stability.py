@@ -20,9 +20,9 @@ average Hoyer per epoch, mean and range over seeds, one panel per objective),
 ``DIR/stability.json`` and a table of the last epoch (reconstruction and KL in nats
 per sentence, average Hoyer; with ``--analyse``, the objective's KL terms on test,
 the test accuracy of a classifier on the frozen encoder's K = 5 samples
-(``scripts/sentence_vae_analysis.py``) and the majority class's).  A run keeps its last checkpoint, so an interrupted grid resumes
-each run where it stopped (its log is appended to); runs and analyses already
-finished are collected, not rerun.
+(``scripts/sentence_vae_analysis.py``) and the majority class's).  A run keeps its
+last checkpoint, so an interrupted grid resumes each run where it stopped (its log
+is appended to); runs and analyses already finished are collected, not rerun.
 """
 
 import argparse
@@ -37,12 +37,17 @@ from pathlib import Path
 from cli_helpers import epoch_metrics
 
 REPO = Path(__file__).resolve().parents[1]
-# objective -> the fairseq-train options its setting's values are given to, in order
-KNOBS = {"hsvae": ("--prior-alpha", "--prior-beta"), "mat_vae": ("--kl-weight", "--mmd-weight"),
-         "vae": ("--kl-weight",), "vae_l1": ("--kl-weight", "--regularization-weight"),
-         "vae_l2": ("--kl-weight", "--regularization-weight")}
-KNOB_NAMES = {"hsvae": "(alpha, beta)", "mat_vae": "(psi, lambda)", "vae": "(psi,)",
-              "vae_l1": "(psi, penalty)", "vae_l2": "(psi, penalty)"}
+# objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
+KNOBS = {"hsvae": (("alpha", "--prior-alpha"), ("beta", "--prior-beta")),
+         "mat_vae": (("psi", "--kl-weight"), ("lambda", "--mmd-weight")),
+         "vae": (("psi", "--kl-weight"),),
+         "vae_l1": (("psi", "--kl-weight"), ("penalty", "--regularization-weight")),
+         "vae_l2": (("psi", "--kl-weight"), ("penalty", "--regularization-weight"))}
+
+
+def knob_names(objective):
+    """"(alpha, beta)", "(psi,)": how the table and plot name a setting's values."""
+    return str(tuple(name for name, _ in KNOBS[objective])).replace("'", "")
 
 
 def settings(text):
@@ -82,7 +87,7 @@ def run_name(objective, setting, seed):
 def train_command(args, objective, setting, seed, save_dir):
     cmd = [str(Path(sys.executable).parent / "fairseq-train"), str(args.data), "--user-dir",
            str(REPO / "fairseq_sparse"), "--task", "sentence_vae", "--arch", "sentence_vae", "--criterion", objective]
-    for option, value in zip(KNOBS[objective], setting):
+    for (_, option), value in zip(KNOBS[objective], setting):
         cmd += [option, str(value)]
     if objective == "hsvae":
         cmd += ["--kl-weight", str(args.hsvae_weights[0]), "--gamma-kl-weight", str(args.hsvae_weights[1])]
@@ -149,7 +154,7 @@ def plot(results, path):
             low = [min(c[i] for c in curves) for i in range(n)]
             high = [max(c[i] for c in curves) for i in range(n)]
             (line,) = ax.plot(range(1, n + 1), mean, marker="o", markersize=3,
-                              label=f"{KNOB_NAMES[objective]} = {setting}")
+                              label=f"{knob_names(objective)} = {setting}")
             ax.fill_between(range(1, n + 1), low, high, color=line.get_color(), alpha=0.2)
         ax.set_title(f"{objective}: average Hoyer, mean and range over seeds", fontsize=9)
         ax.set_xlabel("epoch")
@@ -175,7 +180,7 @@ def table(results, analysed):
     for objective, by_setting in results.items():
         for setting, runs in by_setting.items():
             last = [run["valid"][-1] for run in runs]
-            row = [objective, f"{KNOB_NAMES[objective]} = {setting}", str(len(runs)),
+            row = [objective, f"{knob_names(objective)} = {setting}", str(len(runs)),
                    mean_spread([e["reconstruction"] for e in last], 2), mean_spread([e["kl"] for e in last], 2),
                    mean_spread([e["average_hoyer"] for e in last], 3)]
             if analysed:

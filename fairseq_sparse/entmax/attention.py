@@ -20,6 +20,7 @@ from . import activations
 
 try:
     from . import attention_kernel
+    from .triton_kernel import _fixed  # the row-wise kernels' closed forms (1.5, 2)
 except ImportError:  # no Triton
     attention_kernel = None
 
@@ -81,7 +82,7 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     if isinstance(alpha, (int, float)):
         alpha = float(alpha)
     if _use_fused(q):
-        fixed = attention_kernel._fixed(alpha)  # the row-wise kernels' closed forms (1.5, 2)
+        fixed = _fixed(alpha)
         heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale)
     return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale)

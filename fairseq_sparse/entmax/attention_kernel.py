@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from .reference import MAX_NEWTON_ITER, newton_tol
-from .triton_kernel import INTERPRET, TINY, _exp_remainder, _fixed  # noqa: F401 (_fixed: for attention.py)
+from .triton_kernel import INTERPRET, TINY, _exp_remainder
 
 # Row statistics kept between the passes (float32, one row each).
 STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C = range(6)

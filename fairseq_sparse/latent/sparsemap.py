@@ -105,6 +105,14 @@ class SparseMAPFunction(torch.autograd.Function):
         return grad.to(grad_probs.dtype), None
 
 
+def bit_scores(scores, bit_states):
+    """The scores SparseMAP over the bits is taken at: ``scores`` with one state per bit,
+    (scores + 1) / 2 with the paper's two (see :func:`sparsemap`)."""
+    if bit_states not in (1, 2):
+        raise ValueError(f"bit_states {bit_states}: must be 1 or 2")
+    return scores if bit_states == 1 else (scores + 1) / 2
+
+
 def sparsemap(scores, space, bit_states=1):
     """SparseMAP distribution over the bit-vectors of ``space`` (a :class:`BitVector`,
     its budget respected): (probabilities (B, S), structures (B, S, D)).
@@ -116,6 +124,4 @@ def sparsemap(scores, space, bit_states=1):
     2 [((theta + 1) / 2) . mu - 1/2 ||mu||^2] minus a constant: SparseMAP over the bits at
     scores (theta + 1) / 2, the same p.  Its marginals are fractional for scores in
     (-1, 1) rather than (0, 1) (without a budget mu = clip((theta + 1) / 2, 0, 1))."""
-    if bit_states not in (1, 2):
-        raise ValueError(f"bit_states {bit_states}: must be 1 or 2")
-    return SparseMAPFunction.apply(scores if bit_states == 1 else (scores + 1) / 2, space.map)
+    return SparseMAPFunction.apply(bit_scores(scores, bit_states), space.map)
