@@ -28,6 +28,7 @@ is appended to); runs and analyses already finished are collected, not rerun.
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -90,7 +91,8 @@ def train_command(args, objective, setting, seed, save_dir):
     for (_, option), value in zip(KNOBS[objective], setting):
         cmd += [option, str(value)]
     if objective == "hsvae":
-        cmd += ["--kl-weight", str(args.hsvae_weights[0]), "--gamma-kl-weight", str(args.hsvae_weights[1])]
+        cmd += ["--kl-weight", str(args.hsvae_weights[0]), "--gamma-kl-weight", str(args.hsvae_weights[1]),
+                *shlex.split(args.hsvae_options)]
     return cmd + [
         "--latent-dim", str(args.latent_dim), "--embed-dim", str(args.embed_dim), "--hidden-dim",
         str(args.hidden_dim), "--optimizer", "adam", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
@@ -203,6 +205,9 @@ def main(argv=None):
                         help="HSVAE (alpha, beta) pairs; '' for none (default: '10,1 5,5 1,10')")
     parser.add_argument("--hsvae-weights", type=pair, default=(0.01, 0.01),
                         help="HSVAE's KL weights psi,lambda (default: the authors' 0.01,0.01)")
+    parser.add_argument("--hsvae-options", default="",
+                        help="more fairseq-train options for the HSVAE runs, e.g. "
+                             "--hsvae-options='--spike-std 0.05 --hard-slab' (the authors' sampler)")
     parser.add_argument("--mat-vae-settings", type=settings, default=settings("1,1 1,10 0.1,10"),
                         help="MAT-VAE (psi, lambda) pairs; '' for none (default: '1,1 1,10 0.1,10')")
     parser.add_argument("--baselines", type=baselines, default=[],

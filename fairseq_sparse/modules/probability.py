@@ -41,11 +41,18 @@ def gumbel_noise(like):
     return -torch.log((-torch.log(uniform)).clamp_min(GUMBEL_TAIL))
 
 
-def binary_concrete(logits, temperature):
+def binary_concrete(logits, temperature, hard=False):
     """A relaxed Bernoulli(sigmoid(logits)) sample: sigmoid((logits + L) / temperature),
-    L = log u - log(1 - u) logistic noise."""
+    L = log u - log(1 - u) logistic noise (Maddison et al. 2017).
+
+    ``hard``: the sample rounded to 0 or 1 in value, with the relaxed sample's gradient
+    (straight-through).  Rounding at 1/2 is an exact Bernoulli(sigmoid(logits)) draw at
+    any temperature, since sigmoid((logits + L) / t) > 1/2 iff logits + L > 0."""
     uniform = torch.rand_like(logits).clamp(UNIFORM_TAIL, 1 - UNIFORM_TAIL)
-    return torch.sigmoid((logits + torch.log(uniform) - torch.log1p(-uniform)) / temperature)
+    soft = torch.sigmoid((logits + torch.log(uniform) - torch.log1p(-uniform)) / temperature)
+    if not hard:
+        return soft
+    return soft + ((soft > 0.5).to(soft) - soft).detach()
 
 
 def clamp_keep_gradient(x, low, high):

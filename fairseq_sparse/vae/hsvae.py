@@ -17,6 +17,17 @@ indicator relaxed by a Binary Concrete of temperature ``--temperature``
 (Maddison et al. 2017), z = s (mu + sigma eps).  Numerically safe: the Beta
 parameters are kept in [0.5, 100] by the model (value clipped, gradient kept, as the
 authors do) and gamma away from 0 and 1.
+
+The authors' code (VictorProkhorov/HSVAE) samples otherwise, and both of its choices
+are options, so that their effect can be measured:
+- ``--spike-std 0.05``: the spike is a narrow Gaussian N(0, 0.05^2) rather than
+  exactly 0, z = s (mu + sigma eps) + (1 - s) 0.05 eps'.  The KL over z is then
+  still sum_i (1 - gamma_i) KL(N(mu_i, sigma_i^2) || N(0, 1)): with the same spike
+  and weight on both sides it bounds the mixtures' KL from above (joint convexity),
+  so the objective stays a lower bound (the authors estimate it from one sample);
+- ``--hard-slab``: s is 0 or 1 (an exact Bernoulli(1 - gamma) draw) with the
+  Binary Concrete's gradient (straight-through), so the decoder never sees a
+  shrunken slab value.
 """
 
 from dataclasses import dataclass, field
@@ -38,6 +49,11 @@ class HSVAEConfig(VAEConfig):
                                                               "probability gamma (alpha >> beta: sparser codes)"})
     prior_beta: float = field(default=1.0, metadata={"help": "beta of the Beta(alpha, beta) prior on gamma"})
     temperature: float = field(default=0.5, metadata={"help": "Binary Concrete temperature of the slab indicator"})
+    spike_std: float = field(default=0.0, metadata={"help": "standard deviation of the spike: 0 puts it at exactly "
+                                                            "0 (the paper); the authors' code uses 0.05"})
+    hard_slab: bool = field(default=False, metadata={"help": "sample the slab indicator as 0 or 1 with the Binary "
+                                                             "Concrete's straight-through gradient (the authors' "
+                                                             "code) instead of relaxed"})
 
 
 @register_criterion("hsvae", dataclass=HSVAEConfig)
@@ -46,14 +62,19 @@ class HSVAECriterion(VAECriterion):
         super().__init__(cfg, task)
         if cfg.prior_alpha <= 0 or cfg.prior_beta <= 0 or cfg.temperature <= 0:
             raise ValueError("--prior-alpha, --prior-beta and --temperature must be positive")
+        if not cfg.spike_std >= 0:  # also refuses NaN
+            raise ValueError(f"--spike-std {cfg.spike_std}: must be 0 or positive")
 
     def latent(self, posterior):
         mean, log_var = posterior["mean"], posterior["log_var"]
         q_gamma = Beta(posterior["gamma_a"], posterior["gamma_b"])
         gamma = q_gamma.rsample().clamp(GAMMA_EPS, 1 - GAMMA_EPS)
         # The slab indicator ~ Bernoulli(1 - gamma), relaxed; its logit is log((1 - gamma) / gamma).
-        slab_on = binary_concrete(torch.log1p(-gamma) - torch.log(gamma), self.cfg.temperature)
+        slab_on = binary_concrete(torch.log1p(-gamma) - torch.log(gamma), self.cfg.temperature,
+                                  hard=self.cfg.hard_slab)
         z = slab_on * reparameterized_sample(mean, log_var)
+        if self.cfg.spike_std > 0:
+            z = z + (1 - slab_on) * self.cfg.spike_std * torch.randn_like(z)
         expected_gamma = q_gamma.mean
         kl_z = gaussian_kl(mean, log_var, weight=1 - expected_gamma)
         prior = Beta(torch.full_like(mean, self.cfg.prior_alpha), torch.full_like(mean, self.cfg.prior_beta))

@@ -45,6 +45,22 @@ def test_binary_concrete_is_a_relaxed_bernoulli_of_the_sigmoid():
     torch.testing.assert_close((soft > 0.5).float().mean(0), torch.sigmoid(logits), atol=0.005, rtol=0)
 
 
+def test_hard_binary_concrete_is_an_exact_bernoulli_with_the_relaxed_gradient():
+    logits = torch.tensor([-1.0, 0.5, 3.0])
+    torch.manual_seed(0)
+    hard = binary_concrete(logits.expand(200_000, 3), temperature=0.5, hard=True)
+    assert set(hard.unique().tolist()) == {0.0, 1.0}
+    torch.testing.assert_close(hard.mean(0), torch.sigmoid(logits), atol=0.005, rtol=0)
+    grads = []
+    for hard in (False, True):
+        x = logits.clone().requires_grad_()
+        torch.manual_seed(1)
+        (binary_concrete(x.expand(1000, 3), temperature=0.5, hard=hard) * torch.arange(1.0, 4.0)).sum().backward()
+        grads.append(x.grad)
+    assert grads[0].abs().min() > 0
+    torch.testing.assert_close(grads[1], grads[0])  # straight-through: the relaxed sample's gradient
+
+
 def test_clamp_keep_gradient_clips_the_value_and_passes_the_gradient():
     from fairseq_sparse.modules.probability import clamp_keep_gradient
 

@@ -1,5 +1,7 @@
 """The Gaussian KL term against Monte Carlo, and the regularisers' values."""
 
+import math
+
 import pytest
 import torch
 
@@ -42,15 +44,21 @@ def test_imq_mmd_separates_distributions():
     assert max(abs(v) for v in same) < 0.02 < shifted  # unbiased: near 0 when equal
 
 
-@pytest.mark.parametrize("extreme", [1e-2, 1e2])
-def test_hsvae_is_finite_at_extreme_beta_parameters(extreme):
+def hsvae_criterion(**options):
     from types import SimpleNamespace
 
     from fairseq_sparse.vae.hsvae import HSVAECriterion
 
     task = SimpleNamespace(target_dictionary=SimpleNamespace(pad=lambda: 1))
-    cfg = SimpleNamespace(kl_weight=1.0, gamma_kl_weight=1.0, prior_alpha=5.0, prior_beta=0.5, temperature=0.1)
-    criterion = HSVAECriterion(cfg, task)
+    cfg = dict(kl_weight=1.0, gamma_kl_weight=1.0, prior_alpha=5.0, prior_beta=0.5, temperature=0.1,
+               spike_std=0.0, hard_slab=False)
+    return HSVAECriterion(SimpleNamespace(**{**cfg, **options}), task)
+
+
+@pytest.mark.parametrize("sampler", [{}, {"spike_std": 0.05, "hard_slab": True}])
+@pytest.mark.parametrize("extreme", [1e-2, 1e2])
+def test_hsvae_is_finite_at_extreme_beta_parameters(extreme, sampler):
+    criterion = hsvae_criterion(**sampler)
     raw = torch.full((64, 8), extreme, requires_grad=True)
     posterior = {"mean": torch.full((64, 8), 30.0, requires_grad=True),
                  "log_var": torch.full((64, 8), -20.0, requires_grad=True),
@@ -60,6 +68,38 @@ def test_hsvae_is_finite_at_extreme_beta_parameters(extreme):
     assert set(kl_terms) == {"kl_z", "kl_gamma"}
     for t in (z, terms, *kl_terms.values(), mean_code, raw.grad, posterior["mean"].grad):
         assert torch.isfinite(t).all()
+
+
+def spike_or_slab_posterior(n=20000, dim=4):
+    """gamma = 1/2 in expectation (Beta(100, 100)); the slab at N(5, 0.1^2), far from any spike."""
+    return {"mean": torch.full((n, dim), 5.0), "log_var": torch.full((n, dim), 2 * math.log(0.1)),
+            "gamma_a": torch.full((n, dim), 100.0), "gamma_b": torch.full((n, dim), 100.0)}
+
+
+def test_hsvae_authors_sampler_draws_the_slab_or_a_narrow_gaussian_spike():
+    torch.manual_seed(0)
+    z = hsvae_criterion(spike_std=0.05, hard_slab=True).latent(spike_or_slab_posterior())[0]
+    slab, spike = (z - 5).abs() < 1, z.abs() < 0.5
+    assert (slab | spike).all()  # nothing in between: the indicator is 0 or 1
+    assert slab.float().mean().item() == pytest.approx(0.5, abs=0.01)  # Bernoulli(1 - E[gamma])
+    assert z[spike].std().item() == pytest.approx(0.05, rel=0.03)
+    assert z[slab].std().item() == pytest.approx(0.1, rel=0.03)
+
+
+def test_hsvae_spike_is_exactly_zero_by_default_and_the_relaxed_slab_shrinks():
+    torch.manual_seed(0)
+    hard = hsvae_criterion(hard_slab=True).latent(spike_or_slab_posterior())[0]
+    assert ((hard == 0) | ((hard - 5).abs() < 1)).all()
+    assert (hard == 0).float().mean().item() == pytest.approx(0.5, abs=0.01)
+    relaxed = hsvae_criterion(temperature=0.5).latent(spike_or_slab_posterior())[0]
+    # A relaxed indicator scales the slab: values strictly between the spike and the slab occur.
+    assert ((relaxed > 0.5) & (relaxed < 4)).float().mean().item() > 0.05
+
+
+@pytest.mark.parametrize("spike_std", [-0.05, float("nan")])
+def test_hsvae_refuses_a_bad_spike_std(spike_std):
+    with pytest.raises(ValueError, match="--spike-std"):
+        hsvae_criterion(spike_std=spike_std)
 
 
 def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradients():
