@@ -4,6 +4,8 @@ and a plot of decoder calls (the support size, for sparse marginalisation) over 
 
     python scripts/latent_results.py --out results/latent              # digits, 3 seeds
     python scripts/latent_results.py --out results/mnist --dataset mnist      # the full MNIST, official split
+    python scripts/latent_results.py --out results/ssvae --dataset mnist --experiments ssvae \
+        --warm-start-epochs 100 --epochs '{"ssvae": 200}' --fairseq-args "--lr 5e-4 --latent-dim 10"  # the paper's protocol
 
 A run whose log already ends its training is collected, not rerun (``--collect-only``
 never trains).  Metrics are the last epoch's on the test split; decoder calls are per
@@ -65,36 +67,66 @@ def parse_log(text):
     return {"train_calls": [t.get("decoder_calls", math.nan) for t in epochs.get("train", [])], **last}
 
 
+def train(args, cmd, log, what):
+    """Runs one fairseq-train to the end, its output in ``log``; returns that output."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed; log in {log}:\n{proc.stderr[-2000:]}")
+    return proc.stdout + proc.stderr
+
+
+def done(log):
+    return log.is_file() and "done training" in log.read_text(encoding="utf-8")
+
+
 def run_one(args, experiment, estimator, seed):
     name = f"{experiment.replace('/', '_d')}/{estimator}_seed{seed}"
     log = args.out / "logs" / f"{name}.log"
-    if log.is_file() and "done training" in log.read_text(encoding="utf-8"):
-        return experiment, estimator, seed, parse_log(log.read_text(encoding="utf-8"))
+    warm_log = args.out / "logs" / f"{name}.warm.log"
+    warm = experiment == "ssvae" and args.warm_start_epochs > 0
+    if done(log):
+        parsed = parse_log(log.read_text(encoding="utf-8"))
+        if warm:
+            parsed["warm_start"] = parse_log(warm_log.read_text(encoding="utf-8"))
+        return experiment, estimator, seed, parsed
     if args.collect_only:
         return experiment, estimator, seed, None
     log.parent.mkdir(parents=True, exist_ok=True)
+    save_dir = args.out / "checkpoints" / name
     cmd = [str(Path(sys.executable).parent / "fairseq-train")]
     if args.dataset == "mnist":
         cmd.append(str(args.data))
     cmd += ["--user-dir", str(REPO / "fairseq_sparse"), *EXPERIMENTS[experiment][2], "--dataset", args.dataset,
             "--criterion", "latent_marginalization", "--estimator", estimator, "--optimizer", "adam",
-            "--batch-size", str(args.batch_size), "--max-epoch", str(args.epochs[experiment.split("/")[0]]),
-            "--seed", str(seed), "--valid-subset", "valid,test", "--num-workers", "0", "--no-save",
-            # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
-            # or concurrent runs delete each other's probe.
-            "--save-dir", str(args.out / "checkpoints" / name),
-            "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
+            "--batch-size", str(args.batch_size), "--seed", str(seed), "--valid-subset", "valid,test",
+            "--num-workers", "0", "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
     if experiment.startswith("bitvector_vae"):
         cmd += ["--nll-samples", str(args.nll_samples)]
-    cmd += shlex.split(args.fairseq_args)  # last, so that they override the defaults above
+    cmd += shlex.split(args.fairseq_args)  # after the defaults above, so that they override them
+    what = f"{experiment} / {estimator} / seed {seed}"
+    finetune = []
+    if warm:
+        # The paper's warm start: the classifier and VAE on the labelled images alone, its last
+        # checkpoint kept (a stage interrupted resumes from it), then the whole objective from there.
+        warm_dir = save_dir / "warm_start"
+        if not done(warm_log):
+            train(args, cmd + ["--labelled-only", "--max-epoch", str(args.warm_start_epochs), "--lr",
+                               str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]
+                  + (["--tensorboard-logdir", str(args.out / "tensorboard" / f"{name}.warm")] if args.tensorboard else []),
+                  warm_log, what + " (warm start)")
+        finetune = ["--finetune-from-model", str(warm_dir / "checkpoint_last.pt")]
+    # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
+    # or concurrent runs delete each other's probe.
+    cmd += ["--max-epoch", str(args.epochs[experiment.split("/")[0]]), "--no-save", "--save-dir", str(save_dir),
+            *finetune]
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    if proc.returncode != 0:
-        raise SystemExit(f"{experiment} / {estimator} / seed {seed} failed; log in {log}:\n{proc.stderr[-2000:]}")
-    return experiment, estimator, seed, parse_log(proc.stdout + proc.stderr)
+    parsed = parse_log(train(args, cmd, log, what))
+    if warm:
+        parsed["warm_start"] = parse_log(warm_log.read_text(encoding="utf-8"))
+    return experiment, estimator, seed, parsed
 
 
 def mean_spread(values):
@@ -177,6 +209,12 @@ def main(argv=None):
     parser.add_argument("--fairseq-args", default="",
                         help="more fairseq-train options for every run, overriding the defaults above "
                              "(e.g. \"--lr 5e-4 --latent-dim 10\")")
+    parser.add_argument("--warm-start-epochs", type=int, default=0,
+                        help="ssvae only: first train this many epochs on the labelled images alone "
+                             "(--labelled-only), then the whole objective from that checkpoint, as the paper's "
+                             "code does (100 there; default: %(default)s, no warm start)")
+    parser.add_argument("--warm-start-lr", type=float, default=1e-3,
+                        help="Adam's learning rate in the warm start (default: the paper's %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
@@ -184,6 +222,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for experiment in ("ssvae", "signaling_game", "bitvector_vae"):
         args.epochs.setdefault(experiment, 10)
+    if args.warm_start_epochs < 0:
+        parser.error(f"--warm-start-epochs {args.warm_start_epochs}: must be 0 (none) or more")
+    if args.warm_start_epochs and "ssvae" not in args.experiments:
+        parser.error("--warm-start-epochs applies to the ssvae experiment only")
 
     grid = [(experiment, estimator, seed) for experiment in args.experiments for estimator in estimators_for(experiment)
             if not args.estimators or estimator in args.estimators for seed in range(1, args.seeds + 1)]

@@ -38,3 +38,24 @@ def test_grid_tables_and_plot(tmp_path):
                 "sparsemax", "sfe", "sparsemap", "--seeds", "2", "--collect-only")
     assert [p.stat().st_mtime_ns for p in logs] == stamps
     assert again.stdout.strip().startswith("### ssvae") and (out / "tables.md").read_text() == tables
+
+
+def test_ssvae_warm_start_then_the_whole_objective_from_its_checkpoint(tmp_path):
+    out = tmp_path / "warm"
+    run("--out", out, "--experiments", "ssvae", "--estimators", "sparsemax", "--seeds", "1", "--epochs",
+        '{"ssvae": 1}', "--warm-start-epochs", "2", "--fairseq-args", "--lr 5e-4")
+    warm_log = (out / "logs" / "ssvae" / "sparsemax_seed1.warm.log").read_text()
+    assert "'labelled_only': True" in warm_log and "'lr': [0.001]" in warm_log and "done training" in warm_log
+    log = (out / "logs" / "ssvae" / "sparsemax_seed1.log").read_text()
+    assert "loading pretrained model from" in log and "warm_start/checkpoint_last.pt" in log
+    assert "'labelled_only': False" in log and "'lr': [0.0005]" in log
+    results = json.loads((out / "results.json").read_text())["ssvae"]["sparsemax"][0]
+    assert len(results["warm_start"]["train_calls"]) == 2 and len(results["train_calls"]) == 1
+    assert 0 <= results["warm_start"]["test"]["accuracy"] <= 100
+
+
+def test_warm_start_is_refused_without_ssvae(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "latent_results.py"), "--out", str(tmp_path),
+                           "--experiments", "signaling_game", "--warm-start-epochs", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--warm-start-epochs applies to the ssvae experiment only" in proc.stderr
