@@ -104,7 +104,7 @@ def run_one(args, experiment, estimator, seed):
             "--num-workers", "0", "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
     if experiment.startswith("bitvector_vae"):
         cmd += ["--nll-samples", str(args.nll_samples)]
-    cmd += shlex.split(args.fairseq_args)  # after the defaults above, so that they override them
+    options = shlex.split(args.fairseq_args)  # after the defaults, so that they override them
     what = f"{experiment} / {estimator} / seed {seed}"
     finetune = []
     if warm:
@@ -112,15 +112,17 @@ def run_one(args, experiment, estimator, seed):
         # checkpoint kept (a stage interrupted resumes from it), then the whole objective from there.
         warm_dir = save_dir / "warm_start"
         if not done(warm_log):
-            train(args, cmd + ["--labelled-only", "--max-epoch", str(args.warm_start_epochs), "--lr",
-                               str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]
-                  + (["--tensorboard-logdir", str(args.out / "tensorboard" / f"{name}.warm")] if args.tensorboard else []),
-                  warm_log, what + " (warm start)")
+            # The warm start's own epochs and learning rate come last: they override --fairseq-args.
+            warm_cmd = cmd + options + ["--labelled-only", "--max-epoch", str(args.warm_start_epochs), "--lr",
+                                        str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]
+            if args.tensorboard:
+                warm_cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / f"{name}.warm")]
+            train(args, warm_cmd, warm_log, what + " (warm start)")
         finetune = ["--finetune-from-model", str(warm_dir / "checkpoint_last.pt")]
     # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
     # or concurrent runs delete each other's probe.
-    cmd += ["--max-epoch", str(args.epochs[experiment.split("/")[0]]), "--no-save", "--save-dir", str(save_dir),
-            *finetune]
+    cmd += ["--max-epoch", str(args.epochs[experiment.split("/")[0]]), *options, "--no-save", "--save-dir",
+            str(save_dir), *finetune]
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
     parsed = parse_log(train(args, cmd, log, what))
