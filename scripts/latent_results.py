@@ -5,7 +5,7 @@ and a plot of decoder calls (the support size, for sparse marginalisation) over 
     python scripts/latent_results.py --out results/latent              # digits, 3 seeds
     python scripts/latent_results.py --out results/mnist --dataset mnist      # the full MNIST, official split
     python scripts/latent_results.py --out results/ssvae --dataset mnist --experiments ssvae \
-        --warm-start-epochs 100 --epochs '{"ssvae": 200}' --fairseq-args "--lr 5e-4 --latent-dim 10"  # the paper's protocol
+        --warm-start-epochs 100 --epochs '{"ssvae": 200}' --fairseq-args "--lr 5e-4 --latent-dim 8"  # the paper's protocol
 
 A run whose log already ends its training is collected, not rerun (``--collect-only``
 never trains).  Metrics are the last epoch's on the test split; decoder calls are per

@@ -1,4 +1,4 @@
-"""The Gaussian KL term against Monte Carlo, and the regularisers' values."""
+"""The Gaussian KL term against Monte Carlo, the regularisers' values, and HSVAE's samplers."""
 
 import math
 
