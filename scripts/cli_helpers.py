@@ -5,19 +5,25 @@ import subprocess
 from pathlib import Path
 
 
-def run_logged(cmd, log):
-    """Run a command line, keep its whole output in `log`, stop with its tail if it fails.
+def run_logged(cmd, log, env=None):
+    """Run a command line (in ``env``, default this process's), keep its whole output in
+    `log`, stop with its tail if it fails.
 
     stdout goes to `log` as it is written (fairseq logs its progress there), so a long
     run can be followed with ``tail -f``; stderr is appended when the command ends."""
     with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.run([str(c) for c in cmd], stdout=out, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run([str(c) for c in cmd], stdout=out, stderr=subprocess.PIPE, text=True, env=env)
     stdout = log.read_text(encoding="utf-8")
     with open(log, "a", encoding="utf-8") as out:
         out.write(proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed ({proc.returncode}); full log in {log}:\n{(stdout + proc.stderr)[-3000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, proc.stderr)
+
+
+def training_done(log):
+    """Whether ``log`` holds a fairseq-train run that reached its end."""
+    return log.is_file() and "done training" in log.read_text(encoding="utf-8")
 
 
 def generate_hypotheses(output):

@@ -19,7 +19,6 @@ import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import epoch_metrics  # noqa: E402
+from cli_helpers import epoch_metrics, run_logged, training_done  # noqa: E402
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
@@ -67,33 +66,26 @@ def parse_log(text):
     return {"train_calls": [t.get("decoder_calls", math.nan) for t in epochs.get("train", [])], **last}
 
 
-def train(args, cmd, log, what):
-    """Runs one fairseq-train to the end, its output in ``log``; returns that output."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed; log in {log}:\n{proc.stderr[-2000:]}")
-    return proc.stdout + proc.stderr
-
-
-def done(log):
-    return log.is_file() and "done training" in log.read_text(encoding="utf-8")
-
-
 def run_one(args, experiment, estimator, seed):
     name = f"{experiment.replace('/', '_d')}/{estimator}_seed{seed}"
     log = args.out / "logs" / f"{name}.log"
     warm_log = args.out / "logs" / f"{name}.warm.log"
     warm = experiment == "ssvae" and args.warm_start_epochs > 0
-    if done(log):
-        parsed = parse_log(log.read_text(encoding="utf-8"))
-        if warm:
-            parsed["warm_start"] = parse_log(warm_log.read_text(encoding="utf-8"))
-        return experiment, estimator, seed, parsed
-    if args.collect_only:
-        return experiment, estimator, seed, None
+    if not training_done(log):
+        if args.collect_only:
+            return experiment, estimator, seed, None
+        train(args, experiment, estimator, seed, name, log, warm_log if warm else None)
+    parsed = parse_log(log.read_text(encoding="utf-8"))
+    if warm:
+        parsed["warm_start"] = parse_log(warm_log.read_text(encoding="utf-8"))
+    return experiment, estimator, seed, parsed
+
+
+def train(args, experiment, estimator, seed, name, log, warm_log):
+    """One run through fairseq-train, its output in ``log`` as it goes; first, given a
+    ``warm_log``, the warm start on the labelled images (ssvae)."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
     save_dir = args.out / "checkpoints" / name
     cmd = [str(Path(sys.executable).parent / "fairseq-train")]
     if args.dataset == "mnist":
@@ -105,19 +97,18 @@ def run_one(args, experiment, estimator, seed):
     if experiment.startswith("bitvector_vae"):
         cmd += ["--nll-samples", str(args.nll_samples)]
     options = shlex.split(args.fairseq_args)  # after the defaults, so that they override them
-    what = f"{experiment} / {estimator} / seed {seed}"
     finetune = []
-    if warm:
+    if warm_log is not None:
         # The paper's warm start: the classifier and VAE on the labelled images alone, its last
         # checkpoint kept (a stage interrupted resumes from it), then the whole objective from there.
         warm_dir = save_dir / "warm_start"
-        if not done(warm_log):
+        if not training_done(warm_log):
             # The warm start's own epochs and learning rate come last: they override --fairseq-args.
             warm_cmd = cmd + options + ["--labelled-only", "--max-epoch", str(args.warm_start_epochs), "--lr",
                                         str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]
             if args.tensorboard:
                 warm_cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / f"{name}.warm")]
-            train(args, warm_cmd, warm_log, what + " (warm start)")
+            run_logged(warm_cmd, warm_log, env=env)
         finetune = ["--finetune-from-model", str(warm_dir / "checkpoint_last.pt")]
     # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
     # or concurrent runs delete each other's probe.
@@ -125,10 +116,7 @@ def run_one(args, experiment, estimator, seed):
             str(save_dir), *finetune]
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
-    parsed = parse_log(train(args, cmd, log, what))
-    if warm:
-        parsed["warm_start"] = parse_log(warm_log.read_text(encoding="utf-8"))
-    return experiment, estimator, seed, parsed
+    run_logged(cmd, log, env=env)
 
 
 def mean_spread(values):

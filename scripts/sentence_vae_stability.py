@@ -35,7 +35,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cli_helpers import epoch_metrics
+from cli_helpers import epoch_metrics, training_done
 
 REPO = Path(__file__).resolve().parents[1]
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
@@ -100,10 +100,6 @@ def train_command(args, objective, setting, seed, save_dir):
         "--log-format", "simple", "--log-interval", "1000", "--cpu", "--save-dir", str(save_dir)]
 
 
-def finished(log):
-    return log.is_file() and "done training" in log.read_text(encoding="utf-8")
-
-
 def last_per_epoch(entries):
     """A resumed run logs again the epoch it was interrupted in: keep each epoch's last entry."""
     by_epoch = {}
@@ -117,7 +113,7 @@ def run_one(args, objective, setting, seed):
     log = args.out / "logs" / f"{name}.log"
     save_dir = args.out / "checkpoints" / name
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    if not finished(log):
+    if not training_done(log):
         log.parent.mkdir(parents=True, exist_ok=True)
         # Appended: a resumed run (fairseq reads checkpoint_last.pt in its save dir) keeps the
         # epochs logged before the interruption.

@@ -82,19 +82,21 @@ def assert_two_gloo_workers_equal_one(common, tmp_path):
         torch.testing.assert_close(two["model"][k], v, atol=2e-6, rtol=1e-5, msg=f"{k} differs")
 
 
+def epoch_metrics(stdout):
+    """scripts/cli_helpers.epoch_metrics: the per-epoch metrics of a fairseq-train log."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from cli_helpers import epoch_metrics as parse
+
+    return parse(stdout)
+
+
 def valid_metrics(stdout):
     """The metrics of the last "valid on 'valid' subset" line of a fairseq-train log."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from cli_helpers import epoch_metrics
-
     return epoch_metrics(stdout)["valid"][-1]
 
 
 def train_metrics(stdout):
     """The metrics of each epoch's "| train | epoch" line of a fairseq-train log, in order."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from cli_helpers import epoch_metrics
-
     return epoch_metrics(stdout)["train"]
 
 

@@ -4,7 +4,7 @@ latent variable wherever the label is hidden (Correia et al., NeurIPS 2020, Sec.
 Images as in :mod:`.image_experiment` (digits by default; ``--dataset mnist
 DATA_DIR``), pixels scaled to [0, 1].  In train, ``--labelled-fraction`` (10%) of
 the images keep their label, chosen per class.  ``--labelled-only`` trains on those
-alone: the paper's warm start (its code trains 100 epochs so at ``--lr 1e-3``, then
+alone: the paper's warm start (its code trains 100 epochs at ``--lr 1e-3``, then
 the whole objective from that checkpoint, ``--finetune-from-model``), which gives
 sparsemax's classifier a start before its support shrinks to one class.
 """
