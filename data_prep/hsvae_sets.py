@@ -11,6 +11,14 @@ available offline.  So the paper's valid set is trained on: OUT_DIR gets ``train
 (those held out, for choosing settings), ``test.txt`` (the paper's test set, never
 tuned on), each with its ``{split}_labels.txt``, which ``--task sentence_vae`` and
 ``fairseq-sparse-sentence-vae-binarize`` read beside the text.
+
+``--unlabelled FILE [FILE ...]`` stands in for the paper's 100K training sentences,
+which carry no label the VAE uses: each file's sentences (tokenised text, one per
+line, e.g. ``../shared/data/text/yahoo/{valid,test}.txt``) join ``train.txt`` with
+label -1, their words outside the set's ``vocab.txt`` spelled ``_UNK`` as the set
+spells them.  A sentence that is in the set's valid or test file, or repeats one
+already taken, is left out, so that no test sentence is trained on; the counts are
+printed.
 """
 
 import argparse
@@ -24,6 +32,35 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairseq_sparse.vae.task import read_corpus  # noqa: E402
 
+UNK = "_UNK"  # the HSVAE sets' spelling of a word outside their vocabulary
+
+
+def unlabelled_sentences(args, kept_out):
+    """The sentences of ``args.unlabelled`` in the set's vocabulary, less those of ``kept_out``
+    (the set's own sentences) and repeats."""
+    vocab_file = args.source / "vocab.txt"
+    if not vocab_file.is_file():
+        raise SystemExit(f"{vocab_file} is missing: --unlabelled spells other words as the set's _UNK")
+    vocabulary = {line.split()[0] for line in vocab_file.read_text(encoding="utf-8").splitlines() if line.strip()}
+    vocabulary.add(UNK)
+    seen = {" ".join(words) for words in kept_out}
+    taken, dropped = [], 0
+    for path in args.unlabelled:
+        try:
+            corpus, _ = read_corpus(path, max_tokens=10**6)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(str(e)) from None
+        for words in corpus:
+            raw, line = " ".join(words), " ".join(w if w in vocabulary else UNK for w in words)
+            if raw in seen or line in seen:
+                dropped += 1
+                continue
+            seen.add(line)
+            taken.append(line)
+    print(f"--unlabelled: {len(taken)} sentences taken, {dropped} left out (in the set's valid or test file, "
+          "or repeated)", file=sys.stderr)
+    return taken
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,6 +69,8 @@ def main(argv=None):
     parser.add_argument("--valid-per-class", type=int, default=100,
                         help="sentences per class held out of the paper's valid set (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="which sentences are held out (default: %(default)s)")
+    parser.add_argument("--unlabelled", type=Path, nargs="+", default=[],
+                        help="tokenised text files whose sentences join train without a label (-1)")
     args = parser.parse_args(argv)
     try:
         sentences, labels = read_corpus(args.source / "valid.txt", max_tokens=10**6)
@@ -50,13 +89,16 @@ def main(argv=None):
                              f"not more than --valid-per-class {args.valid_per_class}")
         held[rng.choice(members, args.valid_per_class, replace=False)] = True
     args.out.mkdir(parents=True, exist_ok=True)
+    extra = unlabelled_sentences(args, sentences + test_sentences) if args.unlabelled else []
     for split, keep in (("train", ~held), ("valid", held)):
         rows = np.flatnonzero(keep)
-        (args.out / f"{split}.txt").write_text("".join(" ".join(sentences[i]) + "\n" for i in rows), encoding="utf-8")
-        (args.out / f"{split}_labels.txt").write_text("".join(f"{labels[i]}\n" for i in rows))
+        text = [" ".join(sentences[i]) for i in rows] + (extra if split == "train" else [])
+        ids = [str(labels[i]) for i in rows] + (["-1"] * len(extra) if split == "train" else [])
+        (args.out / f"{split}.txt").write_text("".join(line + "\n" for line in text), encoding="utf-8")
+        (args.out / f"{split}_labels.txt").write_text("".join(line + "\n" for line in ids))
     for name in ("test.txt", "test_labels.txt"):
         shutil.copyfile(args.source / name, args.out / name)
-    print(f"{args.out}: train {int((~held).sum())}, valid {int(held.sum())} (of the paper's valid set), "
+    print(f"{args.out}: train {int((~held).sum())} labelled + {len(extra)} unlabelled, valid {int(held.sum())} (of the paper's valid set), "
           f"test {len(test_sentences)} (the paper's test set)", file=sys.stderr)
 
 

@@ -5,12 +5,15 @@ heat map and the classes' word-distribution divergences.
     python scripts/sentence_vae_analysis.py CHECKPOINT DATA_DIR --out DIR
 
 DATA_DIR is the labelled corpus the model was trained on (train.txt, valid.txt,
-test.txt with leading class labels).  Steps:
+test.txt with class labels, leading each line or in ``{split}_labels.txt``).  Train
+sentences labelled -1 (the VAE trained on them without a class) are left out of
+every classifier and of the word distributions.  Steps:
 
 - the encoder is frozen; K = ``--samples`` posterior samples per sentence (drawn
   as the model's objective draws them: spike-and-slab for hsvae) train a
   classifier of two 32-unit Leaky-ReLU layers; at test time its class
-  probabilities are averaged over K samples;
+  probabilities are averaged over K samples; the same classifier on the posterior
+  means (one per sentence) measures the code without its sampling noise;
 - the baseline: the same classifier head on a GRU encoder of the same size,
   trained end to end on the labels (it does not depend on the VAE: ``--baseline-epochs 0``
   leaves it out, for a grid of VAEs on one corpus);
@@ -53,18 +56,27 @@ def classifier_head(inputs, classes):
                          nn.Linear(32, classes))
 
 
-def batches(dataset, size):
-    for start in range(0, len(dataset), size):
-        yield dataset.collater([dataset[i] for i in range(start, min(start + size, len(dataset)))])
+def batches(dataset, size, indices=None):
+    indices = range(len(dataset)) if indices is None else indices
+    for start in range(0, len(indices), size):
+        yield dataset.collater([dataset[i] for i in indices[start:start + size]])
+
+
+def labelled(dataset):
+    """Indices of the sentences with a class (label -1: none, e.g. the unlabelled text a VAE
+    also trains on)."""
+    return torch.nonzero(dataset.labels >= 0).flatten().tolist()
 
 
 @torch.no_grad()
-def encode(model, criterion, dataset, samples):
+def encode(model, criterion, dataset, samples, indices=None):
     """codes (N, K, d) drawn as the objective draws them, mean codes (N, d), posterior
     spike probabilities E[gamma] (N, d), labels (N,), and each KL term of the objective
-    averaged over the sentences and draws ({name: nats per sentence})."""
+    averaged over the sentences and draws ({name: nats per sentence}); N = the sentences
+    of ``indices`` (default: all)."""
     codes, means, gammas, labels, kl = [], [], [], [], {}
-    for batch in batches(dataset, 128):
+    count = len(dataset) if indices is None else len(indices)
+    for batch in batches(dataset, 128, indices):
         posterior = model.encode(**encoder_input(batch["net_input"]))
         draws = [criterion.latent(posterior) for _ in range(samples)]
         codes.append(torch.stack([d[0] for d in draws], 1))
@@ -75,7 +87,7 @@ def encode(model, criterion, dataset, samples):
             for name, value in draw[2].items():
                 kl[name] = kl.get(name, 0.0) + value.sum().item() / samples
     return (torch.cat(codes), torch.cat(means), torch.cat(gammas), torch.cat(labels),
-            {name: total / len(dataset) for name, total in kl.items()})
+            {name: total / count for name, total in kl.items()})
 
 
 def train_frozen_classifier(train_codes, train_labels, classes, epochs, seed):
@@ -115,11 +127,12 @@ class EndToEndClassifier(nn.Module):
 def end_to_end_accuracy(task, model_cfg, classes, epochs, seed):
     torch.manual_seed(seed)
     train, test = task.datasets["train"], task.datasets["test"]
+    rows = torch.tensor(labelled(train))
     model = EndToEndClassifier(len(task.dictionary), model_cfg.embed_dim, model_cfg.hidden_dim, classes,
                                task.dictionary.pad())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for _ in range(epochs):
-        order = torch.randperm(len(train)).tolist()
+        order = rows[torch.randperm(len(rows))].tolist()
         for start in range(0, len(order), 64):
             batch = train.collater([train[i] for i in order[start:start + 64]])
             optimizer.zero_grad()
@@ -136,10 +149,11 @@ def end_to_end_accuracy(task, model_cfg, classes, epochs, seed):
 
 
 def class_word_kl(task, classes):
-    """KL(class i || class j) of add-1 smoothed unigram distributions over the vocabulary."""
+    """KL(class i || class j) of add-1 smoothed unigram distributions over the vocabulary
+    (the labelled training sentences)."""
     train = task.datasets["train"]
     counts = np.ones((classes, len(task.dictionary)))
-    for index in range(len(train)):
+    for index in labelled(train):
         words = train.items[index][:-1].numpy()  # </s> is no word
         np.add.at(counts[int(train.labels[index])], words, 1)
     p = counts / counts.sum(1, keepdims=True)
@@ -191,14 +205,20 @@ def main(argv=None):
     for split in ("train", "test"):
         task.load_dataset(split)
     torch.manual_seed(args.seed)
-    train_codes, _, _, train_labels, _ = encode(model, criterion, task.datasets["train"], args.samples)
+    train_codes, train_means, _, train_labels, _ = encode(model, criterion, task.datasets["train"], args.samples,
+                                                          labelled(task.datasets["train"]))
     test_codes, test_means, test_gamma, test_labels, test_kl = encode(model, criterion, task.datasets["test"],
                                                                       args.samples)
     head = train_frozen_classifier(train_codes, train_labels, classes, args.classifier_epochs, args.seed)
+    # The same head on the posterior means (HSVAE: (1 - E[gamma]) mu) tells what the code holds
+    # apart from the sampling noise, which for HSVAE includes which dimensions the draw spiked.
+    mean_head = train_frozen_classifier(train_means[:, None], train_labels, classes, args.classifier_epochs,
+                                        args.seed)
     results = {
         "objective": cfg.criterion._name, "latent_dim": test_codes.shape[-1], "classes": classes,
         "samples_per_sentence": args.samples,
         "frozen_encoder_accuracy": monte_carlo_accuracy(head, test_codes, test_labels),
+        "frozen_encoder_accuracy_means": monte_carlo_accuracy(mean_head, test_means[:, None], test_labels),
         "end_to_end_accuracy": (end_to_end_accuracy(task, cfg.model, classes, args.baseline_epochs, args.seed)
                                 if args.baseline_epochs > 0 else None),
         # What always answering train's most frequent class scores on test: the floor both must beat.
@@ -219,7 +239,7 @@ def main(argv=None):
              "nats")
     results["class_word_kl"] = kl.round(4).tolist()
     (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    for key in ("objective", "frozen_encoder_accuracy", "end_to_end_accuracy", "majority_class_accuracy",
+    for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy", "majority_class_accuracy",
                 "average_hoyer_samples", "average_hoyer_means"):
         value = results[key]
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {'not run' if value is None else value}")

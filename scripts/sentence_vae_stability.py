@@ -20,7 +20,8 @@ average Hoyer per epoch, mean and range over seeds, one panel per objective),
 ``DIR/stability.json`` and a table of the last epoch (reconstruction and KL in nats
 per sentence, average Hoyer; with ``--analyse``, the objective's KL terms on test,
 the test accuracy of a classifier on the frozen encoder's K = 5 samples
-(``scripts/sentence_vae_analysis.py``) and the majority class's).  A run keeps its
+(``scripts/sentence_vae_analysis.py``), the same classifier's on the posterior means,
+and the majority class's).  A run keeps its
 last checkpoint, so an interrupted grid resumes each run where it stopped (its log
 is appended to); runs and analyses already finished are collected, not rerun.
 """
@@ -164,7 +165,9 @@ def plot(results, path):
 
 
 def mean_spread(values, digits):
-    """"mean ± std" over seeds; one seed has no spread to show."""
+    """"mean ± std" over seeds; one seed has no spread to show, none is "-"."""
+    if not values:
+        return "-"
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
@@ -173,7 +176,8 @@ def mean_spread(values, digits):
 def table(results, analysed):
     header = ["objective", "setting", "seeds", "reconstruction", "KL", "average Hoyer"]
     if analysed:
-        header += ["KL terms (test)", "frozen-encoder accuracy (test)", "majority class"]
+        header += ["KL terms (test)", "frozen-encoder accuracy (test)", "the same on posterior means",
+                   "majority class"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for objective, by_setting in results.items():
         for setting, runs in by_setting.items():
@@ -186,6 +190,9 @@ def table(results, analysed):
                 row += [", ".join(f"{name} {statistics.mean(run['analysis']['test_kl'][name] for run in runs):.2f}"
                                   for name in terms) or "-",
                         mean_spread([run["analysis"]["frozen_encoder_accuracy"] for run in runs], 2),
+                        # Analyses written before the column existed lack it.
+                        mean_spread([run["analysis"]["frozen_encoder_accuracy_means"] for run in runs
+                                     if "frozen_encoder_accuracy_means" in run["analysis"]], 2),
                         f"{runs[0]['analysis']['majority_class_accuracy']:.2f}"]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

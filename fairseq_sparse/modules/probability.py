@@ -5,10 +5,14 @@
 - :func:`gumbel_noise`: g = -log(-log u), for Gumbel-max and Gumbel-softmax
   (Jang, Gu & Poole 2017; Maddison, Mnih & Teh 2017) and Gumbel-top-k;
 - :func:`binary_concrete`: a relaxed Bernoulli sample (Maddison et al. 2017);
+- :func:`spike_and_slab_log_prob`: the log density of a spike-and-slab mixture with a
+  Gaussian spike (MAT-VAE's prior; HSVAE's prior and posterior given gamma);
 - :func:`clamp_keep_gradient`: a clamp whose gradient is the identity's.
 
 Uniform draws are kept off 0 and 1, where the logarithms are infinite.
 """
+
+import math
 
 import torch
 
@@ -53,6 +57,20 @@ def binary_concrete(logits, temperature, hard=False):
     if not hard:
         return soft
     return soft + ((soft > 0.5).to(soft) - soft).detach()
+
+
+def spike_and_slab_log_prob(z, spike_weight, spike_std, mean=None, log_var=None):
+    """Per dimension, log [w N(z; 0, s^2) + (1 - w) N(z; mean, exp(log_var))], with
+    w = ``spike_weight`` (a float or a tensor broadcasting with z) and s = ``spike_std``;
+    the slab is N(0, 1) when ``mean`` is not given."""
+    weight = torch.as_tensor(spike_weight, dtype=z.dtype, device=z.device)
+    log_normal = -0.5 * math.log(2 * math.pi)
+    spike = log_normal - math.log(spike_std) - 0.5 * (z / spike_std).pow(2) + torch.log(weight)
+    if mean is None:
+        slab = log_normal - 0.5 * z.pow(2)
+    else:
+        slab = log_normal - 0.5 * log_var - 0.5 * (z - mean).pow(2) * torch.exp(-log_var)
+    return torch.logaddexp(spike, slab + torch.log1p(-weight))
 
 
 def clamp_keep_gradient(x, low, high):

@@ -27,16 +27,23 @@ are options, so that their effect can be measured:
   so the objective stays a lower bound (the authors estimate it from one sample);
 - ``--hard-slab``: s is 0 or 1 (an exact Bernoulli(1 - gamma) draw) with the
   Binary Concrete's gradient (straight-through), so the decoder never sees a
-  shrunken slab value.
+  shrunken slab value;
+- ``--kl-z-estimate sample``: the KL over z estimated from the one z the decoder
+  sees, log q(z | x, gamma) - log p(z | gamma), both mixtures weighted by the
+  sampled gamma (not its mean), where the default is the closed form above.  Unbiased
+  for the mixtures' KL only when z is a draw from q(z | x, gamma), so it needs
+  both options above (a point-mass spike has no density, a relaxed indicator
+  draws from another distribution).
 """
 
 from dataclasses import dataclass, field
 
 import torch
 from fairseq.criterions import register_criterion
+from fairseq.dataclass import ChoiceEnum
 from torch.distributions import Beta, kl_divergence
 
-from ..modules.probability import binary_concrete, gaussian_kl, reparameterized_sample
+from ..modules.probability import binary_concrete, gaussian_kl, reparameterized_sample, spike_and_slab_log_prob
 from .elbo import VAEConfig, VAECriterion
 
 GAMMA_EPS = 1e-5
@@ -54,6 +61,11 @@ class HSVAEConfig(VAEConfig):
     hard_slab: bool = field(default=False, metadata={"help": "sample the slab indicator as 0 or 1 with the Binary "
                                                              "Concrete's straight-through gradient (the authors' "
                                                              "code) instead of relaxed"})
+    kl_z_estimate: ChoiceEnum(["closed_form", "sample"]) = field(
+        default="closed_form", metadata={"help": "KL over z: 'closed_form', sum_i (1 - E[gamma_i]) KL(slab_q || "
+                                                 "slab_p), exact for a point-mass spike, a bound otherwise; 'sample', log q(z|x,gamma) - log p(z|gamma) at "
+                                           "the sampled z and gamma (the authors' code; needs --spike-std > 0 and "
+                                           "--hard-slab)"})
 
 
 @register_criterion("hsvae", dataclass=HSVAEConfig)
@@ -64,6 +76,9 @@ class HSVAECriterion(VAECriterion):
             raise ValueError("--prior-alpha, --prior-beta and --temperature must be positive")
         if not cfg.spike_std >= 0:  # also refuses NaN
             raise ValueError(f"--spike-std {cfg.spike_std}: must be 0 or positive")
+        if cfg.kl_z_estimate == "sample" and not (cfg.spike_std > 0 and cfg.hard_slab):
+            raise ValueError("--kl-z-estimate sample needs --spike-std > 0 and --hard-slab: only then is z a draw "
+                             "from the spike-and-slab q(z | x, gamma), whose density the estimate takes")
 
     def latent(self, posterior):
         mean, log_var = posterior["mean"], posterior["log_var"]
@@ -76,7 +91,11 @@ class HSVAECriterion(VAECriterion):
         if self.cfg.spike_std > 0:
             z = z + (1 - slab_on) * self.cfg.spike_std * torch.randn_like(z)
         expected_gamma = q_gamma.mean
-        kl_z = gaussian_kl(mean, log_var, weight=1 - expected_gamma)
+        if self.cfg.kl_z_estimate == "sample":
+            kl_z = (spike_and_slab_log_prob(z, gamma, self.cfg.spike_std, mean, log_var)
+                    - spike_and_slab_log_prob(z, gamma, self.cfg.spike_std)).sum(-1)
+        else:
+            kl_z = gaussian_kl(mean, log_var, weight=1 - expected_gamma)
         prior = Beta(torch.full_like(mean, self.cfg.prior_alpha), torch.full_like(mean, self.cfg.prior_beta))
         kl_gamma = kl_divergence(q_gamma, prior).sum(-1)
         terms = self.cfg.kl_weight * kl_z + self.cfg.gamma_kl_weight * kl_gamma

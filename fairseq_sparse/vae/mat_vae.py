@@ -14,13 +14,12 @@ kernels k(x, y) = C / (C + |x - y|^2) summed over C = 2 d {0.1, 0.2, 0.5, 1, 2, 
 psi is ``--kl-weight``, lambda ``--mmd-weight``.
 """
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 from fairseq.criterions import register_criterion
 
-from ..modules.probability import reparameterized_sample
+from ..modules.probability import reparameterized_sample, spike_and_slab_log_prob
 from .elbo import VAEConfig, VAECriterion
 
 KERNEL_SCALES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -31,13 +30,6 @@ class MATVAEConfig(VAEConfig):
     mmd_weight: float = field(default=1.0, metadata={"help": "lambda: weight of MMD(aggregate posterior, prior)"})
     prior_spike_weight: float = field(default=0.8, metadata={"help": "w: mass of the narrow spike Gaussian"})
     prior_spike_std: float = field(default=0.05, metadata={"help": "s: standard deviation of the spike Gaussian"})
-
-
-def spike_and_slab_log_prob(z, weight, spike_std):
-    """log of prod_d (1 - w) N(z_d; 0, 1) + w N(z_d; 0, s^2), per row."""
-    slab = -0.5 * z.pow(2) - 0.5 * math.log(2 * math.pi) + math.log1p(-weight)
-    spike = -0.5 * (z / spike_std).pow(2) - 0.5 * math.log(2 * math.pi) - math.log(spike_std) + math.log(weight)
-    return torch.logaddexp(slab, spike).sum(-1)
 
 
 def sample_spike_and_slab(n, dim, weight, spike_std, like):
@@ -73,7 +65,7 @@ class MATVAECriterion(VAECriterion):
         mean, log_var = posterior["mean"], posterior["log_var"]
         z = reparameterized_sample(mean, log_var)
         log_q = torch.distributions.Normal(mean, (0.5 * log_var).exp()).log_prob(z).sum(-1)
-        kl = log_q - spike_and_slab_log_prob(z, self.cfg.prior_spike_weight, self.cfg.prior_spike_std)
+        kl = log_q - spike_and_slab_log_prob(z, self.cfg.prior_spike_weight, self.cfg.prior_spike_std).sum(-1)
         prior = sample_spike_and_slab(len(z), z.shape[1], self.cfg.prior_spike_weight, self.cfg.prior_spike_std, z)
         mmd = imq_mmd(z, prior)
         return z, self.cfg.kl_weight * kl + self.cfg.mmd_weight * mmd, {"kl": kl}, mean

@@ -3,7 +3,10 @@
 DATA_DIR holds ``train.txt``, ``valid.txt`` and ``test.txt``: one tokenised sentence
 per line, optionally led by an integer class label (as in
 ``../shared/data/text/yelp5``); a file is labelled when every line's first token
-is an integer.  The vocabulary is the ``--vocab-size`` most frequent words of
+is an integer.  Labels may instead lie beside the text in ``{split}_labels.txt``, one
+class id per line (the HSVAE sets' format), where -1 marks a sentence without a
+label: the VAE trains on every sentence, the analysis's classifiers on the labelled
+ones.  The vocabulary is the ``--vocab-size`` most frequent words of
 train (ties broken alphabetically, so it is the same every run); other words
 become <unk>.  A line longer than ``--max-sentence-tokens`` or an empty line is
 an error naming the file and line, never silently cut.
@@ -63,12 +66,17 @@ def _read_text(path):
     return lines
 
 
+UNLABELLED = "-1"  # in a labels file: this sentence has no class
+
+
 def read_label_file(path, count, text_path):
-    """Class ids, one per line (the HSVAE sets' ``{split}_labels.txt``), as many as sentences."""
+    """Class ids, one per line (the HSVAE sets' ``{split}_labels.txt``), as many as sentences;
+    -1 marks a sentence without a label."""
     labels = []
     for number, line in enumerate(_read_text(path), 1):
-        if not line.strip().isdigit():
-            raise ValueError(f"{path}:{number}: {line.strip()!r} is not a class id (a non-negative integer)")
+        if not (line.strip().isdigit() or line.strip() == UNLABELLED):
+            raise ValueError(f"{path}:{number}: {line.strip()!r} is not a class id (a non-negative integer, "
+                             f"or {UNLABELLED} for no label)")
         labels.append(int(line))
     if len(labels) != count:
         raise ValueError(f"{path} has {len(labels)} labels but {text_path} has {count} sentences")
@@ -262,9 +270,10 @@ class SentenceVAETask(FairseqTask):
     def num_classes(self):
         if self.corpora is None:
             labels = np.load(Path(self.cfg.data) / "train.labels.npy")
-            return int(labels.max()) + 1 if len(labels) and labels.min() >= 0 else 0
-        labels = self.corpora["train"][1]
-        return max(labels) + 1 if labels is not None else 0
+        else:
+            labels = self.corpora["train"][1]
+        # Classes are those of the labelled sentences; -1 (no label) is none of them.
+        return int(np.max(labels)) + 1 if labels is not None and len(labels) and np.max(labels) >= 0 else 0
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if split not in SPLITS:

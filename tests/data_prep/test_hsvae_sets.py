@@ -33,10 +33,32 @@ def test_prepared_splits_are_balanced_disjoint_and_aligned(name, classes, tmp_pa
     assert split["test"] == Counter((" ".join(s), label) for s, label in zip(*read_corpus(source / "test.txt", 10**6)))
 
 
+def test_unlabelled_text_joins_train_in_the_sets_spelling_and_never_a_test_sentence(tmp_path):
+    source = shared_data("text", "hsvae-yahoo10")
+    test_sentence = (source / "test.txt").read_text(encoding="utf-8").splitlines()[7]
+    valid_sentence = (source / "valid.txt").read_text(encoding="utf-8").splitlines()[11]
+    extra = tmp_path / "extra.txt"
+    extra.write_text(f"what is the zzqx of a cat ?\n{test_sentence}\nwhere is the moon ?\n{valid_sentence}\n"
+                     "where is the moon ?\n", encoding="utf-8")
+    proc = prepare(source, tmp_path / "raw", "--unlabelled", extra)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 sentences taken, 3 left out" in proc.stderr
+    sentences, labels = read_corpus(tmp_path / "raw" / "train.txt", 10**6)
+    assert len(sentences) == 9002 and labels[-2:] == [-1, -1] and min(labels[:-2]) >= 0
+    # A word outside the set's vocabulary is spelled as the set spells it.
+    assert [" ".join(s) for s in sentences[-2:]] == ["what is the _UNK of a cat ?", "where is the moon ?"]
+    assert -1 not in read_corpus(tmp_path / "raw" / "valid.txt", 10**6)[1]
+
+
 def test_label_files_are_checked(tmp_path):
     (tmp_path / "train.txt").write_text("a b\nc d\n")
     (tmp_path / "train_labels.txt").write_text("1\n0\n")
     assert read_corpus(tmp_path / "train.txt", 10) == ([["a", "b"], ["c", "d"]], [1, 0])
+    (tmp_path / "train_labels.txt").write_text("-1\n0\n")  # -1: a sentence without a label
+    assert read_corpus(tmp_path / "train.txt", 10)[1] == [-1, 0]
+    (tmp_path / "train_labels.txt").write_text("1\n-2\n")
+    with pytest.raises(ValueError, match=r"train_labels.txt:2: '-2' is not a class id .* or -1 for no label"):
+        read_corpus(tmp_path / "train.txt", 10)
     (tmp_path / "train_labels.txt").write_text("1\nx\n")
     with pytest.raises(ValueError, match=r"train_labels.txt:2: 'x' is not a class id"):
         read_corpus(tmp_path / "train.txt", 10)

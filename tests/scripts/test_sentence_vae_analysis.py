@@ -21,6 +21,12 @@ def run_analysis(checkpoint, data, out, samples, classifier_epochs):
 
 def test_analysis_of_a_trained_hsvae(tmp_path):
     data = yelp_corpus(tmp_path / "yelp", 300, 60, 100)
+    # The last 100 training sentences without a label (-1 in a labels file): the VAE trains
+    # on them, the classifiers and word distributions leave them out.
+    lines = (data / "train.txt").read_text(encoding="utf-8").splitlines()
+    (data / "train.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in lines), encoding="utf-8")
+    (data / "train_labels.txt").write_text("".join(line.split(" ", 1)[0] + "\n" for line in lines[:200])
+                                           + "-1\n" * 100)
     run_cli("fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch",
             "sentence_vae", "--criterion", "hsvae", "--latent-dim", "6", "--embed-dim", "32", "--hidden-dim", "48",
             "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0",
@@ -28,7 +34,8 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     out = tmp_path / "analysis"
     results, printed = run_analysis(tmp_path / "ckpt" / "checkpoint_last.pt", data, out, samples=3, classifier_epochs=3)
     assert results["objective"] == "hsvae" and results["classes"] == 5 and results["latent_dim"] == 6
-    for key in ("frozen_encoder_accuracy", "end_to_end_accuracy", "majority_class_accuracy"):
+    for key in ("frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy",
+                "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
     assert 0 <= results["average_hoyer_samples"] <= 1
     # HSVAE's KL terms on test, apart: the Gaussian's (information about x) and the Beta's.
@@ -37,6 +44,24 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     assert gamma_class.shape == (5, 6) and ((0 <= gamma_class) & (gamma_class <= 1)).all()
     kl = np.array(results["class_word_kl"])
     assert np.allclose(np.diag(kl), 0) and (kl[~np.eye(5, dtype=bool)] > 0).all()
+    assert np.allclose(kl, class_word_kl_of(lines[:200], tmp_path / "ckpt" / "checkpoint_last.pt"), atol=1e-4)
     for png in ("gamma_class.png", "class_kl.png"):
         assert (out / png).stat().st_size > 5000
     assert "frozen_encoder_accuracy:" in printed
+
+
+def class_word_kl_of(labelled_lines, checkpoint):
+    """KL(class i || class j) of add-1 smoothed unigrams, counted directly from ``LABEL words``
+    lines over a vocabulary of the checkpoint's size (the KL does not depend on word ids)."""
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)["model"]
+    size = next(w.shape[0] for name, w in state.items() if name.endswith("embed.weight"))
+    ids = {}
+    counts = np.ones((5, size))
+    for line in labelled_lines:
+        label, *words = line.split()
+        for word in words:
+            counts[int(label), ids.setdefault(word, len(ids))] += 1
+    p = counts / counts.sum(1, keepdims=True)
+    return (p[:, None, :] * (np.log(p[:, None, :]) - np.log(p[None, :, :]))).sum(-1)

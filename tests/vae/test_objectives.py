@@ -23,10 +23,11 @@ def test_gaussian_kl_matches_monte_carlo():
 
 
 def test_spike_and_slab_prior_is_a_density_and_its_sampler_agrees():
-    from fairseq_sparse.vae.mat_vae import sample_spike_and_slab, spike_and_slab_log_prob
+    from fairseq_sparse.modules.probability import spike_and_slab_log_prob
+    from fairseq_sparse.vae.mat_vae import sample_spike_and_slab
 
     grid = torch.linspace(-8, 8, 400001, dtype=torch.float64)[:, None]
-    density = spike_and_slab_log_prob(grid, 0.8, 0.05).exp()
+    density = spike_and_slab_log_prob(grid, 0.8, 0.05).sum(-1).exp()
     assert torch.trapezoid(density, grid[:, 0]).item() == pytest.approx(1.0, abs=1e-6)
     torch.manual_seed(1)
     samples = sample_spike_and_slab(200000, 1, 0.8, 0.05, torch.zeros(1, dtype=torch.float64))
@@ -51,11 +52,12 @@ def hsvae_criterion(**options):
 
     task = SimpleNamespace(target_dictionary=SimpleNamespace(pad=lambda: 1))
     cfg = dict(kl_weight=1.0, gamma_kl_weight=1.0, prior_alpha=5.0, prior_beta=0.5, temperature=0.1,
-               spike_std=0.0, hard_slab=False)
+               spike_std=0.0, hard_slab=False, kl_z_estimate="closed_form")
     return HSVAECriterion(SimpleNamespace(**{**cfg, **options}), task)
 
 
-@pytest.mark.parametrize("sampler", [{}, {"spike_std": 0.05, "hard_slab": True}])
+@pytest.mark.parametrize("sampler", [{}, {"spike_std": 0.05, "hard_slab": True},
+                                     {"spike_std": 0.05, "hard_slab": True, "kl_z_estimate": "sample"}])
 @pytest.mark.parametrize("extreme", [1e-2, 1e2])
 def test_hsvae_is_finite_at_extreme_beta_parameters(extreme, sampler):
     criterion = hsvae_criterion(**sampler)
@@ -94,6 +96,40 @@ def test_hsvae_spike_is_exactly_zero_by_default_and_the_relaxed_slab_shrinks():
     relaxed = hsvae_criterion(temperature=0.5).latent(spike_or_slab_posterior())[0]
     # A relaxed indicator scales the slab: values strictly between the spike and the slab occur.
     assert ((relaxed > 0.5) & (relaxed < 4)).float().mean().item() > 0.05
+
+
+def mixture_kl_by_quadrature(gamma, mean, std, spike_std):
+    """KL(gamma N(0, s^2) + (1 - gamma) N(mean, std^2) || gamma N(0, s^2) + (1 - gamma) N(0, 1))
+    per dimension, by the trapezoid rule on a fine grid (torch.distributions' densities)."""
+    grid = torch.linspace(-12, 12, 2_000_001, dtype=torch.float64)[:, None]
+    spike = torch.distributions.Normal(0.0, spike_std).log_prob(grid) + torch.log(gamma)
+    log_q = torch.logaddexp(spike, torch.distributions.Normal(mean, std).log_prob(grid) + torch.log1p(-gamma))
+    log_p = torch.logaddexp(spike, torch.distributions.Normal(0.0, 1.0).log_prob(grid) + torch.log1p(-gamma))
+    return torch.trapezoid(log_q.exp() * (log_q - log_p), grid[:, 0], dim=0)
+
+
+def test_hsvae_one_sample_kl_estimates_the_mixtures_kl_below_the_closed_form_bound():
+    torch.manual_seed(3)
+    gamma = torch.tensor([0.2, 0.5, 0.9], dtype=torch.float64)
+    mean = torch.tensor([1.5, -0.3, 2.5], dtype=torch.float64)
+    std = torch.tensor([0.4, 0.02, 1.3], dtype=torch.float64)
+    n, concentration = 200000, 1e7  # Beta(c gamma, c (1 - gamma)): gamma fixed to within 3e-4
+    posterior = {"mean": mean.expand(n, 3), "log_var": (2 * std.log()).expand(n, 3),
+                 "gamma_a": (concentration * gamma).expand(n, 3),
+                 "gamma_b": (concentration * (1 - gamma)).expand(n, 3)}
+    options = dict(spike_std=0.05, hard_slab=True)
+    kl_z = hsvae_criterion(kl_z_estimate="sample", **options).latent(posterior)[2]["kl_z"]
+    exact = mixture_kl_by_quadrature(gamma, mean, std, 0.05).sum().item()
+    assert kl_z.mean().item() == pytest.approx(exact, abs=5 * kl_z.std().item() / n ** 0.5)
+    # The default charges the slabs' KL, a bound on the mixtures' KL (joint convexity).
+    bound = hsvae_criterion(**options).latent(posterior)[2]["kl_z"]
+    assert exact < bound.mean().item() - 0.1
+
+
+@pytest.mark.parametrize("sampler", [{}, {"spike_std": 0.05}, {"hard_slab": True}])
+def test_hsvae_refuses_the_one_sample_kl_unless_z_is_drawn_from_the_mixture(sampler):
+    with pytest.raises(ValueError, match="--kl-z-estimate sample needs --spike-std > 0 and --hard-slab"):
+        hsvae_criterion(kl_z_estimate="sample", **sampler)
 
 
 @pytest.mark.parametrize("spike_std", [-0.05, float("nan")])
