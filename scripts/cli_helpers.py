@@ -1,6 +1,7 @@
 """Shared by the experiment scripts (importable because Python puts a script's own
 directory on sys.path)."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,9 +22,17 @@ def run_logged(cmd, log, env=None):
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, proc.stderr)
 
 
-def training_done(log):
-    """Whether ``log`` holds a fairseq-train run that reached its end."""
-    return log.is_file() and "done training" in log.read_text(encoding="utf-8")
+def training_done(log, epochs=None):
+    """Whether ``log`` holds a fairseq-train run that reached its end and, given ``epochs``,
+    logged at least that many: a grid rerun with more epochs trains on (from the checkpoint
+    where there is one) instead of reporting the shorter run."""
+    if not log.is_file():
+        return False
+    text = log.read_text(encoding="utf-8")
+    if "done training" not in text:
+        return False
+    ended = re.findall(r"end of epoch (\d+)", text)
+    return epochs is None or (bool(ended) and int(ended[-1]) >= epochs)
 
 
 def generate_hypotheses(output):

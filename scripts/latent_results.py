@@ -7,8 +7,9 @@ and a plot of decoder calls (the support size, for sparse marginalisation) over 
     python scripts/latent_results.py --out results/ssvae --dataset mnist --experiments ssvae \
         --warm-start-epochs 100 --epochs '{"ssvae": 200}' --fairseq-args "--lr 5e-4 --latent-dim 8"  # the paper's protocol
 
-A run whose log already ends its training is collected, not rerun (``--collect-only``
-never trains).  Metrics are the last epoch's on the test split; decoder calls are per
+A run whose log already ends its training, at ``--epochs``, is collected, not rerun; one
+logged with fewer epochs is trained again, to the new count (``--collect-only`` never
+trains, and collects every finished run).  Metrics are the last epoch's on the test split; decoder calls are per
 training example, averaged over all of training (as the paper counts them) and in
 the last epoch (where the support of sparse marginalisation has shrunk).
 """
@@ -71,7 +72,8 @@ def run_one(args, experiment, estimator, seed):
     log = args.out / "logs" / f"{name}.log"
     warm_log = args.out / "logs" / f"{name}.warm.log"
     warm = experiment == "ssvae" and args.warm_start_epochs > 0
-    if not training_done(log):
+    # Collecting takes every finished run; training also goes on with one shorter than --epochs.
+    if not training_done(log, None if args.collect_only else args.epochs[experiment.split("/")[0]]):
         if args.collect_only:
             return experiment, estimator, seed, None
         train(args, experiment, estimator, seed, name, log, warm_log if warm else None)
@@ -102,7 +104,7 @@ def train(args, experiment, estimator, seed, name, log, warm_log):
         # The paper's warm start: the classifier and VAE on the labelled images alone, its last
         # checkpoint kept (a stage interrupted resumes from it), then the whole objective from there.
         warm_dir = save_dir / "warm_start"
-        if not training_done(warm_log):
+        if not training_done(warm_log, args.warm_start_epochs):
             # The warm start's own epochs and learning rate come last: they override --fairseq-args.
             warm_cmd = cmd + options + ["--labelled-only", "--max-epoch", str(args.warm_start_epochs), "--lr",
                                         str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]

@@ -23,7 +23,8 @@ the test accuracy of a classifier on the frozen encoder's K = 5 samples
 (``scripts/sentence_vae_analysis.py``), the same classifier's on the posterior means,
 and the majority class's).  A run keeps its
 last checkpoint, so an interrupted grid resumes each run where it stopped (its log
-is appended to); runs and analyses already finished are collected, not rerun.
+is appended to), and a grid rerun with more ``--epochs`` trains its runs on; runs and
+analyses already finished are collected, not rerun.
 """
 
 import argparse
@@ -114,8 +115,10 @@ def run_one(args, objective, setting, seed):
     log = args.out / "logs" / f"{name}.log"
     save_dir = args.out / "checkpoints" / name
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    if not training_done(log):
+    result = args.out / "analysis" / name / "analysis.json"
+    if not training_done(log, args.epochs):
         log.parent.mkdir(parents=True, exist_ok=True)
+        result.unlink(missing_ok=True)  # an analysis of the shorter run, if any, is stale
         # Appended: a resumed run (fairseq reads checkpoint_last.pt in its save dir) keeps the
         # epochs logged before the interruption.
         with open(log, "a", encoding="utf-8") as out:
@@ -126,7 +129,6 @@ def run_one(args, objective, setting, seed):
     valid = last_per_epoch(epoch_metrics(log.read_text(encoding="utf-8")).get("valid", []))
     analysis = None
     if args.analyse:
-        result = args.out / "analysis" / name / "analysis.json"
         if not result.is_file():
             cmd = [sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
                    str(save_dir / "checkpoint_last.pt"), str(args.data), "--out", str(result.parent),

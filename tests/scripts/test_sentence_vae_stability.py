@@ -1,6 +1,7 @@
 """scripts/sentence_vae_stability.py on a small slice of real Yelp text: the table, the plot,
 the frozen-encoder analysis, logs collected rather than rerun on a second call, and an
-interrupted run resumed from its checkpoint with its earlier epochs kept."""
+interrupted run resumed from its checkpoint with its earlier epochs kept, and a finished
+one trained on when asked for more epochs."""
 
 import json
 import subprocess
@@ -67,8 +68,17 @@ def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
     log = out / "logs" / "hsvae" / "10_1_seed1.log"
     # As if killed after epoch 1: the log lacks its last line, the checkpoint is there.
     log.write_text(log.read_text().replace("done training", "killed"))
-    run(data, out, "--seeds", "1", "--mat-vae-settings", "", epochs=2)
+    run(data, out, "--seeds", "1", "--mat-vae-settings", "", "--analyse", epochs=2)
     text = log.read_text()
     assert text.count("done training") == 1 and "Loaded checkpoint" in text
     valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
     assert [epoch["epoch"] for epoch in valid] == [1, 2]
+    # Rerun with more epochs, a finished run trains on from its checkpoint and its analysis,
+    # now stale, is made again.
+    analysis = out / "analysis" / "hsvae" / "10_1_seed1" / "analysis.json"
+    analysed_at = analysis.stat().st_mtime_ns
+    run(data, out, "--seeds", "1", "--mat-vae-settings", "", "--analyse", epochs=3)
+    assert log.read_text().count("done training") == 2
+    valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
+    assert [epoch["epoch"] for epoch in valid] == [1, 2, 3]
+    assert analysis.stat().st_mtime_ns != analysed_at
