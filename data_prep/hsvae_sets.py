@@ -98,8 +98,8 @@ def main(argv=None):
         (args.out / f"{split}_labels.txt").write_text("".join(line + "\n" for line in ids))
     for name in ("test.txt", "test_labels.txt"):
         shutil.copyfile(args.source / name, args.out / name)
-    print(f"{args.out}: train {int((~held).sum())} labelled + {len(extra)} unlabelled, valid {int(held.sum())} (of the paper's valid set), "
-          f"test {len(test_sentences)} (the paper's test set)", file=sys.stderr)
+    print(f"{args.out}: train {int((~held).sum())} labelled + {len(extra)} unlabelled, valid {int(held.sum())} "
+          f"(of the paper's valid set), test {len(test_sentences)} (the paper's test set)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,10 @@ and a plot of decoder calls (the support size, for sparse marginalisation) over 
 
 A run whose log already ends its training, at ``--epochs``, is collected, not rerun; one
 logged with fewer epochs is trained again, to the new count (``--collect-only`` never
-trains, and collects every finished run).  Metrics are the last epoch's on the test split; decoder calls are per
-training example, averaged over all of training (as the paper counts them) and in
-the last epoch (where the support of sparse marginalisation has shrunk).
+trains, and collects every finished run).  Metrics are the last epoch's on the test
+split; decoder calls are per training example, averaged over all of training (as the
+paper counts them) and in the last epoch (where the support of sparse marginalisation
+has shrunk).
 """
 
 import argparse

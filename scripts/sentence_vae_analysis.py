@@ -7,7 +7,8 @@ heat map and the classes' word-distribution divergences.
 DATA_DIR is the labelled corpus the model was trained on (train.txt, valid.txt,
 test.txt with class labels, leading each line or in ``{split}_labels.txt``).  Train
 sentences labelled -1 (the VAE trained on them without a class) are left out of
-every classifier and of the word distributions.  Steps:
+every classifier and of the word distributions; every test sentence needs its class.
+Steps:
 
 - the encoder is frozen; K = ``--samples`` posterior samples per sentence (drawn
   as the model's objective draws them: spike-and-slab for hsvae) train a
@@ -204,6 +205,10 @@ def main(argv=None):
         raise SystemExit(f"{args.data}/train.txt has no class labels: frozen-encoder classification needs them")
     for split in ("train", "test"):
         task.load_dataset(split)
+    unlabelled_test = int((task.datasets["test"].labels < 0).sum())
+    if unlabelled_test:
+        raise SystemExit(f"{args.data}: {unlabelled_test} test sentences are labelled -1 (no class); the "
+                         "classifiers are scored on every test sentence, so each needs its class")
     torch.manual_seed(args.seed)
     train_codes, train_means, _, train_labels, _ = encode(model, criterion, task.datasets["train"], args.samples,
                                                           labelled(task.datasets["train"]))
@@ -239,8 +244,8 @@ def main(argv=None):
              "nats")
     results["class_word_kl"] = kl.round(4).tolist()
     (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy", "majority_class_accuracy",
-                "average_hoyer_samples", "average_hoyer_means"):
+    for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy",
+                "majority_class_accuracy", "average_hoyer_samples", "average_hoyer_means"):
         value = results[key]
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {'not run' if value is None else value}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")

@@ -30,8 +30,8 @@ are options, so that their effect can be measured:
   shrunken slab value;
 - ``--kl-z-estimate sample``: the KL over z estimated from the one z the decoder
   sees, log q(z | x, gamma) - log p(z | gamma), both mixtures weighted by the
-  sampled gamma (not its mean), where the default is the closed form above.  Unbiased
-  for the mixtures' KL only when z is a draw from q(z | x, gamma), so it needs
+  sampled gamma (not its mean), where the default is the closed form above.
+  Unbiased for the mixtures' KL only when z is a draw from q(z | x, gamma), so it needs
   both options above (a point-mass spike has no density, a relaxed indicator
   draws from another distribution).
 """
@@ -62,10 +62,10 @@ class HSVAEConfig(VAEConfig):
                                                              "Concrete's straight-through gradient (the authors' "
                                                              "code) instead of relaxed"})
     kl_z_estimate: ChoiceEnum(["closed_form", "sample"]) = field(
-        default="closed_form", metadata={"help": "KL over z: 'closed_form', sum_i (1 - E[gamma_i]) KL(slab_q || "
-                                                 "slab_p), exact for a point-mass spike, a bound otherwise; 'sample', log q(z|x,gamma) - log p(z|gamma) at "
-                                           "the sampled z and gamma (the authors' code; needs --spike-std > 0 and "
-                                           "--hard-slab)"})
+        default="closed_form",
+        metadata={"help": "KL over z: 'closed_form', sum_i (1 - E[gamma_i]) KL(slab_q || slab_p), exact for a "
+                          "point-mass spike, a bound otherwise; 'sample', log q(z|x,gamma) - log p(z|gamma) at the "
+                          "sampled z and gamma (the authors' code; needs --spike-std > 0 and --hard-slab)"})
 
 
 @register_criterion("hsvae", dataclass=HSVAEConfig)

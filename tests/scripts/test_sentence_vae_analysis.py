@@ -48,6 +48,14 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     for png in ("gamma_class.png", "class_kl.png"):
         assert (out / png).stat().st_size > 5000
     assert "frozen_encoder_accuracy:" in printed
+    # Test sentences are what the classifiers are scored on: one without a class is an error.
+    test = (data / "test.txt").read_text(encoding="utf-8").splitlines()
+    (data / "test.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in test), encoding="utf-8")
+    (data / "test_labels.txt").write_text("-1\n" + "".join(line.split(" ", 1)[0] + "\n" for line in test[1:]))
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
+                           str(tmp_path / "ckpt" / "checkpoint_last.pt"), str(data), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "1 test sentences are labelled -1 (no class)" in proc.stderr
 
 
 def class_word_kl_of(labelled_lines, checkpoint):
