@@ -31,8 +31,8 @@ def training_done(log, epochs=None):
     text = log.read_text(encoding="utf-8")
     if "done training" not in text:
         return False
-    ended = re.findall(r"end of epoch (\d+)", text)
-    return epochs is None or (bool(ended) and int(ended[-1]) >= epochs)
+    ended = [entry["epoch"] for entry in epoch_metrics(text).get("train", [])]
+    return epochs is None or (bool(ended) and ended[-1] >= epochs)
 
 
 def generate_hypotheses(output):
@@ -49,8 +49,6 @@ def epoch_metrics(log_text):
     """The per-epoch metrics of a fairseq-train log (``--log-format simple``):
     {"train": [{metric: value}, ...], "valid": [...], "test": [...]}, one dict per epoch
     and subset, in order."""
-    import re
-
     found = {}
     for line in log_text.splitlines():
         if "| train | epoch" in line:

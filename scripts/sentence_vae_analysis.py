@@ -76,7 +76,7 @@ def encode(model, criterion, dataset, samples, indices=None):
     averaged over the sentences and draws ({name: nats per sentence}); N = the sentences
     of ``indices`` (default: all)."""
     codes, means, gammas, labels, kl = [], [], [], [], {}
-    count = len(dataset) if indices is None else len(indices)
+    indices = range(len(dataset)) if indices is None else indices
     for batch in batches(dataset, 128, indices):
         posterior = model.encode(**encoder_input(batch["net_input"]))
         draws = [criterion.latent(posterior) for _ in range(samples)]
@@ -88,7 +88,7 @@ def encode(model, criterion, dataset, samples, indices=None):
             for name, value in draw[2].items():
                 kl[name] = kl.get(name, 0.0) + value.sum().item() / samples
     return (torch.cat(codes), torch.cat(means), torch.cat(gammas), torch.cat(labels),
-            {name: total / count for name, total in kl.items()})
+            {name: total / len(indices) for name, total in kl.items()})
 
 
 def train_frozen_classifier(train_codes, train_labels, classes, epochs, seed):
@@ -205,7 +205,7 @@ def main(argv=None):
         raise SystemExit(f"{args.data}/train.txt has no class labels: frozen-encoder classification needs them")
     for split in ("train", "test"):
         task.load_dataset(split)
-    unlabelled_test = int((task.datasets["test"].labels < 0).sum())
+    unlabelled_test = len(task.datasets["test"]) - len(labelled(task.datasets["test"]))
     if unlabelled_test:
         raise SystemExit(f"{args.data}: {unlabelled_test} test sentences are labelled -1 (no class); the "
                          "classifiers are scored on every test sentence, so each needs its class")
