@@ -147,8 +147,12 @@ def table(experiment, runs):
         row.append(str(PAPER.get(experiment, {}).get(estimator, "")))
         row.append(str(PAPER_CALLS.get(experiment, {}).get(estimator, "")))
         lines.append("| " + " | ".join(row) + " |")
-    seeds = len(next(iter(runs.values())))
-    lines += ["", f"Mean ± standard deviation over {seeds} seed(s)."]
+    seeds = {estimator: len(results) for estimator, results in sorted(runs.items())}
+    if len(set(seeds.values())) == 1:
+        lines += ["", f"Mean ± standard deviation over {next(iter(seeds.values()))} seed(s)."]
+    else:  # runs of a grid collected while some estimators have fewer finished seeds
+        lines += ["", "Mean ± standard deviation over the seeds of each estimator: "
+                  + ", ".join(f"{estimator} {n}" for estimator, n in seeds.items()) + "."]
     return "\n".join(lines)
 
 

@@ -59,6 +59,9 @@ class LatentMarginalizationCriterion(FairseqCriterion):
         if total("classified"):
             metrics.log_scalar("accuracy", 100 * total("correct") / total("classified"), total("classified"),
                                round=2)
+        if total("sender_entropy"):
+            metrics.log_scalar("sender_entropy", total("sender_entropy") / total("estimated"), total("estimated"),
+                               round=3)
         if total("games"):
             metrics.log_scalar("success", 100 * total("won") / total("games"), total("games"), round=2)
         if total("dims"):

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from fairseq_sparse.latent import ESTIMATORS, Categorical
+from fairseq_sparse.latent.estimators import EstimatorOptions, build_estimator_from_options
+from fairseq_sparse.latent.signaling_game_model import SignalingGameModel
 from fairseq_sparse.latent.signaling_game_task import SignalingGameDataset
 from tests.conftest import REPO, run_cli, shared_data, valid_metrics
 
@@ -51,6 +53,72 @@ def test_training_games_depend_on_epoch_and_target_only():
     assert sum(not torch.equal(a, b) for a, b in zip(first, second)) > 35
     rebuilt.set_epoch(2)
     assert torch.equal(candidates(rebuilt, range(40)), second)
+
+
+def test_receiver_of_many_messages_per_game_matches_one_game_per_row():
+    """The stacked receiver (dense decodes 256 messages per game) gives the scores and
+    gradients of scoring each (game, message) row on its own copy of the candidates,
+    whatever the order of the rows, with games that decode nothing and relaxed messages."""
+    torch.manual_seed(0)
+    model = SignalingGameModel(features=20, messages=12, hidden_dim=8).double()
+    embedded = torch.randn(5, 4, 8, dtype=torch.double, requires_grad=True)
+    rows = torch.tensor([3, 0, 0, 4, 3, 3, 1, 0])  # unsorted; game 2 decodes no message
+    message = torch.softmax(torch.randn(8, 12, dtype=torch.double), -1).requires_grad_()
+    stacked = model.receiver_scores_of_rows(embedded, rows, message)
+    one_by_one = model.receiver_scores(embedded[rows], message)
+    torch.testing.assert_close(stacked, one_by_one)
+    weights = torch.randn_like(stacked)
+    inputs = [embedded, message, model.message_embedding.weight]
+    for got, want in zip(torch.autograd.grad((stacked * weights).sum(), inputs),
+                         torch.autograd.grad((one_by_one * weights).sum(), inputs)):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("estimator", ["dense", "sparsemax", "gumbel"])
+def test_entropy_bonus_lowers_the_loss_by_the_senders_entropy(estimator):
+    """--entropy-coeff c: loss = E[receiver loss] - c H(pi), the paper code's sender bonus."""
+    torch.manual_seed(0)
+    sample = {"net_input": {"target": torch.rand(6, 10), "candidates": torch.rand(6, 4, 10)},
+              "target_position": torch.randint(4, (6,))}
+    model = SignalingGameModel(features=10, messages=7, hidden_dim=5)
+    plain = SignalingGameModel(features=10, messages=7, hidden_dim=5, entropy_coeff=0.3)
+    plain.load_state_dict(model.state_dict())
+    est = build_estimator_from_options(estimator, EstimatorOptions(), Categorical(7))
+    torch.manual_seed(1)
+    loss, stats = model.latent_loss(sample, est)
+    torch.manual_seed(1)
+    bonus, bonus_stats = plain.latent_loss(sample, est)
+    assert "sender_entropy" not in stats and bonus_stats["sender_entropy"] > 0
+    torch.testing.assert_close(bonus, loss - 0.3 * bonus_stats["sender_entropy"])
+    with pytest.raises(ValueError, match="--entropy-coeff -0.1: must be at least 0"):
+        SignalingGameModel(features=10, messages=7, hidden_dim=5, entropy_coeff=-0.1)
+    with pytest.raises(ValueError, match="--entropy-coeff nan"):
+        SignalingGameModel(features=10, messages=7, hidden_dim=5, entropy_coeff=float("nan"))
+
+
+def test_bounded_sender_scores_are_bounded_and_divided_by_its_temperature():
+    """--sender bounded (the paper code's): each score is at most the L1 norm of its row of
+    the output layer over the temperature, however large the input."""
+    torch.manual_seed(0)
+    model = SignalingGameModel(features=10, messages=7, hidden_dim=5, sender="bounded", sender_filters=3,
+                               sender_temperature=10.0)
+    scores = model(torch.randn(50, 10) * 1e4)
+    bound = model.sender.output.weight.abs().sum(1) / 10.0
+    assert bool((scores.abs() <= bound + 1e-6).all())
+    hot = SignalingGameModel(features=10, messages=7, hidden_dim=5, sender="bounded", sender_filters=3,
+                             sender_temperature=1.0)
+    hot.load_state_dict(model.state_dict())
+    x = torch.randn(4, 10)
+    torch.testing.assert_close(hot(x) / 10.0, model(x))
+    mlp = SignalingGameModel(features=10, messages=7, hidden_dim=5, sender_temperature=4.0)
+    plain = SignalingGameModel(features=10, messages=7, hidden_dim=5)
+    plain.load_state_dict(mlp.state_dict())
+    torch.testing.assert_close(plain(x) / 4.0, mlp(x))
+    for option, value, message in [("sender_temperature", 0.0, "--sender-temperature 0.0: must be above 0"),
+                                   ("sender_filters", 0, "--sender-filters 0: must be at least 1"),
+                                   ("sender", "cnn", "--sender cnn: must be mlp or bounded")]:
+        with pytest.raises(ValueError, match=message):
+            SignalingGameModel(features=10, messages=7, hidden_dim=5, **{option: value})
 
 
 def test_resumed_run_plays_the_uninterrupted_runs_games(tmp_path):

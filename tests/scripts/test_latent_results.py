@@ -7,6 +7,10 @@ import sys
 
 from tests.conftest import REPO
 
+sys.path.insert(0, str(REPO / "scripts"))
+
+from latent_results import table  # noqa: E402
+
 
 def run(*args):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "latent_results.py"), *map(str, args)],
@@ -59,3 +63,15 @@ def test_warm_start_is_refused_without_ssvae(tmp_path):
                            "--experiments", "signaling_game", "--warm-start-epochs", "2"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "--warm-start-epochs applies to the ssvae experiment only" in proc.stderr
+
+
+def test_table_names_the_seeds_of_each_estimator_when_they_differ():
+    def run(success):
+        return {"test": {"success": success}, "train_calls": [3.0, 1.0]}
+
+    uneven = table("signaling_game", {"dense": [run(90.0)], "sparsemax": [run(91.0), run(93.0)]})
+    assert "| sparsemax | 92.00 ± 1.41 | 2.00 ± 0.00 | 1.00 ± 0.00 | 93.35 | 3.13 |" in uneven
+    assert "| dense | 90.00 ± 0.00 |" in uneven
+    assert uneven.endswith("Mean ± standard deviation over the seeds of each estimator: dense 1, sparsemax 2.")
+    even = table("signaling_game", {"dense": [run(90.0)], "sparsemax": [run(91.0)]})
+    assert even.endswith("Mean ± standard deviation over 1 seed(s).")
