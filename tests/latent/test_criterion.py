@@ -46,3 +46,22 @@ def test_settings_at_the_limits_build(estimator, setting, space):
             assert built.centre.decay == value
         else:
             assert getattr(built, argument) == value
+
+
+def test_criterion_flushes_denormals_which_slowed_cpu_products_many_times():
+    from types import SimpleNamespace
+
+    import torch
+
+    from fairseq_sparse.latent.criterion import LatentMarginalizationCriterion
+
+    tiny = torch.tensor([1e-30])
+    torch.set_flush_denormal(False)
+    try:
+        assert (tiny * 1e-10).item() > 0  # a denormal, kept
+        LatentMarginalizationCriterion(LatentMarginalizationConfig(estimator="gumbel"),
+                                       SimpleNamespace(latent_space=Categorical(10)))
+        assert (tiny * 1e-10).item() == 0  # flushed
+        assert (tiny * 1e-5).item() > 0  # normal numbers are untouched
+    finally:
+        torch.set_flush_denormal(False)
