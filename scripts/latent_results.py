@@ -1,6 +1,7 @@
 """The estimator x experiment grid of Correia et al. (NeurIPS 2020), over seeds, through
 fairseq-train; one table per experiment in the paper's format, next to its numbers,
-and a plot of decoder calls (the support size, for sparse marginalisation) over training.
+and plots of decoder calls (the support size, for sparse marginalisation) and of the test
+metric over training.
 
     python scripts/latent_results.py --out results/latent              # digits, 3 seeds
     python scripts/latent_results.py --out results/mnist --dataset mnist      # the full MNIST, official split
@@ -62,10 +63,12 @@ def estimators_for(experiment):
 
 
 def parse_log(text):
-    """Per-epoch training decoder calls and the last validation/test metrics of a log."""
+    """Per-epoch training decoder calls, the last validation/test metrics of a log, and the
+    test metrics of every validated epoch (``test_curve``)."""
     epochs = epoch_metrics(text)
     last = {subset: rows[-1] for subset, rows in epochs.items() if subset != "train"}
-    return {"train_calls": [t.get("decoder_calls", math.nan) for t in epochs.get("train", [])], **last}
+    return {"train_calls": [t.get("decoder_calls", math.nan) for t in epochs.get("train", [])], **last,
+            "test_curve": epochs.get("test", [])}
 
 
 def run_one(args, experiment, estimator, seed):
@@ -157,6 +160,8 @@ def table(experiment, runs):
 
 
 def plot(results, path):
+    """Per experiment: decoder calls per training example over the epochs (top) and the
+    test metric at each validated epoch (bottom), mean over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,23 +169,34 @@ def plot(results, path):
 
     experiments = list(results)
     colours = {name: plt.get_cmap("tab20")(i) for i, name in enumerate(sorted(ESTIMATORS))}
-    fig, axes = plt.subplots(1, len(experiments), figsize=(4.5 * len(experiments) + 1.5, 3.8), squeeze=False)
+    width = 4.5 * len(experiments) + 1.5
+    fig, axes = plt.subplots(2, len(experiments), figsize=(width, 7.2), squeeze=False)
     lines = {}
-    for ax, experiment in zip(axes[0], experiments):
+    for column, experiment in enumerate(experiments):
+        metric = EXPERIMENTS[experiment][0]
+        calls_ax, metric_ax = axes[0, column], axes[1, column]
         for estimator, runs in sorted(results[experiment].items()):
+            # Solid: exact marginalisation; dotted: Monte Carlo (a fixed number of samples).
+            style = "-" if ESTIMATORS[estimator].sparse or estimator == "dense" else ":"
             curves = [r["train_calls"] for r in runs]
             n = min(len(c) for c in curves)
             mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
-            # Solid: exact marginalisation; dotted: Monte Carlo (a fixed number of samples).
-            style = "-" if ESTIMATORS[estimator].sparse or estimator == "dense" else ":"
-            (lines[estimator],) = ax.plot(range(1, n + 1), mean, style, marker="o", markersize=3,
-                                          color=colours[estimator], label=estimator)
-        ax.set_yscale("log")
-        ax.set_title(experiment)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("decoder calls per example (training)")
+            (lines[estimator],) = calls_ax.plot(range(1, n + 1), mean, style, marker="o", markersize=3,
+                                                color=colours[estimator], label=estimator)
+            points = [{int(row["epoch"]): row[metric] for row in r.get("test_curve", [])
+                       if "epoch" in row and metric in row} for r in runs]
+            shared = sorted(set.intersection(*(set(p) for p in points)))
+            if shared:
+                metric_ax.plot(shared, [statistics.mean(p[e] for p in points) for e in shared], style, marker="o",
+                               markersize=3, color=colours[estimator])
+        calls_ax.set_yscale("log")
+        calls_ax.set_title(experiment)
+        calls_ax.set_xlabel("epoch")
+        calls_ax.set_ylabel("decoder calls per example (training)")
+        metric_ax.set_xlabel("epoch")
+        metric_ax.set_ylabel(f"test {metric.replace('_', ' ')}")
     fig.legend([lines[k] for k in sorted(lines)], sorted(lines), fontsize=8, loc="center right")
-    fig.tight_layout(rect=(0, 0, 1 - 1.5 / (4.5 * len(experiments) + 1.5), 1))
+    fig.tight_layout(rect=(0, 0, 1 - 1.5 / width, 1))
     fig.savefig(path, dpi=130)
 
 
@@ -240,7 +256,7 @@ def main(argv=None):
     (args.out / "tables.md").write_text(tables + "\n", encoding="utf-8")
     print(tables)
     plot(results, args.out / "decoder_calls.png")
-    print(f"\nplot of decoder calls over training: {args.out / 'decoder_calls.png'}")
+    print(f"\nplot of decoder calls and the test metric over training: {args.out / 'decoder_calls.png'}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ def test_grid_tables_and_plot(tmp_path):
     results = json.loads((out / "results.json").read_text())
     ssvae = results["ssvae"]["sparsemax"]
     assert len(ssvae) == 2 and len(ssvae[0]["train_calls"]) == 2 and 0 <= ssvae[0]["test"]["accuracy"] <= 100
+    curve = ssvae[0]["test_curve"]  # the test metrics of every validated epoch, the last one reported
+    assert [row["epoch"] for row in curve] == [1, 2] and curve[-1] == ssvae[0]["test"]
     assert results["bitvector_vae/32"]["sfe"][0]["train_calls"] == [1.0]
     assert (out / "decoder_calls.png").stat().st_size > 10000
     # Collecting again reads the logs: nothing is retrained, the tables are the same.
