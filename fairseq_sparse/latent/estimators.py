@@ -202,9 +202,9 @@ class Dense(Estimator):
     def forward(self, scores, loss_fn, features=None):
         # A peaked softmax has probabilities far below any representable share of the
         # expectation (the largest is at least 1/K), many of them denormal; in backward they
-        # made every CPU matrix product 6 times slower (a trained 256-way sender: 14% of
-        # them).  Below sqrt(tiny) (1e-19 in float32) they are exact zeros, with zero
-        # gradient, so no product of two such factors is denormal.
+        # made a CPU update of the signaling game 6 times slower (a peaked 256-way sender,
+        # 14% of its probabilities denormal).  Below sqrt(tiny) (1e-19 in float32) they are
+        # exact zeros, with zero gradient, so no product of two such factors is denormal.
         negligible = torch.log_softmax(scores.detach(), -1) < 0.5 * math.log(torch.finfo(scores.dtype).tiny)
         probs = torch.softmax(scores.masked_fill(negligible, float("-inf")), -1)
         # Decode every z even where its weight is 0: dense costs K calls.

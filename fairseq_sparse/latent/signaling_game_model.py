@@ -41,13 +41,14 @@ class BoundedSender(nn.Module):
     """The sender of the paper's code (deep-spin/sparse-marginalization-lvm, after
     Lazaridou et al. 2017): e = W1 x (no bias), h_j = sigmoid(sum_f v_f sigmoid(u_f e_j))
     for each of e's dimensions (a learned scalar nonlinearity with ``filters`` basis
-    functions, the code's two convolutions), scores = W4 h / temperature.
+    functions, the code's two convolutions), scores = W4 h (the model then divides them by
+    ``--sender-temperature``, the code's tau_s).
 
     Each h_j lies in (0, 1), so a score is bounded by its row of W4: a sparsemax sender
     stays inside the simplex (several messages kept) far longer than an MLP's, whose
     scores grow until one message is left and its gradient is zero."""
 
-    def __init__(self, features, messages, embedding_dim, filters, temperature):
+    def __init__(self, features, messages, embedding_dim, filters):
         super().__init__()
         self.embed = nn.Linear(features, embedding_dim, bias=False)
         self.basis_scale = nn.Parameter(torch.empty(filters))  # u: the code's 1x1 convolution
@@ -56,12 +57,11 @@ class BoundedSender(nn.Module):
         nn.init.uniform_(self.basis_scale, -1.0, 1.0)
         nn.init.uniform_(self.basis_weight, -filters ** -0.5, filters ** -0.5)
         self.output = nn.Linear(embedding_dim, messages, bias=False)
-        self.temperature = temperature
 
     def forward(self, x):
         e = self.embed(x)
         h = torch.sigmoid(torch.sigmoid(e.unsqueeze(-1) * self.basis_scale) @ self.basis_weight)
-        return self.output(h) / self.temperature
+        return self.output(h)
 
 
 @register_model("signaling_game", dataclass=SignalingGameModelConfig)
@@ -75,12 +75,11 @@ class SignalingGameModel(BaseFairseqModel):
             raise ValueError(f"--sender-temperature {sender_temperature}: must be above 0")
         if sender_filters < 1:
             raise ValueError(f"--sender-filters {sender_filters}: must be at least 1")
-        self.entropy_coeff = entropy_coeff
+        self.entropy_coeff, self.sender_temperature = entropy_coeff, sender_temperature
         if sender == "bounded":
-            self.sender = BoundedSender(features, messages, hidden_dim, sender_filters, sender_temperature)
+            self.sender = BoundedSender(features, messages, hidden_dim, sender_filters)
         elif sender == "mlp":
             self.sender = nn.Sequential(nn.Linear(features, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, messages))
-            self.sender_temperature = sender_temperature
         else:
             raise ValueError(f"--sender {sender}: must be mlp or bounded")
         self.message_embedding = nn.Linear(messages, hidden_dim, bias=False)  # reads one-hot or relaxed messages
@@ -93,8 +92,7 @@ class SignalingGameModel(BaseFairseqModel):
 
     def forward(self, target):
         """Message scores (B, messages) of the sender."""
-        scores = self.sender(target)
-        return scores if isinstance(self.sender, BoundedSender) else scores / self.sender_temperature
+        return self.sender(target) / self.sender_temperature
 
     def receiver_scores(self, embedded_candidates, message):
         return torch.einsum("bch,bh->bc", embedded_candidates, self.message_embedding(message))
@@ -108,7 +106,7 @@ class SignalingGameModel(BaseFairseqModel):
         30 times slower than sparsemax: the message embedding is folded into the
         candidates once per game (B, C, messages), and each game's messages are stacked
         (B, most messages of a game, messages) for one batched product."""
-        games, candidates_per_game = embedded_candidates.shape[:2]
+        games = embedded_candidates.shape[0]
         # <E W, m> = <E, W m>: the candidates in message space, once per game.
         folded = embedded_candidates @ self.message_embedding.weight  # (B, C, messages)
         counts = torch.bincount(rows, minlength=games)
