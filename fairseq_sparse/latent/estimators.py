@@ -205,6 +205,8 @@ class Dense(Estimator):
         # made a CPU update of the signaling game 6 times slower (a peaked 256-way sender,
         # 14% of its probabilities denormal).  Below sqrt(tiny) (1e-19 in float32) they are
         # exact zeros, with zero gradient, so no product of two such factors is denormal.
+        # (latent_marginalization also flushes denormals process-wide; this keeps the
+        # estimator fast where it is called without that criterion.)
         negligible = torch.log_softmax(scores.detach(), -1) < 0.5 * math.log(torch.finfo(scores.dtype).tiny)
         probs = torch.softmax(scores.masked_fill(negligible, float("-inf")), -1)
         # Decode every z even where its weight is 0: dense costs K calls.

@@ -81,13 +81,13 @@ def test_entropy_bonus_lowers_the_loss_by_the_senders_entropy(estimator):
     sample = {"net_input": {"target": torch.rand(6, 10), "candidates": torch.rand(6, 4, 10)},
               "target_position": torch.randint(4, (6,))}
     model = SignalingGameModel(features=10, messages=7, hidden_dim=5)
-    plain = SignalingGameModel(features=10, messages=7, hidden_dim=5, entropy_coeff=0.3)
-    plain.load_state_dict(model.state_dict())
+    with_bonus = SignalingGameModel(features=10, messages=7, hidden_dim=5, entropy_coeff=0.3)
+    with_bonus.load_state_dict(model.state_dict())
     est = build_estimator_from_options(estimator, EstimatorOptions(), Categorical(7))
     torch.manual_seed(1)
     loss, stats = model.latent_loss(sample, est)
     torch.manual_seed(1)
-    bonus, bonus_stats = plain.latent_loss(sample, est)
+    bonus, bonus_stats = with_bonus.latent_loss(sample, est)
     assert "sender_entropy" not in stats and bonus_stats["sender_entropy"] > 0
     torch.testing.assert_close(bonus, loss - 0.3 * bonus_stats["sender_entropy"])
     with pytest.raises(ValueError, match="--entropy-coeff -0.1: must be at least 0"):
