@@ -37,3 +37,16 @@ def test_elbo_and_importance_sampled_nll_bracket_the_exact_likelihood(estimator)
     if estimator != "sfe":
         assert stats["neg_elbo"] >= -exact.sum() - 1e-6
         torch.testing.assert_close(loss, stats["neg_elbo"])
+
+
+def test_reconstruction_is_each_pixels_categorical_negative_log_likelihood():
+    """-log p(x | z) = -sum over pixels of log softmax(logits of the pixel)[its level], the
+    per-pixel logits read from the decoder's low-rank output as (pixels, rank) rows."""
+    torch.manual_seed(0)
+    model = BitVectorVAEModel(pixels=7, levels=4, bits=3, hidden_dim=8, output_rank=2)
+    z = torch.rand(5, 3)
+    levels = torch.randint(0, 4, (5, 7))
+    hidden = model.decoder(z).view(5, 7, 2)
+    expected = torch.stack([-sum(torch.log_softmax(model.output(hidden[n, i]), -1)[levels[n, i]] for i in range(7))
+                            for n in range(5)])
+    torch.testing.assert_close(model.reconstruction(levels, z), expected)
