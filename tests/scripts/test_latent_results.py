@@ -77,3 +77,13 @@ def test_table_names_the_seeds_of_each_estimator_when_they_differ():
     assert uneven.endswith("Mean ± standard deviation over the seeds of each estimator: dense 1, sparsemax 2.")
     even = table("signaling_game", {"dense": [run(90.0)], "sparsemax": [run(91.0)]})
     assert even.endswith("Mean ± standard deviation over 1 seed(s).")
+
+
+def test_bit_vector_rows_keep_three_decimals():
+    """Bit-vector estimators differ by hundredths of a bit: two decimals would tie them."""
+    def run(nll, elbo):
+        return {"test": {"nll_bits_per_dim": nll, "neg_elbo_bits_per_dim": elbo}, "train_calls": [2.0, 1.0]}
+
+    rows = table("bitvector_vae/32", {"gumbel": [run(1.5663, 1.5657)], "sfe_plus": [run(1.5074, 1.5209)]})
+    assert "| gumbel | 1.566 ± 0.000 | 1.566 ± 0.000 | 1.50 ± 0.00 | 1.00 ± 0.00 | 3.57 |  |" in rows
+    assert "| sfe_plus | 1.507 ± 0.000 | 1.521 ± 0.000 |" in rows
