@@ -1,0 +1,30 @@
+"""The README and docs/: every relative link and image points at a file of the repository."""
+
+import re
+
+import pytest
+
+from tests.conftest import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# [text](target) or ![alt](target); the target up to a space, ')' or '#'.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s#]+)[^)]*\)")
+
+
+def relative_links(page):
+    text = page.read_text(encoding="utf-8")
+    # Code blocks and inline code hold commands, not links.
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return [target for target in LINK.findall(text) if not re.match(r"[a-z]+:", target)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page):
+    missing = [target for target in relative_links(page) if not (page.parent / target).exists()]
+    assert not missing, f"{page.relative_to(REPO)} links to files that do not exist: {missing}"
+
+
+def test_the_link_pattern_finds_images_and_pages():
+    found = LINK.findall("see ![a plot](figures/x.png) and [the page](docs/a.md#part) or [web](https://x.org)")
+    assert found == ["figures/x.png", "docs/a.md", "https://x.org"]
