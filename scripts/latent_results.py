@@ -71,6 +71,13 @@ def parse_log(text):
             "test_curve": epochs.get("test", [])}
 
 
+def grid(args):
+    """The runs to train or collect: experiment x estimator x seed, in that order."""
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    return [(experiment, estimator, seed) for experiment in args.experiments for estimator in estimators_for(experiment)
+            if not args.estimators or estimator in args.estimators for seed in seeds]
+
+
 def run_one(args, experiment, estimator, seed):
     name = f"{experiment.replace('/', '_d')}/{estimator}_seed{seed}"
     log = args.out / "logs" / f"{name}.log"
@@ -209,7 +216,10 @@ def main(argv=None):
                         help="experiments to run (default: all)")
     parser.add_argument("--estimators", nargs="+", help="only these (default: every one the experiment supports)")
     parser.add_argument("--seeds", type=int, default=3,
-                        help="runs per experiment and estimator, seeds 1..N (default: %(default)s)")
+                        help="runs per experiment and estimator: N seeds, from --first-seed on (default: %(default)s)")
+    parser.add_argument("--first-seed", type=int, default=1,
+                        help="the first of the --seeds seeds, to add seeds to a grid run before "
+                             "(default: %(default)s)")
     parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits",
                         help="images: scikit-learn's 8x8 digits (no download) or MNIST from --data "
                              "(default: %(default)s)")
@@ -242,10 +252,8 @@ def main(argv=None):
     if args.warm_start_epochs and "ssvae" not in args.experiments:
         parser.error("--warm-start-epochs applies to the ssvae experiment only")
 
-    grid = [(experiment, estimator, seed) for experiment in args.experiments for estimator in estimators_for(experiment)
-            if not args.estimators or estimator in args.estimators for seed in range(1, args.seeds + 1)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        finished = list(pool.map(lambda job: run_one(args, *job), grid))
+        finished = list(pool.map(lambda job: run_one(args, *job), grid(args)))
     results = {}
     for experiment, estimator, seed, parsed in finished:
         if parsed is not None:

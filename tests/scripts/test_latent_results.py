@@ -9,7 +9,7 @@ from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 
-from latent_results import table  # noqa: E402
+from latent_results import grid, table  # noqa: E402
 
 
 def run(*args):
@@ -87,3 +87,13 @@ def test_bit_vector_rows_keep_three_decimals():
     rows = table("bitvector_vae/32", {"gumbel": [run(1.5663, 1.5657)], "sfe_plus": [run(1.5074, 1.5209)]})
     assert "| gumbel | 1.566 ± 0.000 | 1.566 ± 0.000 | 1.50 ± 0.00 | 1.00 ± 0.00 | 3.57 |  |" in rows
     assert "| sfe_plus | 1.507 ± 0.000 | 1.521 ± 0.000 |" in rows
+
+
+def test_first_seed_adds_seeds_to_an_earlier_grid():
+    """Seeds 2 and 3 of a grid whose seed 1 ran before: the runs (and so the log names) are 2 and 3."""
+    from argparse import Namespace
+
+    args = Namespace(experiments=["bitvector_vae/32"], estimators=["gumbel", "sfe_plus"], seeds=2, first_seed=2)
+    assert grid(args) == [("bitvector_vae/32", "gumbel", 2), ("bitvector_vae/32", "gumbel", 3),
+                          ("bitvector_vae/32", "sfe_plus", 2), ("bitvector_vae/32", "sfe_plus", 3)]
+    assert [seed for _, _, seed in grid(Namespace(**{**vars(args), "first_seed": 1, "seeds": 3}))][:3] == [1, 2, 3]
