@@ -147,10 +147,10 @@ def table(experiment, runs):
              f"| estimator | {label} | " + ("neg. ELBO bits/dim | " if metric == "nll_bits_per_dim" else "")
              + "decoder calls (training mean) | decoder calls (last epoch) | paper | paper calls |",
              "|---|---|" + ("---|" if metric == "nll_bits_per_dim" else "") + "---|---|---|---|"]
+    # Bits per dimension: estimators differ by hundredths, so three decimals.
+    digits = 3 if metric == "nll_bits_per_dim" else 2
     for estimator in sorted(runs):
         results = runs[estimator]
-        # Bits per dimension: estimators differ by hundredths, so three decimals.
-        digits = 3 if metric == "nll_bits_per_dim" else 2
         row = [estimator, mean_spread([r["test"][metric] for r in results], digits)]
         if metric == "nll_bits_per_dim":
             row.append(mean_spread([r["test"]["neg_elbo_bits_per_dim"] for r in results], digits))

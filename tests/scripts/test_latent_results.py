@@ -4,6 +4,7 @@ paper's numbers, with the decoder-calls plot; a second call collects without tra
 import json
 import subprocess
 import sys
+from argparse import Namespace
 
 from tests.conftest import REPO
 
@@ -91,8 +92,6 @@ def test_bit_vector_rows_keep_three_decimals():
 
 def test_first_seed_adds_seeds_to_an_earlier_grid():
     """Seeds 2 and 3 of a grid whose seed 1 ran before: the runs (and so the log names) are 2 and 3."""
-    from argparse import Namespace
-
     args = Namespace(experiments=["bitvector_vae/32"], estimators=["gumbel", "sfe_plus"], seeds=2, first_seed=2)
     assert grid(args) == [("bitvector_vae/32", "gumbel", 2), ("bitvector_vae/32", "gumbel", 3),
                           ("bitvector_vae/32", "sfe_plus", 2), ("bitvector_vae/32", "sfe_plus", 3)]
