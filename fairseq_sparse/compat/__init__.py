@@ -7,7 +7,9 @@
 - :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed;
 - :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error;
 - :mod:`.checkpoint_files`: every checkpoint file is written atomically, and a torn
-  one is named with the whole checkpoint to resume from.
+  one is named with the whole checkpoint to resume from;
+- :mod:`.prefetch`: a finished run exits cleanly instead of aborting on fairseq's
+  prefetching thread.
 
 Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
 when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
@@ -22,11 +24,12 @@ def apply():
     global _applied
     if _applied:
         return
-    from . import batching, checkpoint_files, checkpoints, criterion_state, precision
+    from . import batching, checkpoint_files, checkpoints, criterion_state, precision, prefetch
 
     checkpoints.apply()
     batching.apply()
     criterion_state.apply()
     precision.apply()
     checkpoint_files.apply()
+    prefetch.apply()
     _applied = True
