@@ -125,7 +125,8 @@ def train(args, experiment, estimator, seed, name, log, warm_log):
         finetune = ["--finetune-from-model", str(warm_dir / "checkpoint_last.pt")]
     # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
     # or concurrent runs delete each other's probe.
-    cmd += ["--max-epoch", str(args.epochs[experiment.split("/")[0]]), *options, "--no-save", "--save-dir",
+    keep = ["--no-epoch-checkpoints"] if args.keep_checkpoints else ["--no-save"]
+    cmd += ["--max-epoch", str(args.epochs[experiment.split("/")[0]]), *options, *keep, "--save-dir",
             str(save_dir), *finetune]
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
@@ -242,6 +243,9 @@ def main(argv=None):
                         help="Adam's learning rate in the warm start (default: the paper's %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each run's last checkpoint, OUT/checkpoints/EXPERIMENT/ESTIMATOR_seedN/"
+                             "checkpoint_last.pt (e.g. for scripts/bitvector_code_use.py); default: save none")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
     parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")
     args = parser.parse_args(argv)

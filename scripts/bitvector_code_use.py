@@ -1,0 +1,134 @@
+"""Does a trained bit-vector VAE's code tell its decoder anything?
+
+Runs whose encoder stopped moving (SparseMAP at a single code, a stalled Gumbel run)
+end near one -ELBO on the full MNIST. This script measures what such a model does
+with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on the
+10,000 official MNIST test images:
+
+- **the floor**: the -ELBO of a deterministic code that the decoder ignores. The
+  decoder can do no better than each pixel's own grey-level histogram, so the floor is
+  the cross-entropy of the test images under the training images' per-pixel
+  histograms (add-0.1 smoothing), plus D bits per image: the KL from a one-code q to
+  the uniform prior over {0, 1}^D (the floor holds the test set to the training
+  set's histograms; a decoder that ignores its code learns no more than those);
+- q's entropy per image, in bits (0: one code);
+- how many distinct codes the test images get (each image's most probable code);
+- the reconstruction -log p(x | z) in bits per pixel, at each image's own code and at
+  the code of another test image (a fixed random permutation). If the two are equal,
+  the code tells the decoder nothing about its image;
+- -ELBO in bits per pixel, with the run's own estimator, as in validation.
+
+    python scripts/bitvector_code_use.py CHECKPOINT [CHECKPOINT ...] [--out table.md]
+"""
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import fairseq_sparse  # noqa: E402
+
+HISTOGRAM_SMOOTHING = 0.1
+CHUNK = 100  # images at a time: their decoder logits are CHUNK x 784 x 256 floats
+
+
+def pixel_histogram_cross_entropy(train, test, levels):
+    """Bits per pixel of ``test`` under each pixel's grey-level histogram over ``train``."""
+    counts = torch.zeros(train.shape[1], levels, dtype=torch.float64)
+    counts.scatter_add_(1, train.t(), torch.ones_like(train.t(), dtype=torch.float64))
+    log_p = torch.log2((counts + HISTOGRAM_SMOOTHING) / (counts.sum(1, keepdim=True) + levels * HISTOGRAM_SMOOTHING))
+    return -log_p.gather(1, test.t()).mean().item()
+
+
+def most_probable_codes(scores, estimator):
+    """(codes (B, D), q's entropy per image in nats): from the estimator's own sparse
+    distribution where it has one, else from the mean-field Bernoulli."""
+    if hasattr(estimator, "support"):
+        probs, structures = estimator.support(scores)
+        best = probs.argmax(-1)
+        codes = structures[torch.arange(len(scores)), best]
+        return codes, torch.special.entr(probs).sum(-1)  # entr(0) = 0: the padding adds nothing
+    return (scores > 0).to(scores.dtype), estimator.space.entropy(scores)
+
+
+@torch.no_grad()
+def measure(checkpoint, test, permutation):
+    from fairseq import checkpoint_utils
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)])
+    torch.manual_seed(0)  # the Monte Carlo estimators sample in the -ELBO
+    model = models[0].eval()
+    criterion = task.build_criterion(cfg.criterion)
+    estimator = criterion.estimator.eval()
+    bits, pixels = model.bits, model.pixels
+    codes, entropy, neg_elbo = [], [], 0.0
+    for start in range(0, len(test), CHUNK):
+        levels = test[start:start + CHUNK]
+        scores = model(levels)
+        chunk_codes, chunk_entropy = most_probable_codes(scores, estimator)
+        codes.append(chunk_codes)
+        entropy.append(chunk_entropy)
+        model.nll_samples, saved = 0, model.nll_samples
+        loss, _ = model.latent_loss({"net_input": {"images": levels}}, estimator)
+        model.nll_samples = saved
+        neg_elbo += loss.item()
+    codes, entropy = torch.cat(codes), torch.cat(entropy)
+    own = sum(model.reconstruction(test[s:s + CHUNK], codes[s:s + CHUNK]).sum().item()
+              for s in range(0, len(test), CHUNK))
+    others = codes[permutation]
+    swapped = sum(model.reconstruction(test[s:s + CHUNK], others[s:s + CHUNK]).sum().item()
+                  for s in range(0, len(test), CHUNK))
+    per_pixel = 1 / (len(test) * pixels * math.log(2))
+    return {"checkpoint": str(checkpoint), "estimator": cfg.criterion.estimator, "seed": cfg.common.seed,
+            "bits": bits, "q_entropy_bits": entropy.mean().item() / math.log(2),
+            "distinct_codes": len(torch.unique(codes, dim=0)),
+            "reconstruction_own": own * per_pixel, "reconstruction_swapped": swapped * per_pixel,
+            "neg_elbo": neg_elbo * per_pixel}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("checkpoints", nargs="+", type=Path, help="fairseq checkpoints of --arch bitvector_vae")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist-full",
+                        help="the full MNIST's IDX files")
+    parser.add_argument("--images", type=int, default=10000, help="the first this many official test images")
+    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    args = parser.parse_args(argv)
+    for path in args.checkpoints:
+        if not path.is_file():
+            parser.error(f"{path}: no such checkpoint")
+    fairseq_sparse.load_plugin()
+    from fairseq_sparse.latent.images import load_images
+
+    images = load_images("mnist", args.data)
+    if images.official_test is None:
+        parser.error(f"--data {args.data}: needs the official train/test IDX files")
+    if args.images < 1:
+        parser.error(f"--images {args.images}: must be positive")
+    train, test = images.levels[:-images.official_test], images.levels[-images.official_test:][:args.images]
+    histogram = pixel_histogram_cross_entropy(train, test, images.num_levels)
+    permutation = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))
+    rows = [measure(path, test, permutation) for path in args.checkpoints]
+    lines = [f"Per-pixel histogram cross-entropy of the test images: {histogram:.3f} bits per pixel.", "",
+             "| checkpoint | estimator | seed | D | floor: histogram + D bits | -ELBO | q entropy, bits | "
+             "distinct codes | reconstruction, own code | reconstruction, another image's code |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        floor = histogram + r["bits"] / test.shape[1]
+        lines.append(f"| {r['checkpoint']} | {r['estimator']} | {r['seed']} | {r['bits']} | {floor:.3f} | "
+                     f"{r['neg_elbo']:.3f} | {r['q_entropy_bits']:.2f} | {r['distinct_codes']} | "
+                     f"{r['reconstruction_own']:.4f} | {r['reconstruction_swapped']:.4f} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
