@@ -5,12 +5,12 @@ end near one -ELBO on the full MNIST. This script measures what such a model doe
 with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on the
 10,000 official MNIST test images:
 
-- **the floor**: the -ELBO of a deterministic code that the decoder ignores. The
-  decoder can do no better than each pixel's own grey-level histogram, so the floor is
-  the cross-entropy of the test images under the training images' per-pixel
-  histograms (add-0.1 smoothing), plus D bits per image: the KL from a one-code q to
-  the uniform prior over {0, 1}^D (the floor holds the test set to the training
-  set's histograms; a decoder that ignores its code learns no more than those);
+- **the floor**: the -ELBO of a model whose q puts each image on one code and whose
+  decoder ignores that code. Such a decoder gives every image the same per-pixel
+  distributions, and the best of those for the training images are the pixels'
+  grey-level histograms. So the floor is the test images' cross-entropy under the
+  training images' histograms (add-0.1 smoothing), plus D bits per image: the KL
+  from a one-code q to the uniform prior over {0, 1}^D;
 - q's entropy per image, in bits (0: one code);
 - how many distinct codes the test images get (each image's most probable code);
 - the reconstruction -log p(x | z) in bits per pixel, at each image's own code and at
