@@ -244,8 +244,9 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--keep-checkpoints", action="store_true",
-                        help="keep each run's last checkpoint, OUT/checkpoints/EXPERIMENT/ESTIMATOR_seedN/"
-                             "checkpoint_last.pt (e.g. for scripts/bitvector_code_use.py); default: save none")
+                        help="keep each run's last checkpoint, as OUT/checkpoints/RUN/checkpoint_last.pt where "
+                             "OUT/logs/RUN.log is its log (e.g. for scripts/bitvector_code_use.py; fairseq also "
+                             "keeps checkpoint_best.pt, best on the first --valid-subset); default: save none")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
     parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")
     args = parser.parse_args(argv)
