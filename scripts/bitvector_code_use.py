@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import fairseq_sparse  # noqa: E402
+from cli_helpers import FULL_MNIST, bits_per_pixel  # noqa: E402
 
 HISTOGRAM_SMOOTHING = 0.1
 CHUNK = 100  # images at a time: their decoder logits are CHUNK x 784 x 256 floats
@@ -56,6 +57,13 @@ def most_probable_codes(scores, estimator):
     return (scores > 0).to(scores.dtype), estimator.space.entropy(scores)
 
 
+def reconstruction_bits(model, levels, codes):
+    """-log p(x | z) of each image at its row of ``codes``, in bits per pixel."""
+    nats = sum(model.reconstruction(levels[s:s + CHUNK], codes[s:s + CHUNK]).sum().item()
+               for s in range(0, len(levels), CHUNK))
+    return bits_per_pixel(nats, len(levels), model.pixels)
+
+
 @torch.no_grad()
 def measure(checkpoint, test, permutation):
     from fairseq import checkpoint_utils
@@ -65,37 +73,28 @@ def measure(checkpoint, test, permutation):
     model = models[0].eval()
     criterion = task.build_criterion(cfg.criterion)
     estimator = criterion.estimator.eval()
-    bits, pixels = model.bits, model.pixels
+    model.nll_samples = 0  # the -ELBO alone: no importance-sampled NLL
     codes, entropy, neg_elbo = [], [], 0.0
     for start in range(0, len(test), CHUNK):
         levels = test[start:start + CHUNK]
-        scores = model(levels)
-        chunk_codes, chunk_entropy = most_probable_codes(scores, estimator)
+        chunk_codes, chunk_entropy = most_probable_codes(model(levels), estimator)
         codes.append(chunk_codes)
         entropy.append(chunk_entropy)
-        model.nll_samples, saved = 0, model.nll_samples
-        loss, _ = model.latent_loss({"net_input": {"images": levels}}, estimator)
-        model.nll_samples = saved
-        neg_elbo += loss.item()
+        neg_elbo += model.latent_loss({"net_input": {"images": levels}}, estimator)[0].item()
     codes, entropy = torch.cat(codes), torch.cat(entropy)
-    own = sum(model.reconstruction(test[s:s + CHUNK], codes[s:s + CHUNK]).sum().item()
-              for s in range(0, len(test), CHUNK))
-    others = codes[permutation]
-    swapped = sum(model.reconstruction(test[s:s + CHUNK], others[s:s + CHUNK]).sum().item()
-                  for s in range(0, len(test), CHUNK))
-    per_pixel = 1 / (len(test) * pixels * math.log(2))
     return {"checkpoint": str(checkpoint), "estimator": cfg.criterion.estimator, "seed": cfg.common.seed,
-            "bits": bits, "q_entropy_bits": entropy.mean().item() / math.log(2),
+            "bits": model.bits, "q_entropy_bits": entropy.mean().item() / math.log(2),
             "distinct_codes": len(torch.unique(codes, dim=0)),
-            "reconstruction_own": own * per_pixel, "reconstruction_swapped": swapped * per_pixel,
-            "neg_elbo": neg_elbo * per_pixel}
+            "reconstruction_own": reconstruction_bits(model, test, codes),
+            "reconstruction_swapped": reconstruction_bits(model, test, codes[permutation]),
+            "neg_elbo": bits_per_pixel(neg_elbo, len(test), model.pixels)}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", type=Path, help="fairseq checkpoints of --arch bitvector_vae")
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist-full",
+    parser.add_argument("--data", type=Path, default=FULL_MNIST,
                         help="the full MNIST's IDX files")
     parser.add_argument("--images", type=int, default=10000, help="the first this many official test images")
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")

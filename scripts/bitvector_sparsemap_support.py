@@ -23,7 +23,6 @@ Writes ``DIR/support.json`` and ``DIR/support.png``.
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from cli_helpers import FULL_MNIST, bits_per_pixel  # noqa: E402
 from fairseq_sparse.latent import BitVector  # noqa: E402
 from fairseq_sparse.latent.bitvector_vae_model import BitVectorVAEModel  # noqa: E402
 from fairseq_sparse.latent.estimators import build_estimator  # noqa: E402
@@ -49,10 +49,6 @@ def band(scores, bit_states):
     """Which bits are fractional: SparseMAP's marginal lies strictly inside (0, 1)."""
     shifted = bit_scores(scores, bit_states)
     return (shifted > 0) & (shifted < 1)
-
-
-def bits_per_pixel(nats, images, pixels):
-    return nats / images / pixels / math.log(2)
 
 
 def train(variant, levels, test_levels, args):
@@ -129,7 +125,7 @@ def plot(results, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="directory for support.json and support.png")
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist-full",
+    parser.add_argument("--data", type=Path, default=FULL_MNIST,
                         help="the full MNIST's IDX files (default: ../shared/data/images/mnist-full)")
     parser.add_argument("--images", type=int, default=3200, help="training images, the first of the official "
                                                                  "training set (default: %(default)s)")

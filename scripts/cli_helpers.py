@@ -1,9 +1,18 @@
 """Shared by the experiment scripts (importable because Python puts a script's own
 directory on sys.path)."""
 
+import math
 import re
 import subprocess
 from pathlib import Path
+
+# The full official MNIST (IDX files) in the shared data beside the repository.
+FULL_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "images" / "mnist-full"
+
+
+def bits_per_pixel(nats, images, pixels):
+    """A total in nats over ``images`` images of ``pixels`` pixels, as bits per pixel."""
+    return nats / images / pixels / math.log(2)
 
 
 def run_logged(cmd, log, env=None):

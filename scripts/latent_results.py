@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import epoch_metrics, run_logged, training_done  # noqa: E402
+from cli_helpers import FULL_MNIST, epoch_metrics, run_logged, training_done  # noqa: E402
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
@@ -224,7 +224,7 @@ def main(argv=None):
     parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits",
                         help="images: scikit-learn's 8x8 digits (no download) or MNIST from --data "
                              "(default: %(default)s)")
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "images" / "mnist-full",
+    parser.add_argument("--data", type=Path, default=FULL_MNIST,
                         help="MNIST-format directory for --dataset mnist (default: the full MNIST, IDX files)")
     parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},
                         help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '

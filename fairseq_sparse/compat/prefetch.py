@@ -65,12 +65,7 @@ def stop_consumers(timeout=JOIN_SECONDS):
             thread.join(0.01)
 
 
-_registered = False
-
-
 def apply():
-    global _registered
+    """Called once, by :func:`fairseq_sparse.compat.apply`."""
     iterators.BackgroundConsumer.run = run
-    if not _registered:
-        atexit.register(stop_consumers)
-        _registered = True
+    atexit.register(stop_consumers)

@@ -60,7 +60,8 @@ def test_kept_checkpoint_and_what_its_code_tells_the_decoder(tmp_path):
         variants[name] = tmp_path / f"{name}.pt"
         torch.save(state, variants[name])
 
-    main([str(checkpoint), str(variants["blind"]), str(variants["leaning"]), "--data", str(full), "--images", "100", "--out", str(tmp_path / "use.md")])
+    main([str(checkpoint), str(variants["blind"]), str(variants["leaning"]), "--data", str(full), "--images", "100",
+          "--out", str(tmp_path / "use.md")])
     table = (tmp_path / "use.md").read_text()
     trained, ignored, leaning = rows(table)
     assert trained[1:4] == ignored[1:4] == leaning[1:4] == ["gumbel", "1", "8"]
