@@ -1,6 +1,6 @@
 """Why SparseMAP's support collapses in the bit-vector VAE: a measurement.
 
-    python scripts/bitvector_sparsemap_support.py --out DIR [--images 3200] [--epochs 5] [--bits 32]
+    python scripts/bitvector_sparsemap_support.py --out DIR [--images 3200] [--epochs 5] [--bits 32] [--test-images 1000]
 
 SparseMAP over bit-vectors puts its marginals at the projection of the scores on the
 cube (``fairseq_sparse.latent.sparsemap``).  An image whose D scores all fall outside
@@ -17,7 +17,8 @@ and 2 and for Gumbel (a Monte Carlo estimator, whose encoder always gets a gradi
 - the encoder's gradient norm, averaged over the epoch's updates;
 - -ELBO in bits per pixel (training images);
 
-and at the end -ELBO and the importance-sampled NLL on the first 1,000 test images.
+and at the end -ELBO and the importance-sampled NLL on the first ``--test-images``
+official test images.
 Writes ``DIR/support.json`` and ``DIR/support.png``.
 """
 
@@ -42,7 +43,6 @@ from fairseq_sparse.latent.sparsemap import bit_scores  # noqa: E402
 VARIANTS = {"sparsemap, 1 bit state": ("sparsemap", {"bit_states": 1}),
             "sparsemap, 2 bit states (paper's factor)": ("sparsemap", {"bit_states": 2}),
             "gumbel": ("gumbel", {})}
-TEST_IMAGES = 1000
 
 
 def band(scores, bit_states):
@@ -135,6 +135,8 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=64, help="the paper's (default: %(default)s)")
     parser.add_argument("--nll-samples", type=int, default=32,
                         help="importance samples per test image (default: %(default)s)")
+    parser.add_argument("--test-images", type=int, default=1000,
+                        help="the first of the 10,000 official test images to score (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every variant (default: %(default)s)")
     args = parser.parse_args(argv)
     images = load_images("mnist", args.data)
@@ -143,7 +145,10 @@ def main(argv=None):
     train_count = len(images.levels) - images.official_test
     if not 0 < args.images <= train_count:
         raise SystemExit(f"--images {args.images}: must be 1 to the {train_count} training images")
-    levels, test_levels = images.levels[:args.images], images.levels[train_count:train_count + TEST_IMAGES]
+    if not 0 < args.test_images <= images.official_test:
+        raise SystemExit(f"--test-images {args.test_images}: must be 1 to the {images.official_test} test images")
+    levels = images.levels[:args.images]
+    test_levels = images.levels[train_count:train_count + args.test_images]
     results = {variant: train(variant, levels, test_levels, args) for variant in VARIANTS}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "support.json").write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()},

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO, shared_data
 
 SCRIPT = REPO / "scripts" / "bitvector_sparsemap_support.py"
@@ -13,7 +15,7 @@ SCRIPT = REPO / "scripts" / "bitvector_sparsemap_support.py"
 def test_support_measurement(tmp_path):
     mnist = shared_data("images", "mnist-full")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--data", str(mnist), "--images",
-                           "32", "--epochs", "2", "--bits", "6", "--nll-samples", "2"],
+                           "32", "--epochs", "2", "--bits", "6", "--nll-samples", "2", "--test-images", "100"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "support.json").read_text())["results"]
@@ -32,8 +34,10 @@ def test_support_measurement(tmp_path):
     assert (tmp_path / "support.png").stat().st_size > 10000
 
 
-def test_bad_image_count_is_named(tmp_path):
+@pytest.mark.parametrize("option, message", [("--images", "--images 70000: must be 1 to the 60000 training images"),
+                                             ("--test-images", "--test-images 70000: must be 1 to the 10000 test images")])
+def test_bad_image_count_is_named(tmp_path, option, message):
     mnist = shared_data("images", "mnist-full")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--data", str(mnist), "--images",
-                           "70000"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "--images 70000: must be 1 to the 60000 training images" in proc.stderr
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--data", str(mnist), option, "70000"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and message in proc.stderr

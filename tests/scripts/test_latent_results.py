@@ -22,9 +22,11 @@ def run(*args):
 
 def test_grid_tables_and_plot(tmp_path):
     out = tmp_path / "grid"
+    # Six short runs (one estimator per experiment, two seeds), mostly start-up; each
+    # estimator's decoder calls are tested with the tasks (tests/latent).
     run("--out", out, "--experiments", "ssvae", "signaling_game", "bitvector_vae/32", "--estimators", "sparsemax",
-        "sfe", "sparsemap", "--seeds", "2", "--epochs", '{"ssvae": 2, "signaling_game": 1, "bitvector_vae": 1}',
-        "--jobs", "2")  # 18 short runs, mostly start-up: two at a time took 92 s against 154 s (serial suite, 2 cores)
+        "sparsemap", "--seeds", "2", "--epochs", '{"ssvae": 2, "signaling_game": 1, "bitvector_vae": 1}',
+        "--jobs", "2")
     tables = (out / "tables.md").read_text()
     assert "### ssvae" in tables and "### signaling_game" in tables and "### bitvector_vae/32 (lower is better)" in tables
     assert "| sparsemax |" in tables and "| 96.87 | 1.01 |" in tables  # the paper's sparsemax row, next to ours
@@ -36,13 +38,13 @@ def test_grid_tables_and_plot(tmp_path):
     assert len(ssvae) == 2 and len(ssvae[0]["train_calls"]) == 2 and 0 <= ssvae[0]["test"]["accuracy"] <= 100
     curve = ssvae[0]["test_curve"]  # the test metrics of every validated epoch, the last one reported
     assert [row["epoch"] for row in curve] == [1, 2] and curve[-1] == ssvae[0]["test"]
-    assert results["bitvector_vae/32"]["sfe"][0]["train_calls"] == [1.0]
+    assert set(results["bitvector_vae/32"]) == {"sparsemap"} and len(results["bitvector_vae/32"]["sparsemap"]) == 2
     assert (out / "decoder_calls.png").stat().st_size > 10000
     # Collecting again reads the logs: nothing is retrained, the tables are the same.
     logs = sorted((out / "logs").rglob("*.log"))
     stamps = [p.stat().st_mtime_ns for p in logs]
     again = run("--out", out, "--experiments", "ssvae", "signaling_game", "bitvector_vae/32", "--estimators",
-                "sparsemax", "sfe", "sparsemap", "--seeds", "2", "--collect-only")
+                "sparsemax", "sparsemap", "--seeds", "2", "--collect-only")
     assert [p.stat().st_mtime_ns for p in logs] == stamps
     assert again.stdout.strip().startswith("### ssvae") and (out / "tables.md").read_text() == tables
 

@@ -33,11 +33,11 @@ def yelp_slice(tmp_path):
 def test_stability_grid(tmp_path):
     data = yelp_slice(tmp_path)
     out = tmp_path / "stability"
-    grid = ("--baselines", "vae,0.5 vae_l1,0.01,0.1", "--analyse",
+    grid = ("--baselines", "vae_l1,0.01,0.1", "--analyse",
             "--hsvae-options=--spike-std 0.05 --hard-slab --kl-z-estimate sample")
     proc = run(data, out, *grid)
     for row in ("| hsvae | (alpha, beta) = (10.0, 1.0) | 2 |", "| mat_vae | (psi, lambda) = (1.0, 1.0) | 2 |",
-                "| vae | (psi,) = (0.5,) | 2 |", "| vae_l1 | (psi, penalty) = (0.01, 0.1) | 2 |"):
+                "| vae_l1 | (psi, penalty) = (0.01, 0.1) | 2 |"):
         assert row in proc.stdout
     results = json.loads((out / "stability.json").read_text())
     runs = results["hsvae"]["10,1"]
@@ -53,7 +53,7 @@ def test_stability_grid(tmp_path):
     hsvae_log = (out / "logs" / "hsvae" / "10_1_seed1.log").read_text()
     assert "'spike_std': 0.05" in hsvae_log and "'hard_slab': True" in hsvae_log
     assert "'kl_z_estimate': sample" in hsvae_log
-    assert "'spike_std'" not in (out / "logs" / "vae" / "0.5_seed1.log").read_text()
+    assert "'spike_std'" not in (out / "logs" / "vae_l1" / "0.01_0.1_seed1.log").read_text()
     assert (out / "table.md").read_text().strip() == proc.stdout.split("\n\nplot:")[0].strip()
     assert (out / "stability.png").stat().st_size > 10000
     written = sorted((out / "logs").rglob("*.log")) + sorted((out / "analysis").rglob("analysis.json"))
