@@ -16,7 +16,12 @@ with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on
 - the reconstruction -log p(x | z) in bits per pixel, at each image's own code and at
   the code of another test image (a fixed random permutation). If the two are equal,
   the code tells the decoder nothing about its image;
-- -ELBO in bits per pixel, with the run's own estimator, as in validation.
+- -ELBO in bits per pixel, with the run's own estimator, as in validation;
+- what training still tells the encoder: the norm of the gradient of the mean
+  training-mode loss in the encoder's weights, on the first 1,000 official training
+  images, and the median |score| of their bits. Saturated scores (a one-code q)
+  leave a relaxed sample with no slope and SparseMAP with none at all, so there
+  this norm is near or exactly 0.
 
     python scripts/bitvector_code_use.py CHECKPOINT [CHECKPOINT ...] [--out table.md]
 """
@@ -36,6 +41,7 @@ from cli_helpers import FULL_MNIST, bits_per_pixel  # noqa: E402
 
 HISTOGRAM_SMOOTHING = 0.1
 CHUNK = 100  # images at a time: their decoder logits are CHUNK x 784 x 256 floats
+GRADIENT_IMAGES = 1000
 
 
 def pixel_histogram_cross_entropy(train, test, levels):
@@ -64,8 +70,25 @@ def reconstruction_bits(model, levels, codes):
     return bits_per_pixel(nats, len(levels), model.pixels)
 
 
+def encoder_gradient(model, estimator, levels):
+    """(norm of the gradient of the mean -ELBO surrogate in the encoder's weights,
+    median |score|), in training mode: the estimator samples as it did in training."""
+    model.train()
+    estimator.train()
+    weights = list(model.encoder.parameters())
+    total = [torch.zeros_like(w) for w in weights]
+    with torch.enable_grad():
+        for start in range(0, len(levels), CHUNK):
+            loss = model.latent_loss({"net_input": {"images": levels[start:start + CHUNK]}}, estimator)[0]
+            for t, g in zip(total, torch.autograd.grad(loss / len(levels), weights, allow_unused=True)):
+                if g is not None:
+                    t += g
+    scores = torch.cat([model(levels[s:s + CHUNK]) for s in range(0, len(levels), CHUNK)])
+    return torch.cat([t.flatten() for t in total]).norm().item(), scores.abs().median().item()
+
+
 @torch.no_grad()
-def measure(checkpoint, test, permutation):
+def measure(checkpoint, test, permutation, train):
     from fairseq import checkpoint_utils
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)])
@@ -82,7 +105,8 @@ def measure(checkpoint, test, permutation):
         entropy.append(chunk_entropy)
         neg_elbo += model.latent_loss({"net_input": {"images": levels}}, estimator)[0].item()
     codes, entropy = torch.cat(codes), torch.cat(entropy)
-    return {"checkpoint": str(checkpoint), "estimator": cfg.criterion.estimator, "seed": cfg.common.seed,
+    gradient, median_score = encoder_gradient(model, estimator, train[:GRADIENT_IMAGES])
+    return {"encoder_gradient_norm": gradient, "median_abs_score": median_score,"checkpoint": str(checkpoint), "estimator": cfg.criterion.estimator, "seed": cfg.common.seed,
             "bits": model.bits, "q_entropy_bits": entropy.mean().item() / math.log(2),
             "distinct_codes": len(torch.unique(codes, dim=0)),
             "reconstruction_own": reconstruction_bits(model, test, codes),
@@ -113,16 +137,18 @@ def main(argv=None):
     train, test = images.levels[:-images.official_test], images.levels[-images.official_test:][:args.images]
     histogram = pixel_histogram_cross_entropy(train, test, images.num_levels)
     permutation = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))
-    rows = [measure(path, test, permutation) for path in args.checkpoints]
+    rows = [measure(path, test, permutation, train) for path in args.checkpoints]
     lines = [f"Per-pixel histogram cross-entropy of the test images: {histogram:.3f} bits per pixel.", "",
              "| checkpoint | estimator | seed | D | floor: histogram + D bits | -ELBO | q entropy, bits | "
-             "distinct codes | reconstruction, own code | reconstruction, another image's code |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "distinct codes | reconstruction, own code | reconstruction, another image's code | "
+             "median abs score | encoder gradient norm |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         floor = histogram + r["bits"] / test.shape[1]
         lines.append(f"| {r['checkpoint']} | {r['estimator']} | {r['seed']} | {r['bits']} | {floor:.3f} | "
                      f"{r['neg_elbo']:.3f} | {r['q_entropy_bits']:.2f} | {r['distinct_codes']} | "
-                     f"{r['reconstruction_own']:.4f} | {r['reconstruction_swapped']:.4f} |")
+                     f"{r['reconstruction_own']:.4f} | {r['reconstruction_swapped']:.4f} | "
+                     f"{r['median_abs_score']:.3g} | {r['encoder_gradient_norm']:.3g} |")
     table = "\n".join(lines)
     print(table)
     if args.out:

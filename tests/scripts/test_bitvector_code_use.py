@@ -1,6 +1,7 @@
 """scripts/bitvector_code_use.py on a checkpoint kept by ``latent_results.py
---keep-checkpoints``: the floor against a brute-force histogram, and the swapped-code
-reconstruction equal to the own-code one exactly when the decoder ignores its code."""
+--keep-checkpoints``: the floor against a brute-force histogram, the swapped-code
+reconstruction equal to the own-code one exactly when the decoder ignores its code, and
+no encoder gradient left when every score is saturated."""
 
 import math
 import subprocess
@@ -59,15 +60,25 @@ def test_kept_checkpoint_and_what_its_code_tells_the_decoder(tmp_path):
         state["model"]["decoder.0.weight"].mul_(scale)
         variants[name] = tmp_path / f"{name}.pt"
         torch.save(state, variants[name])
+    # And one whose every score is saturated: each image on the same code, as in a stalled
+    # run, where a relaxed Gumbel sample has no slope left to pass back.
+    state = torch.load(checkpoint, weights_only=False)
+    state["model"]["encoder.2.weight"].zero_()
+    state["model"]["encoder.2.bias"].fill_(1000.0)
+    variants["saturated"] = tmp_path / "saturated.pt"
+    torch.save(state, variants["saturated"])
 
-    main([str(checkpoint), str(variants["blind"]), str(variants["leaning"]), "--data", str(full), "--images", "100",
-          "--out", str(tmp_path / "use.md")])
+    main([str(checkpoint), str(variants["blind"]), str(variants["leaning"]), str(variants["saturated"]), "--data",
+          str(full), "--images", "100", "--out", str(tmp_path / "use.md")])
     table = (tmp_path / "use.md").read_text()
-    trained, ignored, leaning = rows(table)
+    trained, ignored, leaning, saturated = rows(table)
     assert trained[1:4] == ignored[1:4] == leaning[1:4] == ["gumbel", "1", "8"]
     histogram = float(table.split("test images: ")[1].split(" bits")[0])
     assert abs(float(trained[4]) - (histogram + 8 / 784)) < 1e-3  # the floor: histogram + D bits per image
     assert 0 <= float(trained[6]) <= 8 and 1 <= int(trained[7]) <= 100  # q's entropy in bits; distinct codes
-    assert len(trained) == len(ignored) == len(leaning) == 10
+    assert len(trained) == len(ignored) == len(leaning) == len(saturated) == 12
     assert int(ignored[7]) == int(leaning[7]) > 10
     assert ignored[8] == ignored[9] and leaning[8] != leaning[9]
+    # Median |score| and the encoder's gradient norm: none left at saturation.
+    assert int(saturated[7]) == 1 and float(saturated[10]) == 1000 and float(saturated[11]) < 1e-6
+    assert float(ignored[11]) > 1e-3 and float(leaning[11]) > 1e-3
