@@ -105,13 +105,15 @@ def measure(checkpoint, test, permutation, train):
         entropy.append(chunk_entropy)
         neg_elbo += model.latent_loss({"net_input": {"images": levels}}, estimator)[0].item()
     codes, entropy = torch.cat(codes), torch.cat(entropy)
-    gradient, median_score = encoder_gradient(model, estimator, train[:GRADIENT_IMAGES])
-    return {"encoder_gradient_norm": gradient, "median_abs_score": median_score,"checkpoint": str(checkpoint), "estimator": cfg.criterion.estimator, "seed": cfg.common.seed,
-            "bits": model.bits, "q_entropy_bits": entropy.mean().item() / math.log(2),
-            "distinct_codes": len(torch.unique(codes, dim=0)),
-            "reconstruction_own": reconstruction_bits(model, test, codes),
-            "reconstruction_swapped": reconstruction_bits(model, test, codes[permutation]),
-            "neg_elbo": bits_per_pixel(neg_elbo, len(test), model.pixels)}
+    row = {"checkpoint": str(checkpoint), "estimator": cfg.criterion.estimator, "seed": cfg.common.seed,
+           "bits": model.bits, "q_entropy_bits": entropy.mean().item() / math.log(2),
+           "distinct_codes": len(torch.unique(codes, dim=0)),
+           "reconstruction_own": reconstruction_bits(model, test, codes),
+           "reconstruction_swapped": reconstruction_bits(model, test, codes[permutation]),
+           "neg_elbo": bits_per_pixel(neg_elbo, len(test), model.pixels)}
+    # Last: it puts the model and estimator in training mode.
+    row["encoder_gradient_norm"], row["median_abs_score"] = encoder_gradient(model, estimator, train[:GRADIENT_IMAGES])
+    return row
 
 
 def main(argv=None):

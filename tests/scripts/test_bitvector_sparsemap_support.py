@@ -34,8 +34,9 @@ def test_support_measurement(tmp_path):
     assert (tmp_path / "support.png").stat().st_size > 10000
 
 
-@pytest.mark.parametrize("option, message", [("--images", "--images 70000: must be 1 to the 60000 training images"),
-                                             ("--test-images", "--test-images 70000: must be 1 to the 10000 test images")])
+@pytest.mark.parametrize("option, message", [
+    ("--images", "--images 70000: must be 1 to the 60000 training images"),
+    ("--test-images", "--test-images 70000: must be 1 to the 10000 test images")])
 def test_bad_image_count_is_named(tmp_path, option, message):
     mnist = shared_data("images", "mnist-full")
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--data", str(mnist), option, "70000"],
