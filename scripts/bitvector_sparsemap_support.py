@@ -1,7 +1,6 @@
 """Why SparseMAP's support collapses in the bit-vector VAE: a measurement.
 
-    python scripts/bitvector_sparsemap_support.py --out DIR [--images 3200] [--epochs 5] [--bits 32] \
-        [--test-images 1000]
+    python scripts/bitvector_sparsemap_support.py --out DIR [--images 3200] [--epochs 5] [--bits 32] [--test-images N]
 
 SparseMAP over bit-vectors puts its marginals at the projection of the scores on the
 cube (``fairseq_sparse.latent.sparsemap``).  An image whose D scores all fall outside
