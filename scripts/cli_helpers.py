@@ -72,6 +72,22 @@ def epoch_metrics(log_text):
     return found
 
 
+def interval_metrics(log_text):
+    """The training metrics fairseq logs every ``--log-interval`` updates (its
+    ``train_inner`` lines, ``--log-format simple``): one {metric: value} per line, in
+    order, each with ``num_updates``; a resumed run's repeated updates are kept once (the
+    later)."""
+    number = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|nan|inf"
+    by_update = {}
+    for line in log_text.splitlines():
+        if "| train_inner |" not in line:
+            continue
+        entry = {k: float(v) for k, v in re.findall(rf"(\w+)=({number})(?=,|$)", line.split("| train_inner |", 1)[1])}
+        if "num_updates" in entry:
+            by_update[int(entry["num_updates"])] = entry
+    return [by_update[u] for u in sorted(by_update)]
+
+
 def read_corpus(prefix, hint=""):
     """The {field: lines} of the triplet ``PREFIX.{src,mt,pe}``, checked as the ape task
     checks its splits (missing, empty, non-UTF-8 or misaligned files are named); `hint`

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import BaseFairseqModel, register_model
 from torch import nn
 
@@ -33,26 +33,42 @@ class BitVectorVAEModelConfig(FairseqDataclass):
     output_rank: int = field(default=5, metadata={"help": "rank of the per-pixel output layer over grey levels"})
     nll_samples: int = field(default=32, metadata={"help": "importance samples per image of the validation "
                                                            "NLL estimate (0: none)"})
+    encoder_input: ChoiceEnum(["intensities", "centered"]) = field(
+        default="intensities",
+        metadata={"help": "what the encoder reads: 'intensities', grey levels scaled to [0, 1] (the paper's code); "
+                          "'centered', each pixel less its mean over the training images, so that no part of the "
+                          "input is shared by every image (see docs/latent.md: with intensities, Adam's first steps "
+                          "move every image's scores together)"})
 
 
 @register_model("bitvector_vae", dataclass=BitVectorVAEModelConfig)
 class BitVectorVAEModel(BaseFairseqModel):
-    def __init__(self, pixels, levels, bits, hidden_dim, output_rank, nll_samples=32):
+    def __init__(self, pixels, levels, bits, hidden_dim, output_rank, nll_samples=32, input_mean=None):
         super().__init__()
         self.pixels, self.levels, self.bits, self.rank = pixels, levels, bits, output_rank
         self.nll_samples = nll_samples
+        # The training images' mean intensity per pixel, subtracted from the encoder's input
+        # (--encoder-input centered); a buffer, so that a checkpoint keeps the mean it trained with.
+        if input_mean is not None:
+            self.register_buffer("input_mean", input_mean.float())
+        else:
+            self.input_mean = None
         self.encoder = nn.Sequential(nn.Linear(pixels, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, bits))
         self.decoder = nn.Sequential(nn.Linear(bits, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, pixels * output_rank))
         self.output = nn.Linear(output_rank, levels)
 
     @classmethod
     def build_model(cls, cfg, task):
+        input_mean = task.train_intensity_mean() if cfg.encoder_input == "centered" else None
         return cls(task.input_dim, task.num_levels, task.cfg.latent_bits, cfg.hidden_dim, cfg.output_rank,
-                   cfg.nll_samples)
+                   cfg.nll_samples, input_mean)
 
     def forward(self, levels):
         """Scores (B, D) of the bits given the images' grey levels (B, pixels)."""
-        return self.encoder(self.intensities(levels))
+        return self.scores(self.intensities(levels))
+
+    def scores(self, pixels):
+        return self.encoder(pixels if self.input_mean is None else pixels - self.input_mean)
 
     def intensities(self, levels):
         """Grey levels scaled to [0, 1]: the encoder's input and NVIL's baseline features."""
@@ -68,16 +84,46 @@ class BitVectorVAEModel(BaseFairseqModel):
     def latent_loss(self, sample, estimator):
         levels = sample["net_input"]["images"]
         pixels = self.intensities(levels)
-        scores = self.encoder(pixels)
+        scores = self.scores(pixels)
         est = estimator(scores, lambda rows, z: self.reconstruction(levels[rows], z), features=pixels)
         prior = self.bits * math.log(2)
         neg_elbo = est.surrogate - est.entropy + prior
         stats = {"decoder_calls": est.decoder_calls.sum(), "estimated": len(levels),
                  "neg_elbo": (est.loss - est.entropy).detach().sum() + prior * len(levels),
-                 "dims": len(levels) * self.pixels}
+                 "dims": len(levels) * self.pixels, **self.code_statistics(scores, est.entropy)}
         if not self.training and self.nll_samples > 0:
             stats["nll"] = -self.importance_log_likelihood(levels, scores.detach(), estimator, self.nll_samples).sum()
         return neg_elbo.sum(), stats
+
+    def code_statistics(self, scores, entropy):
+        """What follows the encoder's drift towards one deterministic code for every image,
+        where no gradient reaches it any more (sums over the batch's images, but for the
+        gradient's alignment, one value per batch with its count):
+
+        - ``code_entropy``: H(q) per image;
+        - ``score_abs``: the mean |score| of a bit;
+        - ``score_shared`` and ``score_spread``: per bit, the |mean| and the standard deviation
+          of its scores over the batch's images, averaged over the bits: the part of the scores
+          every image shares and the part that tells images apart;
+        - ``gradient_alignment`` (training): ||mean_i g_i||^2 / mean_i ||g_i||^2 for g_i the
+          gradient of the loss in image i's scores, 1 when every image is pushed the same way,
+          about 1 / B when the pushes are unrelated.  It is filled in by a hook during the
+          backward pass, which fairseq runs before it reduces the logging outputs.
+        """
+        detached = scores.detach()
+        stats = {"code_entropy": entropy.detach().sum(), "score_abs": detached.abs().mean(-1).sum(),
+                 "score_shared": detached.mean(0).abs().mean() * len(scores),
+                 "score_spread": detached.std(0, unbiased=False).mean() * len(scores)}
+        if self.training and scores.requires_grad:
+            alignment = scores.new_zeros(())
+
+            def measure(grad):  # 0 when no image gets a gradient (a collapsed code)
+                energy = grad.square().sum(-1).mean().clamp_min(torch.finfo(grad.dtype).tiny)
+                alignment.copy_(grad.mean(0).square().sum() / energy)
+
+            scores.register_hook(measure)
+            stats.update(gradient_alignment=alignment, gradient_batches=1)
+        return stats
 
     @torch.no_grad()
     def importance_log_likelihood(self, levels, scores, estimator, samples):

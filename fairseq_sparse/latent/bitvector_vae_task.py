@@ -35,6 +35,10 @@ class BitVectorVAETask(ImageExperimentTask):
                     f"valid / {len(self.parts['test'])} test images of {self.input_dim} pixels, "
                     f"{self.num_levels} grey levels; {cfg.latent_bits} latent bits")
 
+    def train_intensity_mean(self):
+        """Each pixel's mean intensity (grey level scaled to [0, 1]) over the training images."""
+        return self.levels[self.parts["train"]].double().mean(0).float() / (self.num_levels - 1)
+
     def build_split(self, split, index):
         return ImageDataset(self.levels[index], self.labels[index], torch.ones(len(index), dtype=torch.bool),
                             shuffle=(split == "train"))

@@ -6,8 +6,10 @@ classes of ``ssvae``, the 256 messages of ``signaling_game``, the D bits of
 ``bitvector_vae``); the objective is the model's own (``model.latent_loss``), which
 returns the summed loss and sums of statistics.  This criterion turns those into
 fairseq metrics: ``decoder_calls`` (per example whose latent was estimated),
-``accuracy`` (ssvae), ``success`` (signaling_game), ``neg_elbo_bits_per_dim`` and
-``nll_bits_per_dim`` (bitvector_vae).
+``accuracy`` (ssvae), ``success`` (signaling_game), ``neg_elbo_bits_per_dim``,
+``nll_bits_per_dim``, ``code_entropy_bits`` (H(q) per image), ``score_abs``,
+``score_shared``, ``score_spread`` and, in training, ``gradient_alignment`` (bitvector_vae:
+see ``BitVectorVAEModel.code_statistics``).
 """
 
 import math
@@ -76,6 +78,14 @@ class LatentMarginalizationCriterion(FairseqCriterion):
             metrics.log_scalar("neg_elbo_bits_per_dim", total("neg_elbo") / per_dim, total("dims"), round=4)
             if total("nll"):
                 metrics.log_scalar("nll_bits_per_dim", total("nll") / per_dim, total("dims"), round=4)
+        if any("code_entropy" in log for log in logging_outputs):  # logged even at 0: a collapsed code
+            metrics.log_scalar("code_entropy_bits", total("code_entropy") / math.log(2) / total("estimated"),
+                               total("estimated"), round=3)
+            for key in ("score_abs", "score_shared", "score_spread"):
+                metrics.log_scalar(key, total(key) / total("estimated"), total("estimated"), round=3)
+        if total("gradient_batches"):  # training only: one value per batch
+            metrics.log_scalar("gradient_alignment", total("gradient_alignment") / total("gradient_batches"),
+                               total("gradient_batches"), round=3)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

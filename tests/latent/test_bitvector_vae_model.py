@@ -50,3 +50,48 @@ def test_reconstruction_is_each_pixels_categorical_negative_log_likelihood():
     expected = torch.stack([-sum(torch.log_softmax(model.output(hidden[n, i]), -1)[levels[n, i]] for i in range(7))
                             for n in range(5)])
     torch.testing.assert_close(model.reconstruction(levels, z), expected)
+
+
+def test_code_statistics_split_the_scores_and_measure_how_alike_the_images_gradients_are():
+    model = BitVectorVAEModel(pixels=4, levels=3, bits=2, hidden_dim=3, output_rank=2)  # training mode
+    scores = torch.tensor([[1.0, -2.0], [3.0, -2.0], [2.0, 4.0]], requires_grad=True)
+    stats = model.code_statistics(scores, torch.zeros(3))
+    # Per bit over the 3 images: means 2 and 0, population standard deviations sqrt(2/3) and sqrt(8).
+    assert stats["score_shared"].item() == pytest.approx(3 * (2 + 0) / 2)
+    assert stats["score_spread"].item() == pytest.approx(3 * (math.sqrt(2 / 3) + math.sqrt(8)) / 2)
+    assert stats["score_abs"].item() == pytest.approx(1.5 + 2.5 + 3)
+    assert stats["gradient_batches"] == 1 and stats["gradient_alignment"].item() == 0  # filled in by backward
+    push = torch.tensor([[1.0, -3.0], [2.0, 0.5], [0.0, 1.0]])
+    (scores * push).sum().backward()
+    mean = push.mean(0)
+    expected = (mean @ mean) / (push.square().sum(1).mean())
+    assert stats["gradient_alignment"].item() == pytest.approx(expected.item())
+    for grad, alignment in ((torch.tensor([[1.0, 2.0]] * 3), 1.0),  # every image pushed the same way
+                            (torch.tensor([[1.0, 2.0], [-1.0, -2.0], [0.0, 0.0]]), 0.0),  # pushes that cancel
+                            (torch.zeros(3, 2), 0.0)):  # no gradient at all (a collapsed code): 0, not NaN
+        scores = torch.randn(3, 2, requires_grad=True)
+        stats = model.code_statistics(scores, torch.zeros(3))
+        (scores * grad).sum().backward()
+        assert stats["gradient_alignment"].item() == pytest.approx(alignment)
+    model.eval()
+    assert "gradient_alignment" not in model.code_statistics(torch.randn(3, 2, requires_grad=True), torch.zeros(3))
+
+
+def test_centered_encoder_input_is_zero_mean_over_training_images_and_kept_in_the_checkpoint():
+    from argparse import Namespace
+
+    from fairseq_sparse.latent.bitvector_vae_task import BitVectorVAEConfig, BitVectorVAETask
+
+    task = BitVectorVAETask(BitVectorVAEConfig(dataset="digits", latent_bits=3))
+    cfg = Namespace(hidden_dim=4, output_rank=2, nll_samples=0, encoder_input="centered")
+    model = BitVectorVAEModel.build_model(cfg, task)
+    train = model.intensities(task.levels[task.parts["train"]])
+    torch.testing.assert_close((train - model.input_mean).mean(0), torch.zeros(64), atol=1e-6, rtol=0)
+    assert 0.2 < train.sum(1).mean() / 64 and model.input_mean.max() > 0.5  # what centring takes away
+    levels = task.levels[:5]
+    torch.testing.assert_close(model(levels), model.encoder(model.intensities(levels) - model.input_mean))
+    assert torch.equal(model.state_dict()["input_mean"], model.input_mean)
+    cfg.encoder_input = "intensities"
+    plain = BitVectorVAEModel.build_model(cfg, task)
+    assert "input_mean" not in plain.state_dict()
+    torch.testing.assert_close(plain(levels), plain.encoder(plain.intensities(levels)))

@@ -1,5 +1,7 @@
 """The bitvector_vae experiment through fairseq-train with every bit-vector estimator."""
 
+import math
+
 import pytest
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector
@@ -26,6 +28,13 @@ def test_every_estimator_trains_on_digits(estimator, tmp_path):
         assert 1 <= calls <= 4
     else:
         assert calls == (2 if estimator == "sfe_plus" else 1)
+    # H(q) in bits: at most log2 of the structures a sparse q holds (a mean over images of
+    # entropies each within its own support: bounded by the largest support, 17 or 4),
+    # at most the 16 bits of a mean-field one; mean |score| of an untrained encoder, small.
+    bound = 16 if estimator in ("sfe", "sfe_plus", "nvil", "gumbel", "st_gumbel") else \
+        math.log2(17 if estimator.startswith("sparsemap") else 4)
+    assert 0 <= metrics["code_entropy_bits"] <= bound + 1e-3
+    assert 0 < metrics["score_abs"] < 5
 
 
 def test_sparsemap_budget_and_latent_bits_on_mnist(tmp_path):

@@ -65,3 +65,32 @@ def test_criterion_flushes_denormals_which_slowed_cpu_products_many_times():
         assert (tiny * 1e-5).item() > 0  # normal numbers are untouched
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_code_entropy_is_logged_in_bits_even_when_the_code_has_collapsed():
+    """A collapsed code has H(q) = 0: the metric must still appear (a sum of 0 is not 'absent')."""
+    import math
+
+    import torch
+    from fairseq import metrics
+
+    from fairseq_sparse.latent.criterion import LatentMarginalizationCriterion
+
+    logs = [{"sample_size": 2, "estimated": 2, "decoder_calls": torch.tensor(2.0), "code_entropy": torch.tensor(0.0),
+             "score_abs": torch.tensor(60.0)},
+            {"sample_size": 2, "estimated": 2, "decoder_calls": torch.tensor(2.0), "code_entropy": torch.tensor(0.0),
+             "score_abs": torch.tensor(20.0)}]
+    with metrics.aggregate() as agg:
+        LatentMarginalizationCriterion.reduce_metrics(logs)
+    assert agg.get_smoothed_value("code_entropy_bits") == 0
+    assert agg.get_smoothed_value("score_abs") == 20  # (60 + 20) / 4 images
+    assert "gradient_alignment" not in agg.get_smoothed_values()  # no training batch: not logged
+    logs[0]["code_entropy"] = torch.tensor(4 * math.log(2))  # 2 bits, 2 images
+    for log, alignment in zip(logs, (0.9, 0.3)):
+        log.update(score_shared=torch.tensor(8.0), score_spread=torch.tensor(2.0),
+                   gradient_alignment=torch.tensor(alignment), gradient_batches=1)
+    with metrics.aggregate() as agg:
+        LatentMarginalizationCriterion.reduce_metrics(logs)
+    assert agg.get_smoothed_value("code_entropy_bits") == 1.0
+    assert agg.get_smoothed_value("score_shared") == 4 and agg.get_smoothed_value("score_spread") == 1
+    assert agg.get_smoothed_value("gradient_alignment") == pytest.approx(0.6)  # a mean over batches

@@ -8,7 +8,7 @@ from fairseq_sparse.ape.triplets import write_triplets
 from tests.conftest import REPO, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import epoch_metrics, find_corpus, held_out, read_corpus, run_logged  # noqa: E402
+from cli_helpers import epoch_metrics, find_corpus, held_out, interval_metrics, read_corpus, run_logged  # noqa: E402
 
 
 def test_epoch_metrics_reads_every_subset_and_exponents():
@@ -22,6 +22,21 @@ def test_epoch_metrics_reads_every_subset_and_exponents():
     assert found["train"] == [{"epoch": 1.0, "loss": 1578.69, "gnorm": 2.08011e6, "lr": 2e-5, "wps": 55.3}]
     assert found["valid"][0]["decoder_calls"] == 1.0
     assert found["test"][0] == {"epoch": 1.0, "nll_bits_per_dim": 1.7926, "x": -3.5e-3}
+
+
+def test_interval_metrics_reads_train_inner_lines_and_keeps_a_resumed_update_once():
+    log = "\n".join([
+        "2026-11-25 18:26:17 | INFO | train_inner | epoch 001:      2 / 24 loss=181.745, decoder_calls=9.867, "
+        "code_entropy_bits=0, score_abs=1.2e+02, wps=419, num_updates=2, lr=0.002, gnorm=29.376, wall=2",
+        "2026-11-25 18:26:18 | INFO | train | epoch 001 | loss 180.255 | num_updates 4",
+        "2026-11-25 18:26:19 | INFO | train_inner | epoch 001:      4 / 24 loss=nan, num_updates=4, wall=3",
+        "2026-11-25 18:27:19 | INFO | train_inner | epoch 001:      4 / 24 loss=170.5, num_updates=4, wall=9",
+    ])
+    found = interval_metrics(log)
+    assert [e["num_updates"] for e in found] == [2, 4]
+    assert found[0] == {"loss": 181.745, "decoder_calls": 9.867, "code_entropy_bits": 0.0, "score_abs": 120.0,
+                        "wps": 419.0, "num_updates": 2.0, "lr": 0.002, "gnorm": 29.376, "wall": 2.0}
+    assert found[1]["loss"] == 170.5  # the resumed run's line, not the interrupted one's
 
 
 def test_run_logged_streams_stdout_to_the_log_while_the_command_runs(tmp_path):

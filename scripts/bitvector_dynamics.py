@@ -1,0 +1,161 @@
+"""When does a bit-vector VAE's code collapse, and what comes first?
+
+Reads ``fairseq-train`` logs of ``--task bitvector_vae`` written with a short
+``--log-interval`` (``--log-format simple``), and follows over the updates what the
+``latent_marginalization`` criterion logs every interval:
+
+- ``decoder_calls``: codes decoded per image (for SparseMAP and top-k sparsemax, the
+  size of q's support; 1 is a single code);
+- ``code_entropy_bits``: the entropy of q per image, in bits (0: one deterministic
+  code; the KL to the uniform prior is D minus this);
+- ``score_shared`` and ``score_spread``: per bit, the |mean| and the standard deviation of
+  its scores over a batch's images: the part every image shares, and the part that
+  tells images apart (once the shared part is past the spread, every image sits on the
+  same side of the band where a bit is fractional: one code for every image);
+- ``gradient_alignment``: how alike the images' gradients in their scores are (1: every
+  image is pushed the same way; about 1/64 for unrelated pushes at batch 64);
+- ``neg_elbo_bits_per_dim`` and ``gnorm`` (the norm of the whole model's gradient).
+
+It writes a table (per run: the first update at which q is down to one code per
+image; q's entropy and the shared and spread parts of the scores at chosen updates;
+the gradients' alignment early and late) and one plot of these curves for all runs.
+The logs come from ``latent_results.py`` or ``fairseq-train``, e.g.
+
+    python scripts/latent_results.py --dataset mnist --experiments bitvector_vae/32 --estimators sparsemap \\
+        --epochs '{"bitvector_vae": 1}' --nll-samples 8 --out DIR --fairseq-args "--log-interval 10"
+    python scripts/bitvector_dynamics.py "lr 2e-3=DIR/logs/bitvector_vae_d32/sparsemap_seed1.log" ... --out OUT
+
+A run label is the text before ``=`` (default: the log's name).
+"""
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from cli_helpers import interval_metrics  # noqa: E402
+
+CURVES = (("decoder_calls", "codes decoded per image"), ("code_entropy_bits", "entropy of q (bits per image)"),
+          ("score_shared", "scores: shared by the batch (solid), spread (dashed)"),
+          ("gradient_alignment", "alignment of the images' score gradients"),
+          ("neg_elbo_bits_per_dim", "training -ELBO (bits per dim)"), ("gnorm", "gradient norm (whole model)"))
+REQUIRED = [name for name, _ in CURVES] + ["score_spread"]
+# A run is "down to one code" once fewer than 1 image in 100 decodes a second one.
+ONE_CODE = 1.01
+
+
+def run_spec(text):
+    label, sep, path = text.rpartition("=")
+    path = Path(path)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{path}: no such log")
+    return (label if sep else path.stem), path
+
+
+def read_run(label, path):
+    entries = interval_metrics(path.read_text(encoding="utf-8"))
+    missing = [name for name in REQUIRED if entries and name not in entries[0]]
+    if not entries:
+        raise SystemExit(f"{path}: no train_inner lines; train with --log-format simple and a --log-interval "
+                         "below the updates per epoch")
+    if missing:
+        raise SystemExit(f"{path}: its interval lines lack {', '.join(missing)} (not a bitvector_vae log of "
+                         "the latent_marginalization criterion, or one from before these metrics were logged)")
+    return label, entries
+
+
+def at_update(entries, update):
+    """The logged entry at the last interval at or before ``update`` (None before the first)."""
+    before = [e for e in entries if e["num_updates"] <= update]
+    return before[-1] if before else None
+
+
+def first_update(entries, condition):
+    for entry in entries:
+        if condition(entry):
+            return int(entry["num_updates"])
+    return None
+
+
+def mean_over(entries, low, high, metric):
+    values = [e[metric] for e in entries if low <= e["num_updates"] <= high]
+    return sum(values) / len(values) if values else None
+
+
+def table(runs, updates, early):
+    head = (["run", "updates", "first update at one code per image", "first update under 0.01 bits"]
+            + [f"entropy / shared / spread at {u}" for u in updates]
+            + [f"gradient alignment, updates 1-{early} / last {early}", "codes per image at the end"])
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for label, entries in runs:
+        last = int(entries[-1]["num_updates"])
+        row = [label, str(last),
+               str(first_update(entries, lambda e: e["decoder_calls"] <= ONE_CODE) or "never"),
+               str(first_update(entries, lambda e: e["code_entropy_bits"] < 0.01) or "never")]
+        for u in updates:
+            e = at_update(entries, u)
+            row.append(f"{e['code_entropy_bits']:.2f} / {e['score_shared']:.2f} / {e['score_spread']:.2f}" if e else "–")
+        alignment = [mean_over(entries, 1, early, "gradient_alignment"),
+                     mean_over(entries, last - early + 1, last, "gradient_alignment")]
+        row.append(" / ".join("–" if a is None else f"{a:.3f}" for a in alignment))
+        row.append(f"{entries[-1]['decoder_calls']:.2f}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def plot(runs, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7), sharex=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (metric, title) in zip(axes.flat, CURVES):
+        for (label, entries), colour in zip(runs, itertools.cycle(colours)):
+            steps = [e["num_updates"] for e in entries]
+            ax.plot(steps, [e[metric] for e in entries], label=label, lw=1.2, color=colour)
+            if metric == "score_shared":
+                ax.plot(steps, [e["score_spread"] for e in entries], lw=1.2, ls="--", color=colour)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        if metric in ("score_shared", "gnorm", "decoder_calls"):
+            ax.set_yscale("log")
+    for ax in axes[1]:
+        ax.set_xlabel("update")
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("runs", nargs="+", type=run_spec, metavar="[LABEL=]LOG",
+                        help="fairseq-train logs of bitvector_vae runs with a short --log-interval")
+    parser.add_argument("--out", type=Path, required=True, help="folder for dynamics.md and dynamics.png")
+    parser.add_argument("--updates", type=int, nargs="+", default=[20, 50, 200],
+                        help="updates at which the table gives q's entropy and the scores' shared and spread parts "
+                             "(default: 20 50 200)")
+    parser.add_argument("--early", type=int, default=50,
+                        help="the table's gradient alignment is averaged over updates 1 to EARLY and over the last "
+                             "EARLY (default: 50)")
+    args = parser.parse_args(argv)
+    if any(u < 1 for u in args.updates):
+        parser.error(f"--updates {' '.join(map(str, args.updates))}: updates are counted from 1")
+    if args.early < 1:
+        parser.error(f"--early {args.early}: must be at least 1")
+    runs = [read_run(label, path) for label, path in args.runs]
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = table(runs, args.updates, args.early)
+    (args.out / "dynamics.md").write_text(text + "\n", encoding="utf-8")
+    plot(runs, args.out / "dynamics.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
