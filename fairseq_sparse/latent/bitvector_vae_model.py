@@ -105,6 +105,8 @@ class BitVectorVAEModel(BaseFairseqModel):
         - ``score_shared`` and ``score_spread``: per bit, the |mean| and the standard deviation
           of its scores over the batch's images, averaged over the bits: the part of the scores
           every image shares and the part that tells images apart;
+        - ``positive_bits``: the bits with a positive score, the ones of the most likely code
+          (under a budget of B ones, SparseMAP stays fractional where more than B ask to be on);
         - ``gradient_alignment`` (training): ||mean_i g_i||^2 / mean_i ||g_i||^2 for g_i the
           gradient of the loss in image i's scores, 1 when every image is pushed the same way,
           about 1 / B when the pushes are unrelated.  It is filled in by a hook during the
@@ -113,7 +115,8 @@ class BitVectorVAEModel(BaseFairseqModel):
         detached = scores.detach()
         stats = {"code_entropy": entropy.detach().sum(), "score_abs": detached.abs().mean(-1).sum(),
                  "score_shared": detached.mean(0).abs().mean() * len(scores),
-                 "score_spread": detached.std(0, unbiased=False).mean() * len(scores)}
+                 "score_spread": detached.std(0, unbiased=False).mean() * len(scores),
+                 "positive_bits": (detached > 0).sum()}
         if self.training and scores.requires_grad:
             alignment = scores.new_zeros(())
 

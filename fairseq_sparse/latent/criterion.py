@@ -8,7 +8,8 @@ returns the summed loss and sums of statistics.  This criterion turns those into
 fairseq metrics: ``decoder_calls`` (per example whose latent was estimated),
 ``accuracy`` (ssvae), ``success`` (signaling_game), ``neg_elbo_bits_per_dim``,
 ``nll_bits_per_dim``, ``code_entropy_bits`` (H(q) per image), ``score_abs``,
-``score_shared``, ``score_spread`` and, in training, ``gradient_alignment`` (bitvector_vae:
+``score_shared``, ``score_spread``, ``positive_bits`` and, in training,
+``gradient_alignment`` (bitvector_vae:
 see ``BitVectorVAEModel.code_statistics``).
 """
 
@@ -81,7 +82,7 @@ class LatentMarginalizationCriterion(FairseqCriterion):
         if any("code_entropy" in log for log in logging_outputs):  # logged even at 0: a collapsed code
             metrics.log_scalar("code_entropy_bits", total("code_entropy") / math.log(2) / total("estimated"),
                                total("estimated"), round=3)
-            for key in ("score_abs", "score_shared", "score_spread"):
+            for key in ("score_abs", "score_shared", "score_spread", "positive_bits"):
                 metrics.log_scalar(key, total(key) / total("estimated"), total("estimated"), round=3)
         if total("gradient_batches"):  # training only: one value per batch
             metrics.log_scalar("gradient_alignment", total("gradient_alignment") / total("gradient_batches"),

@@ -60,6 +60,7 @@ def test_code_statistics_split_the_scores_and_measure_how_alike_the_images_gradi
     assert stats["score_shared"].item() == pytest.approx(3 * (2 + 0) / 2)
     assert stats["score_spread"].item() == pytest.approx(3 * (math.sqrt(2 / 3) + math.sqrt(8)) / 2)
     assert stats["score_abs"].item() == pytest.approx(1.5 + 2.5 + 3)
+    assert stats["positive_bits"].item() == 1 + 1 + 2
     assert stats["gradient_batches"] == 1 and stats["gradient_alignment"].item() == 0  # filled in by backward
     push = torch.tensor([[1.0, -3.0], [2.0, 0.5], [0.0, 1.0]])
     (scores * push).sum().backward()

@@ -87,10 +87,11 @@ def test_code_entropy_is_logged_in_bits_even_when_the_code_has_collapsed():
     assert "gradient_alignment" not in agg.get_smoothed_values()  # no training batch: not logged
     logs[0]["code_entropy"] = torch.tensor(4 * math.log(2))  # 2 bits, 2 images
     for log, alignment in zip(logs, (0.9, 0.3)):
-        log.update(score_shared=torch.tensor(8.0), score_spread=torch.tensor(2.0),
+        log.update(score_shared=torch.tensor(8.0), score_spread=torch.tensor(2.0), positive_bits=torch.tensor(6),
                    gradient_alignment=torch.tensor(alignment), gradient_batches=1)
     with metrics.aggregate() as agg:
         LatentMarginalizationCriterion.reduce_metrics(logs)
     assert agg.get_smoothed_value("code_entropy_bits") == 1.0
     assert agg.get_smoothed_value("score_shared") == 4 and agg.get_smoothed_value("score_spread") == 1
+    assert agg.get_smoothed_value("positive_bits") == 3
     assert agg.get_smoothed_value("gradient_alignment") == pytest.approx(0.6)  # a mean over batches
