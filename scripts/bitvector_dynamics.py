@@ -14,11 +14,14 @@ Reads ``fairseq-train`` logs of ``--task bitvector_vae`` written with a short
   same side of the band where a bit is fractional: one code for every image);
 - ``gradient_alignment``: how alike the images' gradients in their scores are (1: every
   image is pushed the same way; about 1/64 for unrelated pushes at batch 64);
+- ``positive_bits``: per image, the bits with a positive score (the ones of the most
+  likely code; a budget of B ones binds once more than B are positive);
 - ``neg_elbo_bits_per_dim`` and ``gnorm`` (the norm of the whole model's gradient).
 
 It writes a table (per run: the first update at which q is down to one code per
 image; q's entropy and the shared and spread parts of the scores at chosen updates;
-the gradients' alignment early and late) and one plot of these curves for all runs.
+the gradients' early alignment; the positive bits and codes at the end) and one plot
+of these curves for all runs.
 The logs come from ``latent_results.py`` or ``fairseq-train``, e.g.
 
     python scripts/latent_results.py --dataset mnist --experiments bitvector_vae/32 --estimators sparsemap \\
@@ -43,8 +46,9 @@ CURVES = (("decoder_calls", "codes decoded per image"), ("code_entropy_bits", "e
           ("gradient_alignment", "alignment of the images' score gradients"),
           ("neg_elbo_bits_per_dim", "training -ELBO (bits per dim)"), ("gnorm", "gradient norm (whole model)"))
 REQUIRED = [name for name, _ in CURVES] + ["score_spread"]
-# A run is "down to one code" once fewer than 1 image in 100 decodes a second one.
-ONE_CODE = 1.01
+# q is "down to one code per image" once its entropy is below this, in bits: for every
+# estimator alike (the Monte Carlo ones decode a fixed number of samples, whatever q is).
+ONE_CODE_BITS = 0.01
 
 
 def run_spec(text):
@@ -86,21 +90,19 @@ def mean_over(entries, low, high, metric):
 
 
 def table(runs, updates, early):
-    head = (["run", "updates", "first update at one code per image", "first update under 0.01 bits"]
+    head = (["run", "updates", "first update with q's entropy under 0.01 bits"]
             + [f"entropy / shared / spread at {u}" for u in updates]
-            + [f"gradient alignment, updates 1-{early} / last {early}", "codes per image at the end"])
+            + [f"gradient alignment, updates 1-{early}", "positive bits at the end", "codes per image at the end"])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for label, entries in runs:
-        last = int(entries[-1]["num_updates"])
-        row = [label, str(last),
-               str(first_update(entries, lambda e: e["decoder_calls"] <= ONE_CODE) or "never"),
-               str(first_update(entries, lambda e: e["code_entropy_bits"] < 0.01) or "never")]
+        row = [label, str(int(entries[-1]["num_updates"])),
+               str(first_update(entries, lambda e: e["code_entropy_bits"] < ONE_CODE_BITS) or "never")]
         for u in updates:
             e = at_update(entries, u)
             row.append(f"{e['code_entropy_bits']:.2f} / {e['score_shared']:.2f} / {e['score_spread']:.2f}" if e else "–")
-        alignment = [mean_over(entries, 1, early, "gradient_alignment"),
-                     mean_over(entries, last - early + 1, last, "gradient_alignment")]
-        row.append(" / ".join("–" if a is None else f"{a:.3f}" for a in alignment))
+        alignment = mean_over(entries, 1, early, "gradient_alignment")
+        row.append("–" if alignment is None else f"{alignment:.3f}")
+        row.append(f"{entries[-1]['positive_bits']:.1f}" if "positive_bits" in entries[-1] else "–")
         row.append(f"{entries[-1]['decoder_calls']:.2f}")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -122,8 +124,11 @@ def plot(runs, path):
                 ax.plot(steps, [e["score_spread"] for e in entries], lw=1.2, ls="--", color=colour)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
+        ax.set_xscale("log")  # what decides a run happens in its first tens of updates
         if metric in ("score_shared", "gnorm", "decoder_calls"):
             ax.set_yscale("log")
+        elif metric == "code_entropy_bits":
+            ax.set_yscale("symlog", linthresh=ONE_CODE_BITS)
     for ax in axes[1]:
         ax.set_xlabel("update")
     axes[0, 0].legend(fontsize=8)
@@ -141,9 +146,8 @@ def main(argv=None):
     parser.add_argument("--updates", type=int, nargs="+", default=[20, 50, 200],
                         help="updates at which the table gives q's entropy and the scores' shared and spread parts "
                              "(default: 20 50 200)")
-    parser.add_argument("--early", type=int, default=50,
-                        help="the table's gradient alignment is averaged over updates 1 to EARLY and over the last "
-                             "EARLY (default: 50)")
+    parser.add_argument("--early", type=int, default=20,
+                        help="the table's gradient alignment is averaged over updates 1 to EARLY (default: 20)")
     args = parser.parse_args(argv)
     if any(u < 1 for u in args.updates):
         parser.error(f"--updates {' '.join(map(str, args.updates))}: updates are counted from 1")

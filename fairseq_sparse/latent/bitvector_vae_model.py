@@ -39,14 +39,21 @@ class BitVectorVAEModelConfig(FairseqDataclass):
                           "'centered', each pixel less its mean over the training images, so that no part of the "
                           "input is shared by every image (see docs/latent.md: with intensities, Adam's first steps "
                           "move every image's scores together)"})
+    encoder_delay: int = field(
+        default=0,
+        metadata={"help": "updates for which the encoder is held (no gradient reaches it) while the decoder learns "
+                          "what every image shares; 0: none (the paper's). Without it, the first updates push every "
+                          "image's code the same way, out of SparseMAP's fractional band (see docs/latent.md)"})
 
 
 @register_model("bitvector_vae", dataclass=BitVectorVAEModelConfig)
 class BitVectorVAEModel(BaseFairseqModel):
-    def __init__(self, pixels, levels, bits, hidden_dim, output_rank, nll_samples=32, input_mean=None):
+    def __init__(self, pixels, levels, bits, hidden_dim, output_rank, nll_samples=32, input_mean=None,
+                 encoder_delay=0):
         super().__init__()
         self.pixels, self.levels, self.bits, self.rank = pixels, levels, bits, output_rank
         self.nll_samples = nll_samples
+        self.encoder_delay, self.num_updates = encoder_delay, 0
         # The training images' mean intensity per pixel, subtracted from the encoder's input
         # (--encoder-input centered); a buffer, so that a checkpoint keeps the mean it trained with.
         if input_mean is not None:
@@ -59,9 +66,16 @@ class BitVectorVAEModel(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        if cfg.encoder_delay < 0:
+            raise ValueError(f"--encoder-delay {cfg.encoder_delay}: a number of updates, 0 or more")
         input_mean = task.train_intensity_mean() if cfg.encoder_input == "centered" else None
         return cls(task.input_dim, task.num_levels, task.cfg.latent_bits, cfg.hidden_dim, cfg.output_rank,
-                   cfg.nll_samples, input_mean)
+                   cfg.nll_samples, input_mean, cfg.encoder_delay)
+
+    def set_num_updates(self, num_updates):
+        """fairseq's call before each training step (the updates made so far)."""
+        super().set_num_updates(num_updates)
+        self.num_updates = num_updates
 
     def forward(self, levels):
         """Scores (B, D) of the bits given the images' grey levels (B, pixels)."""
@@ -85,6 +99,8 @@ class BitVectorVAEModel(BaseFairseqModel):
         levels = sample["net_input"]["images"]
         pixels = self.intensities(levels)
         scores = self.scores(pixels)
+        if self.training and self.num_updates < self.encoder_delay:
+            scores = scores.detach()
         est = estimator(scores, lambda rows, z: self.reconstruction(levels[rows], z), features=pixels)
         prior = self.bits * math.log(2)
         neg_elbo = est.surrogate - est.entropy + prior

@@ -84,7 +84,7 @@ def test_centered_encoder_input_is_zero_mean_over_training_images_and_kept_in_th
     from fairseq_sparse.latent.bitvector_vae_task import BitVectorVAEConfig, BitVectorVAETask
 
     task = BitVectorVAETask(BitVectorVAEConfig(dataset="digits", latent_bits=3))
-    cfg = Namespace(hidden_dim=4, output_rank=2, nll_samples=0, encoder_input="centered")
+    cfg = Namespace(hidden_dim=4, output_rank=2, nll_samples=0, encoder_input="centered", encoder_delay=0)
     model = BitVectorVAEModel.build_model(cfg, task)
     train = model.intensities(task.levels[task.parts["train"]])
     torch.testing.assert_close((train - model.input_mean).mean(0), torch.zeros(64), atol=1e-6, rtol=0)
@@ -96,3 +96,26 @@ def test_centered_encoder_input_is_zero_mean_over_training_images_and_kept_in_th
     plain = BitVectorVAEModel.build_model(cfg, task)
     assert "input_mean" not in plain.state_dict()
     torch.testing.assert_close(plain(levels), plain.encoder(plain.intensities(levels)))
+
+
+def test_encoder_delay_holds_the_encoder_and_only_the_encoder_for_its_updates():
+    from argparse import Namespace
+
+    from fairseq_sparse.latent.bitvector_vae_task import BitVectorVAEConfig, BitVectorVAETask
+
+    task = BitVectorVAETask(BitVectorVAEConfig(dataset="digits", latent_bits=3))
+    cfg = Namespace(hidden_dim=4, output_rank=2, nll_samples=0, encoder_input="intensities", encoder_delay=2)
+    model = BitVectorVAEModel.build_model(cfg, task)
+    sample = {"net_input": {"images": task.levels[:8]}}
+    estimator = build_estimator("sparsemap", space=BitVector(3))
+    for updates, encoder_learns in ((0, False), (1, False), (2, True), (5, True)):
+        model.zero_grad(set_to_none=True)
+        model.set_num_updates(updates)
+        loss, stats = model.latent_loss(sample, estimator)
+        loss.backward()
+        assert (model.encoder[0].weight.grad is not None) == encoder_learns, updates
+        assert model.decoder[0].weight.grad.abs().sum() > 0  # the decoder always learns
+        assert ("gradient_alignment" in stats) == encoder_learns
+    cfg.encoder_delay = -1
+    with pytest.raises(ValueError, match="--encoder-delay -1: a number of updates"):
+        BitVectorVAEModel.build_model(cfg, task)
