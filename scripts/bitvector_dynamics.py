@@ -33,6 +33,7 @@ A run label is the text before ``=`` (default: the log's name).
 
 import argparse
 import itertools
+import math
 import sys
 from pathlib import Path
 
@@ -61,7 +62,8 @@ def run_spec(text):
 
 def read_run(label, path):
     entries = interval_metrics(path.read_text(encoding="utf-8"))
-    missing = [name for name in REQUIRED if entries and name not in entries[0]]
+    # Not on every line: gradient_alignment is logged only while the encoder learns (--encoder-delay).
+    missing = [name for name in REQUIRED if entries and not any(name in e for e in entries)]
     if not entries:
         raise SystemExit(f"{path}: no train_inner lines; train with --log-format simple and a --log-interval "
                          "below the updates per epoch")
@@ -85,7 +87,7 @@ def first_update(entries, condition):
 
 
 def mean_over(entries, low, high, metric):
-    values = [e[metric] for e in entries if low <= e["num_updates"] <= high]
+    values = [e[metric] for e in entries if low <= e["num_updates"] <= high and metric in e]
     return sum(values) / len(values) if values else None
 
 
@@ -114,12 +116,13 @@ def plot(runs, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7), sharex=True)
+    legend_rows = math.ceil(len(runs) / 4)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7 + 0.25 * legend_rows), sharex=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (metric, title) in zip(axes.flat, CURVES):
         for (label, entries), colour in zip(runs, itertools.cycle(colours)):
             steps = [e["num_updates"] for e in entries]
-            ax.plot(steps, [e[metric] for e in entries], label=label, lw=1.2, color=colour)
+            ax.plot(steps, [e.get(metric, math.nan) for e in entries], label=label, lw=1.2, color=colour)
             if metric == "score_shared":
                 ax.plot(steps, [e["score_spread"] for e in entries], lw=1.2, ls="--", color=colour)
         ax.set_title(title, fontsize=10)
@@ -131,8 +134,8 @@ def plot(runs, path):
             ax.set_yscale("symlog", linthresh=ONE_CODE_BITS)
     for ax in axes[1]:
         ax.set_xlabel("update")
-    axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.035 * legend_rows, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
