@@ -82,6 +82,7 @@ class BitVectorVAEModel(BaseFairseqModel):
         return self.scores(self.intensities(levels))
 
     def scores(self, pixels):
+        """The encoder's scores (B, D) of intensities (B, pixels), centred if the model is."""
         return self.encoder(pixels if self.input_mean is None else pixels - self.input_mean)
 
     def intensities(self, levels):
@@ -122,7 +123,7 @@ class BitVectorVAEModel(BaseFairseqModel):
           of its scores over the batch's images, averaged over the bits: the part of the scores
           every image shares and the part that tells images apart;
         - ``positive_bits``: the bits with a positive score, the ones of the most likely code
-          (under a budget of B ones, SparseMAP stays fractional where more than B ask to be on);
+          (a budget of B ones binds once more than B are positive);
         - ``gradient_alignment`` (training): ||mean_i g_i||^2 / mean_i ||g_i||^2 for g_i the
           gradient of the loss in image i's scores, 1 when every image is pushed the same way,
           about 1 / B when the pushes are unrelated.  It is filled in by a hook during the

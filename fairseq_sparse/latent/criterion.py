@@ -7,10 +7,9 @@ classes of ``ssvae``, the 256 messages of ``signaling_game``, the D bits of
 returns the summed loss and sums of statistics.  This criterion turns those into
 fairseq metrics: ``decoder_calls`` (per example whose latent was estimated),
 ``accuracy`` (ssvae), ``success`` (signaling_game), ``neg_elbo_bits_per_dim``,
-``nll_bits_per_dim``, ``code_entropy_bits`` (H(q) per image), ``score_abs``,
-``score_shared``, ``score_spread``, ``positive_bits`` and, in training,
-``gradient_alignment`` (bitvector_vae:
-see ``BitVectorVAEModel.code_statistics``).
+``nll_bits_per_dim``, and what comes before a collapsed code (``code_entropy_bits``,
+``score_abs``, ``score_shared``, ``score_spread``, ``positive_bits`` and, in training,
+``gradient_alignment``: see ``BitVectorVAEModel.code_statistics``) (bitvector_vae).
 """
 
 import math
