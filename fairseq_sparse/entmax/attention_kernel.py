@@ -19,8 +19,11 @@ recomputing each tile's scores from q and k on every pass (as FlashAttention doe
 4. the output, o = sum p v, and the row statistics the backward pass needs:
    og = sum g v and G = sum g with g = p^(2 - alpha) (so that sum_j g_j dp_j =
    dO.og), P = sum p, and for the alpha gradient mu = sum p log p / P and
-   c = log1p(sum (p / P) phi((alpha - 1)(log p - mu))) (one more pass);
-   see ``reference.alpha_gradient``.
+   c = log1p(sum (p / P) phi((alpha - 1)(log p - mu))) (in closed form from G, P and mu,
+   or by one more pass where that would cancel); see ``reference.alpha_gradient``.
+
+Each score costs at most one exp and one log per pass: the special-function units, not
+the matrix products, bound the generic-alpha passes.
 
 The backward pass recomputes p and g from q, k and the stored (max, tau):
 
@@ -46,6 +49,9 @@ from .triton_kernel import INTERPRET, TINY, _exp_remainder
 # Row statistics kept between the passes (float32, one row each).
 STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C = range(6)
 NUM_STATS = 6
+# Below this, sc (the alpha gradient's statistic) is summed term by term rather than in
+# closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
+SC_CLOSED = tl.constexpr(1e-2)
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
 # The same, as constexpr globals for the kernels.
@@ -111,18 +117,19 @@ def _powers(gap, k, FIXED: tl.constexpr):
 
 
 @triton.jit
-def _prob_and_g(gap, k, alpha, FIXED: tl.constexpr):
-    """(p, g) = (gap^k, p^(2 - alpha) on the support)."""
+def _prob_and_g(gap, k, FIXED: tl.constexpr):
+    """(p, g, log p) = (gap^k, p^(2 - alpha) = gap^(k - 1), k log gap) on the support:
+    one log and one exp per score (g first, then p = g gap)."""
     on = gap > 0.0
+    log_gap = tl.log(tl.where(on, gap, 1.0))
     if FIXED == 1:
-        return gap, on.to(tl.float32)
+        p, g = gap, on.to(tl.float32)
     elif FIXED == 2:
-        return gap * gap, gap
+        p, g = gap * gap, gap
     else:
-        log2_gap = tl.log2(tl.where(on, gap, 1.0))
-        p = tl.where(on, tl.exp2(k * log2_gap), 0.0)
-        g = tl.where(on, tl.exp2(k * (2.0 - alpha) * log2_gap), 0.0)
-        return p, g
+        g = tl.where(on, tl.exp((k - 1.0) * log_gap), 0.0)
+        p = g * gap
+    return p, g, k * log_gap
 
 
 @triton.jit
@@ -238,13 +245,14 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     g_sum = tl.zeros([BLOCK_M], tl.float32)
     p_sum = tl.zeros([BLOCK_M], tl.float32)
     plogp = tl.zeros([BLOCK_M], tl.float32)
+    n_on = tl.zeros([BLOCK_M], tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
         s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                     PRECISION)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
-            p, g = _prob_and_g(gap, k, alpha, FIXED)
+            p, g, log_p = _prob_and_g(gap, k, FIXED)
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
                         mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
             acc += _dot(p.to(v.dtype), v, PRECISION)
@@ -253,7 +261,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             g_sum += tl.sum(g, axis=1)
             p_sum += tl.sum(p, axis=1)
             if ALPHA_STATS:
-                plogp += tl.sum(tl.where(p > 0.0, p * tl.log(tl.where(p > 0.0, p, 1.0)), 0.0), axis=1)
+                plogp += tl.sum(tl.where(p > 0.0, p * log_p, 0.0), axis=1)
+                n_on += tl.sum((p > 0.0).to(tl.float32), axis=1)
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod
     o_mask = (offs_m[:, None] < Tq) & (offs_d[None, :] < D)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_mask)
@@ -268,21 +277,28 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     tl.store(stats + STAT_P_C * Tq, p_sum, mask=row_ok)
 
     if ALPHA_STATS:
-        # mu = sum yhat log y and c = log1p(sum yhat phi(delta (log y - mu))), yhat = y / P.
+        # mu = sum yhat log y and c = log1p(sc), sc = sum yhat phi(delta (log y - mu)), yhat = y / P.
+        # Since y^-delta = 1 / gap, sum yhat y^-delta = G / P and sc = exp(delta mu) G / P - 1: no pass
+        # over the keys.  That is a difference of nearly equal numbers when sc is small (alpha near 1,
+        # flat rows: float32 leaves it an absolute error of a few 1e-6), so a tile with a row below
+        # SC_CLOSED sums the series term by term in one more pass (a row whose support is one key
+        # has sc = 0 exactly).
         p_safe = tl.maximum(p_sum, TINY)
         mu = plogp / p_safe
-        acc_c = tl.zeros([BLOCK_M], tl.float32)
-        for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + offs_nb
-            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                    PRECISION)
-            gap = _gap(s, row_max, tau, am1)
-            if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-                p, g = _prob_and_g(gap, k, alpha, FIXED)
-                on = p > 0.0
-                u = tl.log(tl.where(on, p, 1.0)) - mu[:, None]
-                acc_c += tl.sum(tl.where(on, p * _exp_remainder(am1 * u), 0.0), axis=1)
-        sc = acc_c / p_safe
+        sc = tl.where(n_on > 1.0, tl.maximum(tl.exp(am1 * mu) * (g_sum / p_safe) - 1.0, 0.0), 0.0)
+        small = live & (n_on > 1.0) & (sc < SC_CLOSED)
+        if tl.max(small.to(tl.int32), axis=0) > 0:
+            acc_c = tl.zeros([BLOCK_M], tl.float32)
+            for start_n in range(0, n_end, BLOCK_N):
+                offs_n = start_n + offs_nb
+                s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                            CAUSAL, PRECISION)
+                gap = _gap(s, row_max, tau, am1)
+                if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                    p, g, log_p = _prob_and_g(gap, k, FIXED)
+                    u = log_p - mu[:, None]
+                    acc_c += tl.sum(tl.where(p > 0.0, p * _exp_remainder(am1 * u), 0.0), axis=1)
+            sc = acc_c / p_safe
         # log1p(sc): its series where 1 + sc would round (sc >= 0).
         c = tl.where(sc < 1e-3, sc * (1.0 - sc * (0.5 - sc * (1.0 / 3.0 - sc * 0.25))), tl.log(1.0 + sc))
         tl.store(stats + STAT_MU_C * Tq, mu, mask=row_ok)
@@ -324,7 +340,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
         s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-            p, g = _prob_and_g(gap, k, alpha, FIXED)
+            p, g, _ = _prob_and_g(gap, k, FIXED)
             dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
             dp = _dot(do, vt, PRECISION)
             ds = g * (dp - r[:, None])
@@ -369,7 +385,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
                     PRECISION)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-            p, g = _prob_and_g(gap, k, alpha, FIXED)
+            p, g, log_p = _prob_and_g(gap, k, FIXED)
             kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
             vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
                          mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
@@ -380,7 +396,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
             if ALPHA_GRAD:
                 # reference.alpha_gradient, term by term.
                 on = p > 0.0
-                u = tl.log(tl.where(on, p, 1.0)) - mu[:, None]
+                u = log_p - mu[:, None]
                 w = am1 * u + c[:, None]
                 phi_w = _exp_remainder(w)
                 terms = (c[:, None] - phi_w) / (am1 * am1) + mu[:, None] * (phi_w - w) / am1

@@ -45,8 +45,10 @@ def run_both(attn, inputs, **kwargs):
     """(output, gradients) of the explicit and of the fused path; ``inputs`` is [x] for
     self-attention or [query, key, value]."""
     results = []
-    for backend in ("auto", "triton"):
+    # The explicit path is switched on by hand: on CUDA "auto" would take the kernel too.
+    for fused, backend in ((False, "auto"), (True, "triton")):
         attn.zero_grad()
+        attn.use_fused_kernel = fused
         leaves = [x.detach().clone().requires_grad_() for x in inputs]
         with use_backend(backend):
             args = leaves if len(leaves) == 3 else leaves * 3  # self-attention: query = key = value
@@ -121,8 +123,10 @@ def test_incremental_decoding(normalizer, fused_calls):
     pad[1, 4:] = True
     pad = pad.repeat_interleave(beam, dim=0)
     with torch.no_grad():
+        self_attn.use_fused_kernel = cross.use_fused_kernel = False
         h, _ = self_attn(x, x, x, attn_mask=causal_mask(5), need_weights=False)
         want, _ = cross(h, enc, enc, key_padding_mask=pad, need_weights=False)
+        self_attn.use_fused_kernel = cross.use_fused_kernel = True
         cross.set_beam_size(beam)
         state, steps = {}, []
         with use_backend("triton"):
