@@ -104,22 +104,9 @@ def _gap(s, row_max, tau, am1):
 
 
 @triton.jit
-def _powers(gap, k, FIXED: tl.constexpr):
-    """(gap^k, gap^(k-1)) for gap >= 0, zero where gap == 0."""
-    on = gap > 0.0
-    if FIXED == 1:
-        return gap, on.to(tl.float32)
-    elif FIXED == 2:
-        return gap * gap, gap
-    else:
-        gkm1 = tl.where(on, tl.exp2((k - 1.0) * tl.log2(tl.where(on, gap, 1.0))), 0.0)
-        return gkm1 * gap, gkm1
-
-
-@triton.jit
 def _prob_and_g(gap, k, FIXED: tl.constexpr):
-    """(p, g, log p) = (gap^k, p^(2 - alpha) = gap^(k - 1), k log gap) on the support:
-    one log and one exp per score (g first, then p = g gap)."""
+    """(p, g, log p) = (gap^k, p^(2 - alpha) = gap^(k - 1), k log gap), zero off the support:
+    one log and one exp per score (g first, then p = g gap).  Newton's sums use the first two."""
     on = gap > 0.0
     log_gap = tl.log(tl.where(on, gap, 1.0))
     if FIXED == 1:
@@ -202,7 +189,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                     PRECISION)
             gap = _gap(s, row_max, tau, am1)
-            gk, gkm1 = _powers(gap, k, FIXED)
+            gk, gkm1, _ = _prob_and_g(gap, k, FIXED)  # gap^k and gap^(k - 1)
             power += tl.sum(gk, axis=1)
             s1 += tl.sum(gkm1, axis=1)
         power = tl.maximum(power, TINY)
