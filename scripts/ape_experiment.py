@@ -162,6 +162,9 @@ def main(argv=None):
     parser.add_argument("--clip-norm", type=float, default=1.0, help="gradient norm clipping (0: none)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="train and decode here")
     parser.add_argument("--beam", type=int, default=5, help="beam size, in tuning and on test")
+    parser.add_argument("--max-len-b", type=int, default=200,
+                        help="longest post-edit in tokens, in tuning and on test, as fairseq-generate's "
+                             "--max-len-b (default: %(default)s)")
     parser.add_argument("--conservativeness", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 4.0],
                         help="values tried on dev (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=None,
@@ -182,7 +185,8 @@ def main(argv=None):
     for system in args.systems:
         totals = train(system, data, args)
         save = args.out / system
-        editor_args = dict(path=save / "checkpoint_last.pt", data=data, device=args.device, beam=args.beam)
+        editor_args = dict(path=save / "checkpoint_last.pt", data=data, device=args.device, beam=args.beam,
+                           max_len_b=args.max_len_b)
         tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, out=save / "tuning",
                             **editor_args)
         chosen = (tuned["conservativeness"], tuned["keep_mt_margin"])

@@ -81,9 +81,10 @@ class Scorer:
         return ter, bleu, edit_effects(hyps, self.mts, self.refs)
 
 
-def beam_pass(models, task, conservativeness, src, mt, beam):
+def beam_pass(models, task, conservativeness, src, mt, beam, max_len_b=200):
     """One beam pass with conservativeness C; the gate scores each MT but keeps none."""
-    editor = PostEditor(models, task, beam=beam, conservativeness=conservativeness, keep_mt_margin=-math.inf)
+    editor = PostEditor(models, task, beam=beam, max_len_b=max_len_b, conservativeness=conservativeness,
+                        keep_mt_margin=-math.inf)
     return editor.postedits(src, mt)
 
 
@@ -102,7 +103,7 @@ def load(path, data, device):
     return editor.models, editor.task
 
 
-def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5):
+def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200):
     """Decode `split` at every C, apply every M, write the grid and plot, return the choice."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -112,7 +113,7 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5):
     baseline = scorer.score(texts["mt"])
     rows = []
     for c in grid_c:
-        edits = beam_pass(models, task, c, texts["src"], texts["mt"], beam)
+        edits = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
         for m in grid_m:
             outputs, kept = gated(edits, texts["mt"], m)
             ter, bleu, effects = scorer.score(outputs)
@@ -123,7 +124,7 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5):
                                     -(-math.inf if r["keep_mt_margin"] is None else r["keep_mt_margin"])))
     chosen = {"conservativeness": best["conservativeness"], "keep_mt_margin": best["keep_mt_margin"],
               "split": split, "ter": best["ter"], "do_nothing_ter": baseline[0], "checkpoint": str(path),
-              "beam": beam}
+              "beam": beam, "max_len_b": max_len_b}
     (out / "chosen.json").write_text(json.dumps(chosen, indent=1) + "\n")
     header = ["C", "M", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
     cells = [[f"{r['conservativeness']:g}", margin_name(r["keep_mt_margin"]), f"{r['ter']:.2f}", f"{r['bleu']:.2f}",
@@ -170,7 +171,7 @@ def plot(rows, best, do_nothing, path, split):
     plt.close(fig)
 
 
-def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5):
+def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):
     """Outputs of `split` for each named (C, M), one beam pass per distinct C; writes
     NAME.txt for each and results.json (settings, kept, the training totals)."""
     out = Path(out)
@@ -180,12 +181,13 @@ def decode_test(path, data, split, settings, out, trained=None, device="cpu", be
     passes, runs = {}, {}
     for name, (c, m) in settings.items():
         if c not in passes:
-            passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam)
+            passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
         outputs, kept = gated(passes[c], texts["mt"], m)
         (out / f"{name}.txt").write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
         runs[name] = {"conservativeness": c, "keep_mt_margin": m, "kept": kept}
     (out / "results.json").write_text(json.dumps({"split": split, "checkpoint": str(path), "beam": beam,
-                                                  "runs": runs, "trained": trained}, indent=1) + "\n")
+                                                  "max_len_b": max_len_b, "runs": runs, "trained": trained},
+                                                 indent=1) + "\n")
     return runs
 
 
@@ -200,6 +202,8 @@ def main(argv=None):
     parser.add_argument("--keep-mt-margin", nargs="+", default=[margin_name(m) for m in DEFAULT_MARGINS],
                         help="values of M tried ('off': no gate; 'inf': keep every MT)")
     parser.add_argument("--beam", type=int, default=5, help="beam size")
+    parser.add_argument("--max-len-b", type=int, default=200,
+                        help="longest post-edit in tokens, as fairseq-generate's --max-len-b (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args(argv)
     for c in args.conservativeness:
@@ -208,7 +212,7 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
     chosen = tune(args.path, args.data, args.split, args.conservativeness, parse_margins(args.keep_mt_margin),
-                  args.out, args.device, args.beam)
+                  args.out, args.device, args.beam, args.max_len_b)
     print((args.out / "grid.md").read_text())
     print(json.dumps(chosen))
 

@@ -1,6 +1,14 @@
+import atexit
+import importlib.metadata
+import json
+import locale
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -41,10 +49,72 @@ def yelp_corpus(directory, train, valid, test):
     return directory
 
 
+class _ForkServer:
+    """tests/cli_forkserver.py, started once per test process: run_cli's console scripts are
+    forked from it after torch and fairseq are imported, instead of each importing them
+    again (about 4 s of a 5.5 s start on 2 cores; the suite makes about 150 calls)."""
+
+    def __init__(self):
+        self.env = dict(os.environ)
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("cli_forkserver.py"))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.pending = b""
+        atexit.register(self.proc.kill)
+
+    def answer(self, timeout=None):
+        """The server's next JSON line, or None after `timeout` seconds without one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.proc.stdout], [], [], wait)[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError(f"tests/cli_forkserver.py exited ({self.proc.wait()})")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, cmd, cwd, timeout):
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            request = {"argv": cmd, "cwd": str(cwd or os.getcwd()), "env": dict(os.environ),
+                       "stdout": str(out), "stderr": str(err)}
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            pid = self.answer()["pid"]
+            done = self.answer(timeout)
+            if done is None:
+                os.kill(pid, signal.SIGKILL)
+                self.answer()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            # As subprocess.run(text=True) reads them: the locale's encoding, universal newlines.
+            stdout, stderr = (Path(f).read_text(encoding=locale.getpreferredencoding(False)) for f in (out, err))
+        return subprocess.CompletedProcess(cmd, done["returncode"], stdout, stderr)
+
+
+_fork_server = None
+
+
+def _console_script(name):
+    return bool(importlib.metadata.entry_points(group="console_scripts", name=name))
+
+
 def run_cli(name, *args, cwd=None, check=True, timeout=600):
-    """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
+    """Run a console script of this virtual environment (fairseq-train, ...) and return it.
+
+    Through the fork server unless FAIRSEQ_SPARSE_TESTS_FORK=0, or the environment has
+    changed since the server started (it imported torch and fairseq under the old one)."""
+    global _fork_server
     cmd = [str(BIN / name), *map(str, args)]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and _console_script(name):
+        if _fork_server is None:
+            _fork_server = _ForkServer()
+        if _fork_server.env == dict(os.environ):
+            proc = _fork_server.run(cmd, cwd, timeout)
+        else:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -149,11 +219,40 @@ def write_ape_split(directory, split, start, n, corpus=("ape", "wmt17-de-en-phar
         (directory / f"{split}.{field}").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-@pytest.fixture
-def ape_raw(tmp_path):
+def write_ape_raw(out):
     """Raw triplets from WMT17 APE de-en (pharma): 200 train, 30 valid, 20 test."""
-    out = tmp_path / "ape_raw"
     out.mkdir()
     for split, start, n in (("train", 0, 200), ("valid", 200, 30), ("test", 230, 20)):
         write_ape_split(out, split, start, n)
     return out
+
+
+@pytest.fixture
+def ape_raw(tmp_path):
+    """Raw triplets from WMT17 APE de-en (pharma): 200 train, 30 valid, 20 test."""
+    return write_ape_raw(tmp_path / "ape_raw")
+
+
+APE_TRAIN = ["--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert_ape",
+             "--attention-normalizer", "alpha_entmax", "--optimizer", "adam", "--lr", "1e-3",
+             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2000",
+             "--cpu", "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple"]
+
+
+@pytest.fixture(scope="session")
+def ape_trained(tmp_path_factory, tiny_bert):
+    """(data, checkpoint): a bert_ape on tiny_bert trained by fairseq-train for one epoch on
+    the ape_raw triplets, for the tests that need some trained ape checkpoint, not a
+    particular one. The data directory holds the tokenizer training keeps there. Shared by
+    the tests of a session: read both, never change them."""
+    root = tmp_path_factory.mktemp("ape_trained")
+    data = write_ape_raw(root / "ape_raw")
+    run_cli("fairseq-train", data, *APE_TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1",
+            "--save-dir", root / "ckpt")
+    return data, root / "ckpt" / "checkpoint_last.pt"
+
+
+def pytest_collection_modifyitems(items):
+    """tests/scripts/ first: its end-to-end runs take half a minute to two minutes each, and
+    started last they would leave one pytest-xdist worker running them alone at the end."""
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/scripts/"))

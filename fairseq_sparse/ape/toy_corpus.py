@@ -74,10 +74,12 @@ def generate(seed=0):
     return triplets
 
 
-def write(directory, seed=0, valid=100, test=200):
-    """Write {train,valid,test}.{src,mt,pe}; returns the split sizes."""
+def write(directory, seed=0, valid=100, test=200, train=None):
+    """Write {train,valid,test}.{src,mt,pe} (train: the first `train` of the rest, or all of
+    it); returns the split sizes."""
     triplets = generate(seed)
-    splits = {"test": triplets[:test], "valid": triplets[test:test + valid], "train": triplets[test + valid:]}
+    rest = triplets[test + valid:]
+    splits = {"test": triplets[:test], "valid": triplets[test:test + valid], "train": rest[:train]}
     for split, rows in splits.items():
         write_triplets(directory, split, {field: [r[i] for r in rows] for i, field in enumerate(FIELDS)})
     return {split: len(rows) for split, rows in splits.items()}

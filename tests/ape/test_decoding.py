@@ -167,10 +167,8 @@ def test_a_model_that_cannot_score_the_mt_and_bad_values_are_refused(ape_model):
         PostEditor([model], task, keep_mt_margin=float("nan"))
 
 
-def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ape_raw, tiny_bert):
-    save = tmp_path / "ckpt"
-    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", save)
-    checkpoint = save / "checkpoint_last.pt"
+def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ape_trained, tiny_bert):
+    ape_raw, checkpoint = ape_trained
     plain = generate(ape_raw, checkpoint)
     zero = generate(ape_raw, checkpoint, "--conservativeness", "0")
     assert zero.stdout == plain.stdout

@@ -10,12 +10,8 @@ import torch
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold, for torch.load
+from tests.conftest import APE_TRAIN as TRAIN
 from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
-
-TRAIN = ["--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--arch", "bert_ape",
-         "--attention-normalizer", "alpha_entmax", "--optimizer", "adam", "--lr", "1e-3",
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2000",
-         "--cpu", "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple"]
 
 
 def generate(data, checkpoint, *extra, check=True):
@@ -260,15 +256,14 @@ def test_a_tokenizer_kept_first_by_another_rank_is_left_as_it_is(tmp_path, tiny_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk", "tokenizer"]  # no half-written copy left
 
 
-def test_a_tokenizer_of_another_vocabulary_is_refused_wherever_weights_are_loaded(tmp_path, ape_raw, tiny_bert,
+def test_a_tokenizer_of_another_vocabulary_is_refused_wherever_weights_are_loaded(tmp_path, ape_trained, tiny_bert,
                                                                                    caplog):
     """Same size, two tokens swapped: without the check, generation would run on wrong ids."""
     import shutil
 
     from fairseq_sparse.ape.postedit import PostEditor
 
-    save = tmp_path / "ckpt"
-    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", save)
+    ape_raw, checkpoint = ape_trained
     other = tmp_path / "other"
     other.mkdir()
     for name in ("test.src", "test.mt", "test.pe"):
@@ -282,17 +277,16 @@ def test_a_tokenizer_of_another_vocabulary_is_refused_wherever_weights_are_loade
     message = r"trained with another BERT vocabulary \(sha256 [0-9a-f]{12}\) than the tokenizer kept with the data " \
               rf"in {re.escape(str(other / 'tokenizer'))} \(sha256 [0-9a-f]{{12}}\)"
     for cli in ("fairseq-generate", "fairseq-interactive"):
-        proc = run_cli(cli, other, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
-                       save / "checkpoint_last.pt", "--cpu", "--gen-subset", "test", "--input", "/dev/null",
-                       check=False) if cli == "fairseq-interactive" else generate(other, save / "checkpoint_last.pt",
-                                                                                   check=False)
+        proc = (run_cli(cli, other, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path", checkpoint,
+                        "--cpu", "--gen-subset", "test", "--input", "/dev/null", check=False)
+                if cli == "fairseq-interactive" else generate(other, checkpoint, check=False))
         assert proc.returncode != 0 and re.search(message, proc.stderr), proc.stderr[-2000:]
     # Here the checkpoint's own --bert-model is still on disk, and the task names it first.
     with pytest.raises(ValueError, match=rf"--bert-model {re.escape(str(tiny_bert))} has another vocabulary than "
                                          rf"the tokenizer kept with the data in {re.escape(str(other / 'tokenizer'))}"):
-        PostEditor.from_checkpoint(save / "checkpoint_last.pt", data=other)
+        PostEditor.from_checkpoint(checkpoint, data=other)
     # A checkpoint from before the digest was kept: loaded, with a warning.
-    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    state = torch.load(checkpoint, weights_only=False)
     del state["model"]["bert_vocabulary.sha256"]
     torch.save(state, tmp_path / "old.pt")
     with caplog.at_level("WARNING"):

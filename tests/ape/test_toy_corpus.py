@@ -14,6 +14,9 @@ def test_corpus_is_deterministic_and_mostly_damaged(tmp_path):
     for split, n in sizes.items():
         for field in ("src", "mt", "pe"):
             assert len((tmp_path / f"{split}.{field}").read_text(encoding="utf-8").splitlines()) == n
+    whole = (tmp_path / "train.pe").read_text(encoding="utf-8").splitlines()
+    assert toy_ape_corpus.write(tmp_path / "cut", train=50) == {"test": 200, "valid": 100, "train": 50}
+    assert (tmp_path / "cut" / "train.pe").read_text(encoding="utf-8").splitlines() == whole[:50]
 
 
 def test_each_error_kind_occurs():

@@ -96,7 +96,7 @@ def test_train_logs_alphas_generate_and_resume_exactly(multi30k_bin, tmp_path):
         torch.testing.assert_close(resumed[k], v, atol=1e-6, rtol=1e-5, msg=f"{k} differs after the resume")
 
     gen = run_cli("fairseq-generate", multi30k_bin, "--user-dir", USER_DIR, "--path", straight / "checkpoint_last.pt",
-                  "--gen-subset", "valid", "--beam", "4", "--cpu", "--max-tokens", "2000").stdout
+                  "--gen-subset", "valid", "--beam", "4", "--cpu", "--max-tokens", "2000", "--max-len-b", "30").stdout
     assert sum(line.startswith("H-") for line in gen.splitlines()) == 40
 
 
@@ -112,7 +112,7 @@ def test_sparse_output_layer_trains_and_generates(multi30k_bin, tmp_path):
     log = run_cli("fairseq-train", *common, "--save-dir", tmp_path, "--max-epoch", "2").stdout
     assert "output_support" in log
     gen = run_cli("fairseq-generate", multi30k_bin, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
-                  "--gen-subset", "valid", "--beam", "4", "--cpu", "--max-tokens", "2000").stdout
+                  "--gen-subset", "valid", "--beam", "4", "--cpu", "--max-tokens", "2000", "--max-len-b", "30").stdout
     hyps = [line for line in gen.splitlines() if line.startswith("H-")]
     assert len(hyps) == 40 and not any("nan" in h.split("\t")[1] for h in hyps)
 

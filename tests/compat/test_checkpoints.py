@@ -50,7 +50,7 @@ def test_train_resume_and_generate_through_the_clis(multi30k_bin, tmp_path):
     gen = run_cli(
         "fairseq-generate", multi30k_bin, "--user-dir", fairseq_sparse.__path__[0],
         "--path", save / "checkpoint_last.pt", "--gen-subset", "valid", "--cpu",
-        "--max-tokens", "1000", "--beam", "2",
+        "--max-tokens", "1000", "--beam", "2", "--max-len-b", "30",
     )
     assert "BLEU4" in gen.stdout + gen.stderr
 
@@ -59,7 +59,7 @@ def test_train_resume_and_generate_through_the_clis(multi30k_bin, tmp_path):
     interactive = run_cli(
         "fairseq-interactive", multi30k_bin, "--user-dir", fairseq_sparse.__path__[0],
         "--path", save / "checkpoint_last.pt", "--cpu", "--beam", "2", "--input", sentences,
-        "--source-lang", "en", "--target-lang", "de",
+        "--source-lang", "en", "--target-lang", "de", "--max-len-b", "30",
     )
     hypotheses = [line for line in interactive.stdout.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 2, interactive.stdout[-2000:]

@@ -8,13 +8,15 @@ from tests.conftest import REPO, shared_data
 BASH = ["bash", str(REPO / "data_prep" / "multi30k.sh")]
 
 
-def mirror(tmp_path, n=400):
+def mirror(tmp_path, n=400, held_out=None):
+    """The first n sentence pairs of each Multi30k split (of val and test, `held_out` if given)."""
     src = shared_data("mt", "multi30k-en-de")
     raw = tmp_path / "raw"
     raw.mkdir()
     for name in ("train", "val", "test_2016_flickr"):
         for lang in ("en", "de"):
-            lines = (src / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()[:n]
+            size = n if held_out is None or name == "train" else held_out
+            lines = (src / f"{name}.{lang}").read_text(encoding="utf-8").splitlines()[:size]
             (raw / f"{name}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return raw
 

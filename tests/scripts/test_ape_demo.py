@@ -1,4 +1,5 @@
-"""The README's main job (scripts/ape_demo.py) end to end, shortened to one epoch and one layer."""
+"""The README's main job (scripts/ape_demo.py) end to end, shortened to one epoch of 300
+generated triplets and one layer."""
 
 import argparse
 import re
@@ -15,10 +16,11 @@ import ape_demo  # noqa: E402
 
 def test_main_job_post_edits_and_reports(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_demo.py"), "--workdir", str(tmp_path),
-                           "--max-epoch", "1", "--bert-layers", "1"], capture_output=True, text=True)
+                           "--max-epoch", "1", "--bert-layers", "1", "--train-size", "300"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    assert "GENERATED corpus (not real data)" in out
+    assert "GENERATED corpus (not real data)" in out and "300 / 100 / 200 triplets (train only the first 300)" in out
     assert re.search(r"TER = [0-9.]+ \(signature: nrefs:1\|case:mixed\|tok:tercom", out)
     assert re.search(r"do-nothing \(MT\)\s+11\.03\s+73\.10", out)  # the baseline of the generated test split
     assert re.search(r"post-edited\s+[0-9.]+\s+[0-9.]+", out)

@@ -21,7 +21,8 @@ def run_experiment(out, corpus, tiny_bert, updates, *extra):
                            "--corpus", str(corpus), "--held-out", "20", "--bert-model", str(tiny_bert),
                            "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
                            "--max-update", str(updates), "--lr", "1e-3", "--warmup", "2", "--beam", "2",
-                           "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf", *extra],
+                           "--max-len-b", "30", "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf",
+                           *extra],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text(encoding="utf-8")

@@ -7,27 +7,25 @@ import sys
 import fairseq_sparse
 fairseq_sparse.load_plugin()
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
-from tests.ape.test_task import TRAIN  # noqa: E402
-from tests.conftest import REPO, run_cli  # noqa: E402
+from tests.conftest import REPO  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 import tune_ape_decoding as tuning  # noqa: E402
 
 
-def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_raw, tiny_bert):
-    save = tmp_path / "ckpt"
-    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1", "--save-dir", save)
-    checkpoint = save / "checkpoint_last.pt"
+def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_trained):
+    ape_raw, checkpoint = ape_trained
     out = tmp_path / "tuning"
     proc = subprocess.run([sys.executable, REPO / "scripts" / "tune_ape_decoding.py", "--path", checkpoint,
                            "--data", ape_raw, "--out", out, "--conservativeness", "0", "1.5", "--beam", "2",
-                           "--keep-mt-margin", "off", "-1", "0", "0.5", "inf"], capture_output=True, text=True)
+                           "--max-len-b", "30", "--keep-mt-margin", "off", "-1", "0", "0.5", "inf"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     chosen = json.loads((out / "chosen.json").read_text())
     grid = [line.split("\t") for line in (out / "grid.tsv").read_text().splitlines()]
     assert grid[0] == ["C", "M", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"] and len(grid) == 11
     assert (out / "tuning.png").stat().st_size > 10_000 and "Chosen: C = " in (out / "grid.md").read_text()
-    assert chosen["split"] == "valid"
+    assert chosen["split"] == "valid" and chosen["max_len_b"] == 30
     # M = inf keeps every MT: doing nothing, whatever C.
     for row in grid[1:]:
         if row[1] == "inf":
@@ -35,11 +33,11 @@ def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_raw, 
     # The simulated grid cell equals real generation with the gate at that C and M.
     texts = tuning.read_triplets(ape_raw, "valid")
     models, task = tuning.load(checkpoint, ape_raw, "cpu")
-    edits = tuning.beam_pass(models, task, 1.5, texts["src"], texts["mt"], beam=2)
+    edits = tuning.beam_pass(models, task, 1.5, texts["src"], texts["mt"], beam=2, max_len_b=30)
     for margin in (-1.0, 0.0, 0.5):
         simulated, kept = tuning.gated(edits, texts["mt"], margin)
-        real = PostEditor(models, task, beam=2, conservativeness=1.5, keep_mt_margin=margin).postedits(
-            texts["src"], texts["mt"])
+        real = PostEditor(models, task, beam=2, max_len_b=30, conservativeness=1.5,
+                          keep_mt_margin=margin).postedits(texts["src"], texts["mt"])
         assert [e.text for e in real] == simulated and sum(e.is_mt for e in real) == kept
     spread = [e.score - e.mt_score for e in edits]
     assert min(spread) < 0.5 < max(spread) or min(spread) < -1 < max(spread), "the margins tried split the dev set"
