@@ -47,9 +47,12 @@ def prepare_data(args, work):
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     sizes = toy_ape_corpus.write(data, train=args.train_size or None)
+    cut = ""
+    if args.train_size:
+        cut = (f" (train only the first {args.train_size})" if sizes["train"] == args.train_size else
+               f" (--train-size {args.train_size}: all {sizes['train']} there are)")
     print("== 1. data: a GENERATED corpus (not real data): toy German source, English MT with typical errors "
-          f"injected, correct post-edit; {sizes['train']} / {sizes['valid']} / {sizes['test']} triplets"
-          + (f" (train only the first {args.train_size})" if args.train_size else "") + " ==")
+          f"injected, correct post-edit; {sizes['train']} / {sizes['valid']} / {sizes['test']} triplets{cut} ==")
     for split in ("src", "mt", "pe"):
         print(f"   {split:3s}: {(data / f'test.{split}').read_text(encoding='utf-8').splitlines()[0]}")
     return data

@@ -3,10 +3,10 @@
 Every fairseq CLI process spends about 5.5 s of a 2-core machine importing torch and
 fairseq (fairseq imports all its tasks, models and criterions, and through two of them
 scikit-learn and SciPy) before it does any work, and the suite starts about 150 of them.
-This server imports the third-party part of that once and forks a child per call. The child is the
-process a fresh start would be from that point on: it takes the caller's working
-directory, environment, argv and output files, runs the script's console entry point,
-and exits through the interpreter's own shutdown (atexit handlers and non-daemon
+This server imports the third-party part of that once and forks a child per call. The
+child is the process a fresh start would be from that point on: it takes the caller's
+working directory, environment, argv and output files, runs the script's console entry
+point, and exits through the interpreter's own shutdown (atexit handlers and non-daemon
 threads included), with the exit status a fresh process would have.
 
 What a child inherits that a fresh process would not have is only the state those
@@ -47,10 +47,10 @@ def run_child(request):
 
 def serve():
     # What `import fairseq` spends most of its time on (3.8 of its 5 s here), and torch's
-    # compiler stack, none of which configures logging or prints. fairseq itself is left to the child: its import
-    # configures the root logger (a wav2vec module calls basicConfig), which fairseq-train
-    # does before importing fairseq and fairseq-generate after, so only a fresh import
-    # gives each CLI its own logging.
+    # compiler stack, none of which configures logging or prints. fairseq itself is left
+    # to the child: its import configures the root logger (a wav2vec module calls
+    # basicConfig), which fairseq-train does before importing fairseq and
+    # fairseq-generate after, so only a fresh import gives each CLI its own logging.
     import bitarray  # noqa: F401
     import hydra.core.config_store  # noqa: F401
     import numpy  # noqa: F401
