@@ -1,4 +1,5 @@
 import atexit
+import functools
 import importlib.metadata
 import json
 import locale
@@ -96,6 +97,7 @@ class _ForkServer:
 _fork_server = None
 
 
+@functools.lru_cache(maxsize=None)
 def _console_script(name):
     return bool(importlib.metadata.entry_points(group="console_scripts", name=name))
 

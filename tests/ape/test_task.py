@@ -10,8 +10,7 @@ import torch
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold, for torch.load
-from tests.conftest import APE_TRAIN as TRAIN
-from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
+from tests.conftest import APE_TRAIN as TRAIN, REPO, assert_two_gloo_workers_equal_one, run_cli
 
 
 def generate(data, checkpoint, *extra, check=True):
