@@ -10,21 +10,53 @@ point, and exits through the interpreter's own shutdown (atexit handlers and non
 threads included), with the exit status a fresh process would have.
 
 What a child inherits that a fresh process would not have is only the state those
-third-party imports leave (see serve()). fairseq, fairseq_cli, the plugin and
-transformers are imported in the child, in the order a fresh process imports them.
+imports leave (see serve()), with one correction: importing fairseq configures the root
+logger (several of its task and model modules call logging.basicConfig), and a fresh
+process does that at its first import of fairseq, which fairseq-train reaches after its
+own basicConfig and fairseq-generate before. So the child starts with the root logger
+unconfigured and replays fairseq's configuration at its own first `import fairseq...`
+(replay_fairseq_logging), and each CLI logs as it would from a fresh start. fairseq_cli
+and the plugin are imported in the child, as a fresh process imports them.
 
 Protocol (one call at a time, JSON lines): the caller writes
 {"argv", "cwd", "env", "stdout", "stderr"} on stdin; the server answers {"pid": ...}
 when the child is forked and {"returncode": ...} when it has exited.
 """
 
+import builtins
 import json
+import logging
 import os
 import sys
 
 
-def run_child(request):
+def replay_fairseq_logging(handlers, level):
+    """Unconfigure the root logger and give it back `handlers` and `level` (what importing
+    fairseq left on it in the server) at the child's first import of fairseq or one of its
+    modules, unless something configured it before then: what basicConfig does when
+    a fresh process imports fairseq."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    real_import = builtins.__import__
+
+    def first_fairseq_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and (name == "fairseq" or name.startswith("fairseq.")):
+            builtins.__import__ = real_import
+            if not root.handlers:
+                for handler in handlers:
+                    root.addHandler(handler)
+                root.setLevel(fairseq_level)
+        return real_import(name, globals, locals, fromlist, level)
+
+    fairseq_level = level
+    builtins.__import__ = first_fairseq_import
+
+
+def run_child(request, root_logging):
     """In the forked child: become the console script and never return."""
+    replay_fairseq_logging(*root_logging)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -46,23 +78,30 @@ def run_child(request):
 
 
 def serve():
-    # What `import fairseq` spends most of its time on (3.8 of its 5 s here), and torch's
-    # compiler stack, none of which configures logging or prints. fairseq itself is left
-    # to the child: its import configures the root logger (a wav2vec module calls
-    # basicConfig), which fairseq-train does before importing fairseq and
-    # fairseq-generate after, so only a fresh import gives each CLI its own logging.
+    # What a fairseq CLI spends most of its start on: torch, fairseq with everything it
+    # imports (its tasks, models and criterions; SciPy and scikit-learn through two of
+    # them), torch's compiler stack (the first optimiser step imports it), the parts of
+    # transformers the APE models use, and the first parse of hydra's override grammar
+    # (its lexer and parser cache what they learn). None of them prints.
     import bitarray  # noqa: F401
-    import hydra.core.config_store  # noqa: F401
     import numpy  # noqa: F401
-    import omegaconf  # noqa: F401
     import sacrebleu  # noqa: F401
-    import scipy.stats  # noqa: F401
-    import sklearn.metrics  # noqa: F401
     import tensorboardX  # noqa: F401
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (the first optimiser step imports it: 2.5 s more)
+    import torch._dynamo  # noqa: F401
     import tqdm  # noqa: F401
     import yaml  # noqa: F401
+
+    import fairseq  # noqa: F401
+
+    root = logging.getLogger()
+    root_logging = (list(root.handlers), root.level)  # what importing fairseq configured
+    import transformers  # noqa: F401
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from transformers import AutoTokenizer, BertConfig, BertModel, BertTokenizer  # noqa: F401
+
+    OverridesParser.create().parse_overrides(["common.cpu=True", "optimization.lr=[0.001]", "task.data='/a/b c'",
+                                              "model=null", "checkpoint.save_dir=x", "task._name=a_b", "a.b=-1e-3"])
 
     # The protocol keeps its own copies of the pipes; fds 0 and 1 (what sys.stdin and
     # sys.stdout wrap) are pointed elsewhere, so a child never sees the protocol.
@@ -80,7 +119,7 @@ def serve():
         if pid == 0:
             requests.close()
             answers.close()
-            run_child(request)
+            run_child(request, root_logging)
         answers.write(json.dumps({"pid": pid}) + "\n")
         _, status = os.waitpid(pid, 0)
         answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")

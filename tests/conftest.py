@@ -57,7 +57,7 @@ class _ForkServer:
     about 150 calls)."""
 
     def __init__(self):
-        self.env = dict(os.environ)
+        self.env = _import_env()
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("cli_forkserver.py"))],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self.pending = b""
@@ -97,6 +97,14 @@ class _ForkServer:
 _fork_server = None
 
 
+def _import_env():
+    """The environment as far as it can change what the server's imports did: all of it but
+    PYTEST_CURRENT_TEST, which pytest sets anew for every test (the child gets it too)."""
+    env = dict(os.environ)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
 @functools.lru_cache(maxsize=None)
 def _console_script(name):
     return bool(importlib.metadata.entry_points(group="console_scripts", name=name))
@@ -112,7 +120,7 @@ def run_cli(name, *args, cwd=None, check=True, timeout=600):
     forked = os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and _console_script(name)
     if forked and _fork_server is None:
         _fork_server = _ForkServer()
-    if forked and _fork_server.env == dict(os.environ):
+    if forked and _fork_server.env == _import_env():
         proc = _fork_server.run(cmd, cwd, timeout)
     else:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
