@@ -1,13 +1,16 @@
-"""A fork server for the console scripts the tests run (tests/conftest.py:run_cli).
+"""A fork server for the console scripts and the scripts/*.py the tests run
+(tests/conftest.py: run_cli, run_script).
 
 Every fairseq CLI process spends about 5.5 s of a 2-core machine importing torch and
 fairseq (fairseq imports all its tasks, models and criterions, and through two of them
-scikit-learn and SciPy) before it does any work, and the suite starts about 150 of them.
-This server imports the third-party part of that once and forks a child per call. The
-child is the process a fresh start would be from that point on: it takes the caller's
-working directory, environment, argv and output files, runs the script's console entry
-point, and exits through the interpreter's own shutdown (atexit handlers and non-daemon
-threads included), with the exit status a fresh process would have.
+scikit-learn and SciPy) before it does any work, and the suite starts about 150 of them,
+and about 35 runs of the experiment scripts, which import the same. This server imports
+them once and forks a child per call. The child is the process a fresh start would be
+from that point on: it takes the caller's working directory, environment, argv and
+output files, runs the console script's entry point (or, for `python SCRIPT.py ...`, the
+script as __main__), and exits through the interpreter's own shutdown (atexit handlers
+and non-daemon threads included), with the exit status a fresh process would have. What
+the scripts start themselves (fairseq-train, ...) are fresh processes, as a user's are.
 
 What a child inherits that a fresh process would not have is only the state those
 imports leave (see serve()), with one correction: importing fairseq configures the root
@@ -27,6 +30,7 @@ import builtins
 import json
 import logging
 import os
+import runpy
 import sys
 
 
@@ -66,15 +70,20 @@ def run_child(request, root_logging):
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
-    script = request["argv"][0]
-    sys.argv = list(request["argv"])
-    sys.path[0] = os.path.dirname(script)  # where a console script's own sys.path starts
+    argv = request["argv"]
+    # SystemExit unwinds out of the server's loop, so the interpreter shuts down as a fresh
+    # process's would (an uncaught exception too: traceback on stderr, status 1).
+    if argv[0] == sys.executable:  # `python SCRIPT.py ARGS`, as the interpreter runs it
+        sys.argv = list(argv[1:])
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
+        runpy.run_path(argv[1], run_name="__main__")
+        sys.exit(0)
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(argv[0])  # where a console script's own sys.path starts
     from importlib.metadata import entry_points
 
-    (entry,) = entry_points(group="console_scripts", name=os.path.basename(script))
-    # As the console-script wrapper does: sys.exit(main()). SystemExit unwinds out of the
-    # server's loop, so the interpreter shuts down as a fresh process's would.
-    sys.exit(entry.load()())
+    (entry,) = entry_points(group="console_scripts", name=os.path.basename(argv[0]))
+    sys.exit(entry.load()())  # as the console-script wrapper does
 
 
 def serve():

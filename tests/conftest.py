@@ -111,13 +111,21 @@ def _console_script(name):
 
 
 def run_cli(name, *args, cwd=None, check=True, timeout=600):
-    """Run a console script of this virtual environment (fairseq-train, ...) and return it.
+    """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
+    return _run([str(BIN / name), *map(str, args)], _console_script(name), cwd, check, timeout)
 
-    Through the fork server unless FAIRSEQ_SPARSE_TESTS_FORK=0, or the environment has
+
+def run_script(name, *args, cwd=None, check=False, timeout=900):
+    """`python scripts/NAME ARGS` and return it, as subprocess.run(capture_output=True,
+    text=True) would. The commands the script starts are fresh processes."""
+    return _run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], True, cwd, check, timeout)
+
+
+def _run(cmd, forkable, cwd, check, timeout):
+    """Through the fork server unless FAIRSEQ_SPARSE_TESTS_FORK=0, or the environment has
     changed since the server started (it imported torch and the rest under the old one)."""
     global _fork_server
-    cmd = [str(BIN / name), *map(str, args)]
-    forked = os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and _console_script(name)
+    forked = os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and forkable
     if forked and _fork_server is None:
         _fork_server = _ForkServer()
     if forked and _fork_server.env == _import_env():

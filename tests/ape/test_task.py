@@ -2,15 +2,13 @@
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold, for torch.load
-from tests.conftest import APE_TRAIN as TRAIN, REPO, assert_two_gloo_workers_equal_one, run_cli
+from tests.conftest import APE_TRAIN as TRAIN, REPO, assert_two_gloo_workers_equal_one, run_cli, run_script
 
 
 def generate(data, checkpoint, *extra, check=True):
@@ -52,9 +50,8 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
 
     out = tmp_path / "generate.out"
     out.write_text(ter.stdout, encoding="utf-8")
-    score = subprocess.run([sys.executable, REPO / "scripts" / "score_ape.py", "--hyp", out, "--mt",
-                            ape_raw / "test.mt", "--pe", ape_raw / "test.pe", "--fairseq-output", "--lowercase"],
-                           capture_output=True, text=True)
+    score = run_script("score_ape.py", "--hyp", out, "--mt",
+                       ape_raw / "test.mt", "--pe", ape_raw / "test.pe", "--fairseq-output", "--lowercase")
     assert score.returncode == 0, score.stderr
     assert re.search(r"do-nothing \(MT\)\s+[0-9.]+\s+[0-9.]+", score.stdout)
     assert re.search(r"post-edited\s+[0-9.]+\s+[0-9.]+", score.stdout)

@@ -3,21 +3,19 @@ generated triplets and one layer."""
 
 import argparse
 import re
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO, shared_data
+from tests.conftest import REPO, run_script, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ape_demo  # noqa: E402
 
 
 def test_main_job_post_edits_and_reports(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_demo.py"), "--workdir", str(tmp_path),
-                           "--max-epoch", "1", "--bert-layers", "1", "--train-size", "300"],
-                          capture_output=True, text=True)
+    proc = run_script("ape_demo.py", "--workdir", str(tmp_path),
+                      "--max-epoch", "1", "--bert-layers", "1", "--train-size", "300")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "GENERATED corpus (not real data)" in out and "300 / 100 / 200 triplets (train only the first 300)" in out

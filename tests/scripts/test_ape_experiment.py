@@ -3,27 +3,24 @@ three systems trained, C and M tuned on dev, the test split reported, resumed.""
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from fairseq_sparse.ape.bert_dictionary import model_spelling
 from fairseq_sparse.ape.ter import ape_scores
 from fairseq_sparse.modules.bert import load_bert_tokenizer
-from tests.conftest import REPO, write_ape_split
+from tests.conftest import run_script, write_ape_split
 
 LABELS = ("dual_source_transformer", "bert_ape, random initialisation", "bert_ape, BERT initialisation")
 
 
 def run_experiment(out, corpus, tiny_bert, updates, *extra):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_experiment.py"), "--out", str(out),
-                           "--corpus", str(corpus), "--held-out", "20", "--bert-model", str(tiny_bert),
-                           "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
-                           "--max-update", str(updates), "--lr", "1e-3", "--warmup", "2", "--beam", "2",
-                           "--max-len-b", "30", "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf",
-                           *extra],
-                          capture_output=True, text=True)
+    proc = run_script("ape_experiment.py", "--out", str(out),
+                      "--corpus", str(corpus), "--held-out", "20", "--bert-model", str(tiny_bert),
+                      "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
+                      "--max-update", str(updates), "--lr", "1e-3", "--warmup", "2", "--beam", "2",
+                      "--max-len-b", "30", "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf",
+                      *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text(encoding="utf-8")
     rows = {name: cells.split(" | ") for name, cells in re.findall(r"^\| ([^|]+?) \| (\d.*) \|$", results, re.M)}
@@ -79,8 +76,8 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
 
 
 def test_linear_decay_without_an_end_is_refused(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "ape_experiment.py"), "--out", str(tmp_path),
-                           "--max-update", "0"], capture_output=True, text=True)
+    proc = run_script("ape_experiment.py", "--out", str(tmp_path),
+                      "--max-update", "0")
     assert proc.returncode == 2
     assert "--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0" in proc.stderr
     assert not (tmp_path / "data").exists()

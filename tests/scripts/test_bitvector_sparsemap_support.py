@@ -2,21 +2,18 @@
 per-epoch record, its test NLL and the plot; bad sizes named."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, shared_data
+from tests.conftest import run_script, shared_data
 
-SCRIPT = REPO / "scripts" / "bitvector_sparsemap_support.py"
+SCRIPT = "bitvector_sparsemap_support.py"
 
 
 def test_support_measurement(tmp_path):
     mnist = shared_data("images", "mnist-full")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--data", str(mnist), "--images",
-                           "32", "--epochs", "2", "--bits", "6", "--nll-samples", "2", "--test-images", "100"],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_script(SCRIPT, "--out", tmp_path, "--data", mnist, "--images", "32", "--epochs", "2", "--bits", "6",
+                      "--nll-samples", "2", "--test-images", "100", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "support.json").read_text())["results"]
     assert set(results) == {"sparsemap, 1 bit state", "sparsemap, 2 bit states (paper's factor)", "gumbel"}
@@ -39,6 +36,5 @@ def test_support_measurement(tmp_path):
     ("--test-images", "--test-images 70000: must be 1 to the 10000 test images")])
 def test_bad_image_count_is_named(tmp_path, option, message):
     mnist = shared_data("images", "mnist-full")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--data", str(mnist), option, "70000"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_script(SCRIPT, "--out", tmp_path, "--data", mnist, option, "70000", timeout=300)
     assert proc.returncode != 0 and message in proc.stderr

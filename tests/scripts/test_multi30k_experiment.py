@@ -1,10 +1,8 @@
 """The Multi30k experiment script end to end, at toy size on a slice of the real data."""
 
 import re
-import subprocess
-import sys
 
-from tests.conftest import REPO
+from tests.conftest import run_script
 from tests.data_prep.test_prepare_translation import mirror, prepare
 
 
@@ -13,10 +11,9 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     raw = mirror(tmp_path, n=300, held_out=40)
     prepare(tmp_path / "data", raw)
     out = tmp_path / "exp"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "multi30k_sparse_attention.py"), "--out", str(out),
-                           "--data", str(tmp_path / "data" / "bin"), "--max-epoch", "1", "--dim", "32", "--layers", "1",
-                           "--jobs", "3"],
-                          capture_output=True, text=True)
+    proc = run_script("multi30k_sparse_attention.py", "--out", str(out),
+                      "--data", str(tmp_path / "data" / "bin"), "--max-epoch", "1", "--dim", "32", "--layers", "1",
+                      "--jobs", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results

@@ -1,20 +1,17 @@
 """scripts/sentence_vae_analysis.py on a small hsvae trained by fairseq-train on real Yelp text."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 
-from tests.conftest import REPO, run_cli, yelp_corpus
+from tests.conftest import REPO, run_cli, run_script, yelp_corpus
 
 
 def run_analysis(checkpoint, data, out, samples, classifier_epochs):
     """scripts/sentence_vae_analysis.py on a checkpoint (one baseline epoch): its analysis.json and printout."""
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"), str(checkpoint),
-                           str(data), "--out", str(out), "--samples", str(samples), "--classifier-epochs",
-                           str(classifier_epochs), "--baseline-epochs", "1"],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_script("sentence_vae_analysis.py", str(checkpoint),
+                      str(data), "--out", str(out), "--samples", str(samples), "--classifier-epochs",
+                      str(classifier_epochs), "--baseline-epochs", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "analysis.json").read_text()), proc.stdout
 
@@ -52,9 +49,8 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     test = (data / "test.txt").read_text(encoding="utf-8").splitlines()
     (data / "test.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in test), encoding="utf-8")
     (data / "test_labels.txt").write_text("-1\n" + "".join(line.split(" ", 1)[0] + "\n" for line in test[1:]))
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
-                           str(tmp_path / "ckpt" / "checkpoint_last.pt"), str(data), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_script("sentence_vae_analysis.py", tmp_path / "ckpt" / "checkpoint_last.pt", data, "--out", out,
+                      timeout=600)
     assert proc.returncode != 0 and "1 test sentences are labelled -1 (no class)" in proc.stderr
 
 

@@ -4,18 +4,15 @@ interrupted run resumed from its checkpoint with its earlier epochs kept, and a 
 one trained on when asked for more epochs."""
 
 import json
-import subprocess
-import sys
 
-from tests.conftest import REPO, shared_data
+from tests.conftest import run_script, shared_data
 
 
 def run(data, out, *extra, epochs=2):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "sentence_vae_stability.py"), str(data), "--out",
-                           str(out), "--seeds", "2", "--epochs", str(epochs), "--hsvae-settings", "10,1",
-                           "--mat-vae-settings", "1,1", "--latent-dim", "6", "--embed-dim", "16", "--hidden-dim", "32",
-                           "--batch-size", "32", "--jobs", "2", *extra],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_script("sentence_vae_stability.py", str(data), "--out",
+                      str(out), "--seeds", "2", "--epochs", str(epochs), "--hsvae-settings", "10,1",
+                      "--mat-vae-settings", "1,1", "--latent-dim", "6", "--embed-dim", "16", "--hidden-dim", "32",
+                      "--batch-size", "32", "--jobs", "2", *extra, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

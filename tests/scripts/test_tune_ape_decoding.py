@@ -1,13 +1,12 @@
 """scripts/tune_ape_decoding.py: the grid it simulates is what the gate does."""
 
 import json
-import subprocess
 import sys
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.conftest import REPO, run_script  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 import tune_ape_decoding as tuning  # noqa: E402
@@ -16,10 +15,9 @@ import tune_ape_decoding as tuning  # noqa: E402
 def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_trained):
     ape_raw, checkpoint = ape_trained
     out = tmp_path / "tuning"
-    proc = subprocess.run([sys.executable, REPO / "scripts" / "tune_ape_decoding.py", "--path", checkpoint,
-                           "--data", ape_raw, "--out", out, "--conservativeness", "0", "1.5", "--beam", "2",
-                           "--max-len-b", "30", "--keep-mt-margin", "off", "-1", "0", "0.5", "inf"],
-                          capture_output=True, text=True)
+    proc = run_script("tune_ape_decoding.py", "--path", checkpoint,
+                      "--data", ape_raw, "--out", out, "--conservativeness", "0", "1.5", "--beam", "2",
+                      "--max-len-b", "30", "--keep-mt-margin", "off", "-1", "0", "0.5", "inf")
     assert proc.returncode == 0, proc.stderr[-3000:]
     chosen = json.loads((out / "chosen.json").read_text())
     grid = [line.split("\t") for line in (out / "grid.tsv").read_text().splitlines()]
@@ -47,6 +45,6 @@ def test_bad_grid_values_are_named(tmp_path):
     for option, value, message in (("--keep-mt-margin", "nan", "--keep-mt-margin nan: must be a number"),
                                    ("--keep-mt-margin", "big", "--keep-mt-margin big: not a number or 'off'"),
                                    ("--conservativeness", "-2", "--conservativeness -2.0: must be a number >= 0")):
-        proc = subprocess.run([sys.executable, REPO / "scripts" / "tune_ape_decoding.py", "--path", "x", "--data",
-                               tmp_path, "--out", tmp_path / "o", option, value], capture_output=True, text=True)
+        proc = run_script("tune_ape_decoding.py", "--path", "x", "--data",
+                          tmp_path, "--out", tmp_path / "o", option, value)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
