@@ -1,11 +1,19 @@
 """scripts/sentence_vae_stability.py on a small slice of real Yelp text: the table, the plot,
 the frozen-encoder analysis, logs collected rather than rerun on a second call, and an
 interrupted run resumed from its checkpoint with its earlier epochs kept, and a finished
-one trained on when asked for more epochs."""
+one trained on when asked for more epochs; the baselines option and the commands it makes."""
 
+import argparse
 import json
+import re
+import sys
 
-from tests.conftest import run_script, shared_data
+import pytest
+
+from tests.conftest import REPO, run_script, shared_data
+
+sys.path.insert(0, str(REPO / "scripts"))
+import sentence_vae_stability as stability  # noqa: E402
 
 
 def run(data, out, *extra, epochs=2):
@@ -30,11 +38,10 @@ def yelp_slice(tmp_path):
 def test_stability_grid(tmp_path):
     data = yelp_slice(tmp_path)
     out = tmp_path / "stability"
-    grid = ("--baselines", "vae_l1,0.01,0.1", "--analyse",
-            "--hsvae-options=--spike-std 0.05 --hard-slab --kl-z-estimate sample")
+    # Two objectives, two seeds each (the baselines' commands: test_baselines_and_their_commands).
+    grid = ("--analyse", "--hsvae-options=--spike-std 0.05 --hard-slab --kl-z-estimate sample")
     proc = run(data, out, *grid)
-    for row in ("| hsvae | (alpha, beta) = (10.0, 1.0) | 2 |", "| mat_vae | (psi, lambda) = (1.0, 1.0) | 2 |",
-                "| vae_l1 | (psi, penalty) = (0.01, 0.1) | 2 |"):
+    for row in ("| hsvae | (alpha, beta) = (10.0, 1.0) | 2 |", "| mat_vae | (psi, lambda) = (1.0, 1.0) | 2 |"):
         assert row in proc.stdout
     results = json.loads((out / "stability.json").read_text())
     runs = results["hsvae"]["10,1"]
@@ -50,7 +57,7 @@ def test_stability_grid(tmp_path):
     hsvae_log = (out / "logs" / "hsvae" / "10_1_seed1.log").read_text()
     assert "'spike_std': 0.05" in hsvae_log and "'hard_slab': True" in hsvae_log
     assert "'kl_z_estimate': sample" in hsvae_log
-    assert "'spike_std'" not in (out / "logs" / "vae_l1" / "0.01_0.1_seed1.log").read_text()
+    assert "'spike_std'" not in (out / "logs" / "mat_vae" / "1_1_seed1.log").read_text()
     assert (out / "table.md").read_text().strip() == proc.stdout.split("\n\nplot:")[0].strip()
     assert (out / "stability.png").stat().st_size > 10000
     written = sorted((out / "logs").rglob("*.log")) + sorted((out / "analysis").rglob("analysis.json"))
@@ -79,3 +86,19 @@ def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
     valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
     assert [epoch["epoch"] for epoch in valid] == [1, 2, 3]
     assert analysis.stat().st_mtime_ns != analysed_at
+
+
+def test_baselines_and_their_commands(tmp_path):
+    args = argparse.Namespace(
+        data=tmp_path, hsvae_weights=(0.01, 0.01), hsvae_options="--hard-slab", latent_dim=6, embed_dim=16,
+        hidden_dim=32, lr=1e-3, batch_size=32, epochs=2)
+    runs = stability.baselines("vae,1 vae_l1,0.01,0.1 vae_l2,0.5")
+    assert runs == [("vae", (1.0,)), ("vae_l1", (0.01, 0.1)), ("vae_l2", (0.5,))]
+    cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
+    assert cmd[cmd.index("--criterion") + 1] == "vae_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
+    assert cmd[cmd.index("--kl-weight") + 1] == "0.01" and cmd[cmd.index("--regularization-weight") + 1] == "0.1"
+    assert stability.run_name(*runs[1], 2) == "vae_l1/0.01_0.1_seed2"
+    assert stability.knob_names("vae_l1") == "(psi, penalty)"
+    for bad in ("hsvae,1", "vae", "vae_l1,1,2,3", "vae,x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
+            stability.baselines(bad)
