@@ -34,11 +34,11 @@ import runpy
 import sys
 
 
-def replay_fairseq_logging(handlers, level):
-    """Unconfigure the root logger and give it back `handlers` and `level` (what importing
-    fairseq left on it in the server) at the child's first import of fairseq or one of its
-    modules, unless something configured it before then: what basicConfig does when
-    a fresh process imports fairseq."""
+def replay_fairseq_logging(handlers, root_level):
+    """Unconfigure the root logger and give it back `handlers` and `root_level` (what
+    importing fairseq left on it in the server) at the child's first import of fairseq or
+    one of its modules, unless something configured it before then: what basicConfig does
+    when a fresh process imports fairseq."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -51,10 +51,9 @@ def replay_fairseq_logging(handlers, level):
             if not root.handlers:
                 for handler in handlers:
                     root.addHandler(handler)
-                root.setLevel(fairseq_level)
+                root.setLevel(root_level)
         return real_import(name, globals, locals, fromlist, level)
 
-    fairseq_level = level
     builtins.__import__ = first_fairseq_import
 
 
@@ -91,7 +90,7 @@ def serve():
     # imports (its tasks, models and criterions; SciPy and scikit-learn through two of
     # them), torch's compiler stack (the first optimiser step imports it), the parts of
     # transformers the APE models use, and the first parse of hydra's override grammar
-    # (its lexer and parser cache what they learn). None of them prints.
+    # (its lexer and parser cache what they learn). None of them prints anything.
     import bitarray  # noqa: F401
     import numpy  # noqa: F401
     import sacrebleu  # noqa: F401

@@ -51,10 +51,10 @@ def yelp_corpus(directory, train, valid, test):
 
 
 class _ForkServer:
-    """tests/cli_forkserver.py, started once per test process: run_cli's console scripts are
-    forked from it after torch and fairseq's third-party dependencies are imported, instead
-    of each importing them again (about 4 s of a 5.5 s start on 2 cores; the suite makes
-    about 150 calls)."""
+    """tests/cli_forkserver.py, started once per test process: run_cli's console scripts and
+    run_script's scripts are forked from it after torch, fairseq and transformers are
+    imported, instead of each importing them again (most of a 5.5 s start on 2 cores; the
+    suite makes about 185 calls)."""
 
     def __init__(self):
         self.env = _import_env()
