@@ -49,8 +49,7 @@ def test_score_script_matches_sacrebleu_cli(it_triplets, tmp_path):
     hyp = tmp_path / "hyp"
     lines = mt.read_text(encoding="utf-8").splitlines()
     hyp.write_text("\n".join(lines[:150] + [line.replace(" ,", "") for line in lines[150:]]) + "\n", encoding="utf-8")
-    proc = run_script("score_ape.py", "--hyp", str(hyp), "--mt", str(mt),
-                      "--pe", str(pe), check=True)
+    proc = run_script("score_ape.py", "--hyp", hyp, "--mt", mt, "--pe", pe, check=True)
     rows = {line[:18].strip(): [float(x) for x in line[18:].split()] for line in proc.stdout.splitlines()[1:3]}
     for name, path in (("do-nothing (MT)", mt), ("post-edited", hyp)):
         ter, bleu = rows[name]
@@ -67,8 +66,7 @@ def test_score_script_names_misaligned_files(it_triplets, tmp_path):
     mt, pe = it_triplets
     hyp = tmp_path / "short"
     hyp.write_text("only one line\n", encoding="utf-8")
-    proc = run_script("score_ape.py", "--hyp", str(hyp), "--mt", str(mt),
-                      "--pe", str(pe))
+    proc = run_script("score_ape.py", "--hyp", hyp, "--mt", mt, "--pe", pe)
     assert proc.returncode != 0 and f"{hyp} has 1 lines but {pe} has 300" in proc.stderr
 
 
@@ -110,8 +108,7 @@ def test_score_script_counts_edits_against_the_models_own_spelling_of_the_mt(it_
     assert accented > 10
 
     def edits(*extra):
-        proc = run_script("score_ape.py", "--hyp", str(copy),
-                          "--mt", str(mt), "--pe", str(pe), "--lowercase", *extra, check=True)
+        proc = run_script("score_ape.py", "--hyp", copy, "--mt", mt, "--pe", pe, "--lowercase", *extra, check=True)
         return next(line for line in proc.stdout.splitlines() if line.startswith("edits:"))
 
     assert edits("--bert-model", str(minilm_path())).startswith("edits: modified 0 of 300 sentences")

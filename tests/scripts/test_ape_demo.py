@@ -14,8 +14,8 @@ import ape_demo  # noqa: E402
 
 
 def test_main_job_post_edits_and_reports(tmp_path):
-    proc = run_script("ape_demo.py", "--workdir", str(tmp_path),
-                      "--max-epoch", "1", "--bert-layers", "1", "--train-size", "300")
+    proc = run_script("ape_demo.py", "--workdir", tmp_path, "--max-epoch", "1", "--bert-layers", "1",
+                      "--train-size", "300")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "GENERATED corpus (not real data)" in out and "300 / 100 / 200 triplets (train only the first 300)" in out

@@ -76,8 +76,7 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
 
 
 def test_linear_decay_without_an_end_is_refused(tmp_path):
-    proc = run_script("ape_experiment.py", "--out", str(tmp_path),
-                      "--max-update", "0")
+    proc = run_script("ape_experiment.py", "--out", tmp_path, "--max-update", "0")
     assert proc.returncode == 2
     assert "--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0" in proc.stderr
     assert not (tmp_path / "data").exists()

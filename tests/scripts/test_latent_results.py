@@ -13,7 +13,7 @@ from latent_results import grid, table  # noqa: E402
 
 
 def run(*args):
-    proc = run_script("latent_results.py", *map(str, args), timeout=900)
+    proc = run_script("latent_results.py", *args, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -62,8 +62,8 @@ def test_ssvae_warm_start_then_the_whole_objective_from_its_checkpoint(tmp_path)
 
 
 def test_warm_start_is_refused_without_ssvae(tmp_path):
-    proc = run_script("latent_results.py", "--out", str(tmp_path),
-                      "--experiments", "signaling_game", "--warm-start-epochs", "2", timeout=300)
+    proc = run_script("latent_results.py", "--out", tmp_path, "--experiments", "signaling_game",
+                      "--warm-start-epochs", "2", timeout=300)
     assert proc.returncode == 2 and "--warm-start-epochs applies to the ssvae experiment only" in proc.stderr
 
 

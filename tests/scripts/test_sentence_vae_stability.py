@@ -17,10 +17,9 @@ import sentence_vae_stability as stability  # noqa: E402
 
 
 def run(data, out, *extra, epochs=2):
-    proc = run_script("sentence_vae_stability.py", str(data), "--out",
-                      str(out), "--seeds", "2", "--epochs", str(epochs), "--hsvae-settings", "10,1",
-                      "--mat-vae-settings", "1,1", "--latent-dim", "6", "--embed-dim", "16", "--hidden-dim", "32",
-                      "--batch-size", "32", "--jobs", "2", *extra, timeout=600)
+    proc = run_script("sentence_vae_stability.py", data, "--out", out, "--seeds", "2", "--epochs", epochs,
+                      "--hsvae-settings", "10,1", "--mat-vae-settings", "1,1", "--latent-dim", "6", "--embed-dim", "16",
+                      "--hidden-dim", "32", "--batch-size", "32", "--jobs", "2", *extra, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
