@@ -88,9 +88,8 @@ def run_child(request, root_logging):
 def serve():
     # What a fairseq CLI spends most of its start on: torch, fairseq with everything it
     # imports (its tasks, models and criterions; SciPy and scikit-learn through two of
-    # them), torch's compiler stack (the first optimiser step imports it), the parts of
-    # transformers the APE models use, and the first parse of hydra's override grammar
-    # (its lexer and parser cache what they learn). None of them prints anything.
+    # them), torch's compiler stack (the first optimiser step imports it) and the parts of
+    # transformers the APE models use. None of them prints anything.
     import bitarray  # noqa: F401
     import numpy  # noqa: F401
     import sacrebleu  # noqa: F401
@@ -104,12 +103,7 @@ def serve():
 
     root = logging.getLogger()
     root_logging = (list(root.handlers), root.level)  # what importing fairseq configured
-    import transformers  # noqa: F401
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from transformers import AutoTokenizer, BertConfig, BertModel, BertTokenizer  # noqa: F401
-
-    OverridesParser.create().parse_overrides(["common.cpu=True", "optimization.lr=[0.001]", "task.data='/a/b c'",
-                                              "model=null", "checkpoint.save_dir=x", "task._name=a_b", "a.b=-1e-3"])
 
     # The protocol keeps its own copies of the pipes; fds 0 and 1 (what sys.stdin and
     # sys.stdout wrap) are pointed elsewhere, so a child never sees the protocol.

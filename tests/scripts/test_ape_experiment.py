@@ -15,12 +15,10 @@ LABELS = ("dual_source_transformer", "bert_ape, random initialisation", "bert_ap
 
 
 def run_experiment(out, corpus, tiny_bert, updates, *extra):
-    proc = run_script("ape_experiment.py", "--out", str(out),
-                      "--corpus", str(corpus), "--held-out", "20", "--bert-model", str(tiny_bert),
-                      "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
-                      "--max-update", str(updates), "--lr", "1e-3", "--warmup", "2", "--beam", "2",
-                      "--max-len-b", "30", "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf",
-                      *extra)
+    proc = run_script("ape_experiment.py", "--out", out, "--corpus", corpus, "--held-out", "20", "--bert-model",
+                      tiny_bert, "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
+                      "--max-update", updates, "--lr", "1e-3", "--warmup", "2", "--beam", "2", "--max-len-b", "30",
+                      "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text(encoding="utf-8")
     rows = {name: cells.split(" | ") for name, cells in re.findall(r"^\| ([^|]+?) \| (\d.*) \|$", results, re.M)}

@@ -36,10 +36,10 @@ def rows(table):
 def test_kept_checkpoint_and_what_its_code_tells_the_decoder(tmp_path):
     full = shared_data("images", "mnist-full")
     out = tmp_path / "grid"
-    proc = run_script("latent_results.py", "--out", str(out),
-                      "--dataset", "mnist", "--data", str(full), "--experiments", "bitvector_vae/32",
-                      "--estimators", "gumbel", "--seeds", "1", "--nll-samples", "2", "--keep-checkpoints",
-                      "--fairseq-args", "--latent-bits 8 --max-update 20 --max-valid-steps 1", timeout=600)
+    proc = run_script("latent_results.py", "--out", out, "--dataset", "mnist", "--data", full, "--experiments",
+                      "bitvector_vae/32", "--estimators", "gumbel", "--seeds", "1", "--nll-samples", "2",
+                      "--keep-checkpoints", "--fairseq-args", "--latent-bits 8 --max-update 20 --max-valid-steps 1",
+                      timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     checkpoint = out / "checkpoints" / "bitvector_vae_d32" / "gumbel_seed1" / "checkpoint_last.pt"
     assert checkpoint.is_file()

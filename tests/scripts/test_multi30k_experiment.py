@@ -11,9 +11,8 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     raw = mirror(tmp_path, n=300, held_out=40)
     prepare(tmp_path / "data", raw)
     out = tmp_path / "exp"
-    proc = run_script("multi30k_sparse_attention.py", "--out", str(out),
-                      "--data", str(tmp_path / "data" / "bin"), "--max-epoch", "1", "--dim", "32", "--layers", "1",
-                      "--jobs", "3")
+    proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
+                      "--max-epoch", "1", "--dim", "32", "--layers", "1", "--jobs", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results

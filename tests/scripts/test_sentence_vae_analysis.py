@@ -9,9 +9,8 @@ from tests.conftest import REPO, run_cli, run_script, yelp_corpus
 
 def run_analysis(checkpoint, data, out, samples, classifier_epochs):
     """scripts/sentence_vae_analysis.py on a checkpoint (one baseline epoch): its analysis.json and printout."""
-    proc = run_script("sentence_vae_analysis.py", str(checkpoint),
-                      str(data), "--out", str(out), "--samples", str(samples), "--classifier-epochs",
-                      str(classifier_epochs), "--baseline-epochs", "1", timeout=600)
+    proc = run_script("sentence_vae_analysis.py", checkpoint, data, "--out", out, "--samples", samples,
+                      "--classifier-epochs", classifier_epochs, "--baseline-epochs", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "analysis.json").read_text()), proc.stdout
 
