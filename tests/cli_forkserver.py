@@ -9,8 +9,9 @@ them once and forks a child per call. The child is the process a fresh start wou
 from that point on: it takes the caller's working directory, environment, argv and
 output files, runs the console script's entry point (or, for `python SCRIPT.py ...`, the
 script as __main__), and exits through the interpreter's own shutdown (atexit handlers
-and non-daemon threads included), with the exit status a fresh process would have. What
-the scripts start themselves (fairseq-train, ...) are fresh processes, as a user's are.
+and non-daemon threads included), with the exit status a fresh process would have. The
+commands a script starts (fairseq-train, ...) are forked the same way, from a copy of
+the script's child made before the script runs (fork_commands_here).
 
 What a child inherits that a fresh process would not have is only the state those
 imports leave (see serve()), with one correction: importing fairseq configures the root
@@ -31,6 +32,7 @@ import json
 import logging
 import os
 import runpy
+import socket
 import sys
 
 
@@ -58,31 +60,147 @@ def replay_fairseq_logging(handlers, root_level):
 
 
 def run_child(request, root_logging):
-    """In the forked child: become the console script and never return."""
+    """In the forked child: become the console script or script and never return."""
     replay_fairseq_logging(*root_logging)
-    os.chdir(request["cwd"])
+    stdio = (os.open(os.devnull, os.O_RDONLY),
+             os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+             os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    become(request["argv"], request["cwd"], request["env"], stdio, root_logging)
+
+
+def become(argv, cwd, env, stdio, root_logging):
+    """Take `stdio` (three fds, closed here) as fds 0, 1 and 2, `cwd` and `env`, and run
+    `argv` as a fresh process would; never return."""
+    os.chdir(cwd)
+    threads = env.get("OMP_NUM_THREADS")
+    if threads != os.environ.get("OMP_NUM_THREADS") and threads and threads.isdigit():
+        # A fresh torch reads this at start; here torch is already loaded.
+        import torch
+
+        torch.set_num_threads(int(threads))
     os.environ.clear()
-    os.environ.update(request["env"])
-    stdin = os.open(os.devnull, os.O_RDONLY)
-    stdout = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    stderr = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+    os.environ.update(env)
+    for fd, target in zip(stdio, (0, 1, 2)):
         os.dup2(fd, target)
+    for fd in set(stdio) - {0, 1, 2}:
         os.close(fd)
-    argv = request["argv"]
     # SystemExit unwinds out of the server's loop, so the interpreter shuts down as a fresh
     # process's would (an uncaught exception too: traceback on stderr, status 1).
     if argv[0] == sys.executable:  # `python SCRIPT.py ARGS`, as the interpreter runs it
         sys.argv = list(argv[1:])
         sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
+        # The commands the script starts are forked as well (fork_commands_here).
+        fork_commands_here(root_logging)
         runpy.run_path(argv[1], run_name="__main__")
         sys.exit(0)
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(argv[0])  # where a console script's own sys.path starts
+    sys.exit(_entry_point(os.path.basename(argv[0])).load()())  # as the console-script wrapper does
+
+
+def _entry_point(name):
+    """This environment's console script `name`, or None."""
     from importlib.metadata import entry_points
 
-    (entry,) = entry_points(group="console_scripts", name=os.path.basename(argv[0]))
-    sys.exit(entry.load()())  # as the console-script wrapper does
+    found = entry_points(group="console_scripts", name=name)
+    return next(iter(found)) if found else None
+
+
+def forkable(argv, executable, env, base_env):
+    """Whether Popen(argv, executable=executable, env=env) can be forked rather than
+    executed: this environment's console scripts and `python SCRIPT.py`, in `base_env`
+    (the calling script's, which run_cli checked is the one the server imported under)
+    but for the thread count (see become())."""
+    if not argv or executable not in (None, argv[0]):
+        return False
+    if argv[0] == sys.executable:
+        if len(argv) < 2 or not argv[1].endswith(".py") or not os.path.isfile(argv[1]):
+            return False
+    elif os.path.dirname(argv[0]) != os.path.dirname(sys.executable) or _entry_point(os.path.basename(argv[0])) is None:
+        return False
+    ignored = {"PYTEST_CURRENT_TEST", "OMP_NUM_THREADS"}
+    return {k: v for k, v in env.items() if k not in ignored} == \
+        {k: v for k, v in base_env.items() if k not in ignored}
+
+
+def fork_commands_here(root_logging):
+    """Before a script runs: fork a zygote, a copy of this process as it is now, and make
+    subprocess.Popen ask it for a copy of itself for every command forkable() accepts
+    (the experiment scripts' fairseq-train, fairseq-generate, ...), which then runs the
+    command as run_child does. The copy is the zygote's grandchild, its parent exits at
+    once, and this process is the subreaper of its descendants (prctl), so the copy
+    becomes this process's child: Popen waits for it, polls it and kills it as it would a
+    process it had executed itself. Anything else is executed as usual."""
+    import ctypes
+    import subprocess
+    import threading
+
+    PR_SET_CHILD_SUBREAPER = 36
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return  # not Linux: the scripts' commands are executed
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.fork() == 0:
+        ours.close()
+        zygote(theirs, root_logging)
+    theirs.close()
+    execute = subprocess.Popen._execute_child
+    lock = threading.Lock()
+    base_env = dict(os.environ)
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                       creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+                       restore_signals, gid, gids, uid, umask, start_new_session, process_group):
+        argv = [os.fsdecode(a) for a in args] if isinstance(args, (list, tuple)) else None
+        child_env = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
+        plain = not (shell or preexec_fn or pass_fds or start_new_session or process_group != -1
+                     or gid is not None or gids is not None or uid is not None or umask >= 0)
+        if not (plain and forkable(argv, None if executable is None else os.fsdecode(executable), child_env,
+                                     base_env)):
+            return execute(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                           creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+                           restore_signals, gid, gids, uid, umask, start_new_session, process_group)
+        request = {"argv": argv, "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(), "env": child_env}
+        stdio = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
+                 errwrite if errwrite != -1 else 2]
+        with lock:
+            socket.send_fds(ours, [json.dumps(request).encode()], stdio)
+            self.pid = json.loads(ours.recv(4096))["pid"]
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    subprocess.Popen._execute_child = _execute_child
+
+
+def zygote(sock, root_logging):
+    """fork_commands_here's zygote: for each request (argv, cwd, env, and the three stdio
+    fds), fork, fork again in the child and exit it, answer the grandchild's pid once it is
+    an orphan (so its caller, the subreaper, may wait for it), and exit when the caller has
+    closed its end. The grandchild becomes the command (become())."""
+    while True:
+        message, stdio, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        if not message:
+            os._exit(0)
+        request = json.loads(message)
+        read_pid, write_pid = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                os.close(read_pid)
+                os.close(write_pid)
+                become(request["argv"], request["cwd"], request["env"], stdio, root_logging)
+            os.write(write_pid, str(pid).encode())
+            os._exit(0)
+        os.close(write_pid)
+        os.waitpid(middle, 0)  # the grandchild has been handed to the subreaper
+        pid = int(os.read(read_pid, 64))
+        os.close(read_pid)
+        for fd in set(stdio):
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
 
 
 def serve():

@@ -117,7 +117,8 @@ def run_cli(name, *args, cwd=None, check=True, timeout=600):
 
 def run_script(name, *args, cwd=None, check=False, timeout=900):
     """`python scripts/NAME ARGS` and return it, as subprocess.run(capture_output=True,
-    text=True) would. The commands the script starts are fresh processes."""
+    text=True) would. The script's own fairseq commands and `python scripts/...` runs are
+    forked too (tests/cli_forkserver.py, fork_commands_here)."""
     return _run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], True, cwd, check, timeout)
 
 
