@@ -14,8 +14,9 @@ timed for comparison.  Peak memory is the extra memory one forward+backward
 allocates, as a ratio to SDPA's.
 
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
-recomputed tile by tile, never stored) is timed at alpha = 1.5 and with a learnable
-alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
+recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
+threshold solver, ``attention_kernel.CERTIFY = False``; the passes over the keys each
+makes: ``bench_attention_passes.py``) and with a learnable alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
 where it is installed and applies (alpha = 1.5, power-of-two lengths).  With
 ``--tokens N`` the batch is N / T sequences, so every length does the same number
 of query rows; ``--causal`` masks the future (SDPA's ``is_causal``).
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 
 from fairseq_sparse.entmax import (entmax15, entmax_alpha, entmax_attention, has_triton_kernel, sparsemax,
                                    support_size, use_backend)
+from fairseq_sparse.entmax import attention_kernel
 
 DEVICE = "cuda"
 
@@ -70,6 +72,7 @@ def variants(heads, causal, lengths_pow2):
         "entmax15 (triton)": unfused(entmax15, causal),
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
         "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
+        "fused entmax15, plain solver": lambda q, k, v: plain_solver(entmax_attention, q, k, v, 1.5, causal=causal),
         "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
@@ -78,6 +81,16 @@ def variants(heads, causal, lengths_pow2):
     if adasplash is not None and lengths_pow2:
         fns["AdaSplash entmax15"] = lambda q, k, v: adasplash(q, k, v, alpha=1.5, is_causal=causal)
     return (alpha, head_alpha), fns
+
+
+def plain_solver(attention, *args, **kwargs):
+    """The fused kernel with Newton run to its tolerance and the threshold then found on
+    the support, the solver before the Newton passes certified it (attention_kernel.CERTIFY)."""
+    attention_kernel.CERTIFY = False
+    try:
+        return attention(*args, **kwargs)
+    finally:
+        attention_kernel.CERTIFY = True
 
 
 def cuda_time(fn, repeats):
@@ -167,7 +180,8 @@ def main():
                 for name, p in (("sparsemax (triton)", sparsemax(s)), ("entmax15 (triton)", entmax15(s)),
                                 ("alpha-entmax per head (triton)", entmax_alpha(s, alphas[0][:1]))):
                     density[name] = (support_size(p).float() / visible).mean().item()
-                density["fused entmax15 (ours)"] = density["AdaSplash entmax15"] = density["entmax15 (triton)"]
+                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15"):
+                    density[name] = density["entmax15 (triton)"]
                 density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
         print(f"\nT={T}, batch {batch}: SDPA {sdpa_ms:.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
         print(f"  {'':36s} {'time/SDPA':>10s} {'time/unfused softmax':>21s} {'memory/SDPA':>12s}  support")

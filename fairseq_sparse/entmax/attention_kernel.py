@@ -15,7 +15,13 @@ recomputing each tile's scores from q and k on every pass (as FlashAttention doe
    Every iterate is a lower bound of tau, so a key tile with no support at one iterate
    has none at the root: a tile whose scores all fall at or below tau is skipped;
 3. for alpha = 2 and 1.5, the exact threshold on the support found
-   (``reference.polish_threshold``);
+   (``reference.polish_threshold``).  Each Newton pass also finds it from its own sums:
+   with S = {z > tau} at an iterate tau <= tau*, the threshold t of S alone
+   (sum_S (z - t)^(1/(alpha-1)) = 1) is tau* as soon as every z of S lies above t
+   (then S holds the support, and every z outside it is <= tau <= t).  Newton stops
+   for a row once that holds, usually two passes before its steps fall below the
+   tolerance, and the separate pass on the support runs only for a tile where a row
+   never certified its threshold so (rounding at a tie);
 4. the output, o = sum p v, and the row statistics the backward pass needs:
    og = sum g v and G = sum g with g = p^(2 - alpha) (so that sum_j g_j dp_j =
    dO.og), P = sum p, and for the alpha gradient mu = sum p log p / P and
@@ -46,17 +52,22 @@ import triton.language as tl
 from .reference import MAX_NEWTON_ITER, newton_tol
 from .triton_kernel import INTERPRET, TINY, _exp_remainder
 
-# Row statistics kept between the passes (float32, one row each).
-STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C = range(6)
-NUM_STATS = 6
+# Row statistics kept between the passes (float32, one row each), and the passes over the
+# key tiles the forward kernel made for the row's query tile (a diagnostic: benchmarks).
+STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C, STAT_PASSES = range(7)
+NUM_STATS = 7
 # Below this, sc (the alpha gradient's statistic) is summed term by term rather than in
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
+# Whether the Newton passes certify the exact threshold of alpha = 2 and 1.5 (docstring, 3.);
+# False is the plain Newton-then-polish solver, kept for benchmarks and tests to compare.
+CERTIFY = True
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
-STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C = (tl.constexpr(i) for i in range(NUM_STATS))
+STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C = (
+    tl.constexpr(i) for i in range(NUM_STATS))
 
 
 @triton.jit
@@ -151,7 +162,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                     sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
-                    ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, PRECISION: tl.constexpr,
+                    ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
+                    PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
@@ -177,13 +189,23 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     live = row_max > float("-inf")
     row_max = tl.where(live, row_max, 0.0)
 
-    # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step.
+    # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step.  For
+    # alpha = 2 and 1.5 the same pass certifies the exact threshold (3. in the docstring):
+    # on S = {gap > 0}, with n = |S|, the sums of gap and gap^2 and the least gap of S, the
+    # threshold of S alone is tau + d, d = (sum gap - 1) / n (alpha = 2) or the lower root
+    # of n d^2 - 2 d sum gap + sum gap^2 - 1 = 0, (sum gap^2 - 1) / (sum gap + sqrt(disc))
+    # (alpha = 1.5, without cancellation); it is tau* when the least gap exceeds d.  A
+    # certified row takes it and steps no more.
     tau = tl.zeros([BLOCK_M], tl.float32)
+    certified = live == 0
     step_max = am1 * 0.0 + 1.0
     it = 0
+    passes = 1
     while (it < max_iter) & (step_max > tol):
         power = tl.zeros([BLOCK_M], tl.float32)
         s1 = tl.zeros([BLOCK_M], tl.float32)
+        n_on = tl.zeros([BLOCK_M], tl.float32)
+        least_gap = tl.full([BLOCK_M], 2.0, tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
             offs_n = start_n + offs_nb
             s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
@@ -192,39 +214,58 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             gk, gkm1, _ = _prob_and_g(gap, k, FIXED)  # gap^k and gap^(k - 1)
             power += tl.sum(gk, axis=1)
             s1 += tl.sum(gkm1, axis=1)
+            if CERTIFY:
+                on = gap > 0.0
+                if FIXED == 2:
+                    n_on += tl.sum(on.to(tl.float32), axis=1)
+                least_gap = tl.minimum(least_gap, tl.min(tl.where(on, gap, 2.0), axis=1))
+        passes += 1
         power = tl.maximum(power, TINY)
         norm = tl.exp2(tl.log2(power) * am1)  # ||gap||_k = power^(1/k)
         slope = norm / power * s1  # -h'(tau)
         step = tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
+        if CERTIFY:
+            if FIXED == 1:  # sum gap = power, n = s1 (gap^0 on S); d is Newton's own step
+                d = step
+                real = live
+            else:  # sum gap^2 = power, sum gap = s1
+                disc = s1 * s1 - n_on * (power - 1.0)
+                d = (power - 1.0) / tl.maximum(s1 + tl.sqrt(tl.maximum(disc, 0.0)), TINY)
+                real = live & (disc >= 0.0)
+            certified = certified | (real & (least_gap > d))
+            step = tl.where(certified, tl.where(live, d, 0.0), step)
         tau += step
-        step_max = tl.max(tl.abs(step), axis=0)
+        step_max = tl.max(tl.where(certified, 0.0, tl.abs(step)), axis=0)
         it += 1
 
-    # 3. Exact threshold on the support found (sparsemax, 1.5-entmax).
+    # 3. Exact threshold on the support found (sparsemax, 1.5-entmax), where a row is
+    # left that the Newton passes did not certify.
     if FIXED != 0:
-        n_on = tl.zeros([BLOCK_M], tl.float32)
-        z_sum = tl.zeros([BLOCK_M], tl.float32)
-        z_sq = tl.zeros([BLOCK_M], tl.float32)
-        for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + offs_nb
-            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                    PRECISION)
-            z = am1 * (s - row_max[:, None]) + 1.0
-            on = z > tau[:, None]
-            # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
-            # does not cancel the way sums of z near 1 would.
-            n_on += tl.sum(on.to(tl.float32), axis=1)
-            z_sum += tl.sum(tl.where(on, z - 1.0, 0.0), axis=1)
-            z_sq += tl.sum(tl.where(on, (z - 1.0) * (z - 1.0), 0.0), axis=1)
-        n_on = tl.maximum(n_on, 1.0)
-        shifted_mean = z_sum / n_on
-        mean = shifted_mean + 1.0
-        if FIXED == 1:
-            exact = mean - 1.0 / n_on
-        else:
-            var = tl.maximum(z_sq / n_on - shifted_mean * shifted_mean, 0.0)
-            exact = mean - tl.sqrt(tl.maximum(1.0 / n_on - var, 0.0))
-        tau = tl.where(live, exact, 0.0)
+        if tl.min(certified.to(tl.int32), axis=0) == 0:
+            n_on = tl.zeros([BLOCK_M], tl.float32)
+            z_sum = tl.zeros([BLOCK_M], tl.float32)
+            z_sq = tl.zeros([BLOCK_M], tl.float32)
+            for start_n in range(0, n_end, BLOCK_N):
+                offs_n = start_n + offs_nb
+                s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                            CAUSAL, PRECISION)
+                z = am1 * (s - row_max[:, None]) + 1.0
+                on = z > tau[:, None]
+                # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
+                # does not cancel the way sums of z near 1 would.
+                n_on += tl.sum(on.to(tl.float32), axis=1)
+                z_sum += tl.sum(tl.where(on, z - 1.0, 0.0), axis=1)
+                z_sq += tl.sum(tl.where(on, (z - 1.0) * (z - 1.0), 0.0), axis=1)
+            passes += 1
+            n_on = tl.maximum(n_on, 1.0)
+            shifted_mean = z_sum / n_on
+            mean = shifted_mean + 1.0
+            if FIXED == 1:
+                exact = mean - 1.0 / n_on
+            else:
+                var = tl.maximum(z_sq / n_on - shifted_mean * shifted_mean, 0.0)
+                exact = mean - tl.sqrt(tl.maximum(1.0 / n_on - var, 0.0))
+            tau = tl.where(live & (certified == 0), exact, tau)
 
     # 4. Output and statistics.
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -250,6 +291,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             if ALPHA_STATS:
                 plogp += tl.sum(tl.where(p > 0.0, p * log_p, 0.0), axis=1)
                 n_on += tl.sum((p > 0.0).to(tl.float32), axis=1)
+    passes += 1
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod
     o_mask = (offs_m[:, None] < Tq) & (offs_d[None, :] < D)
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=o_mask)
@@ -286,10 +328,12 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     u = log_p - mu[:, None]
                     acc_c += tl.sum(tl.where(p > 0.0, p * _exp_remainder(am1 * u), 0.0), axis=1)
             sc = acc_c / p_safe
+            passes += 1
         # log1p(sc): its series where 1 + sc would round (sc >= 0).
         c = tl.where(sc < 1e-3, sc * (1.0 - sc * (0.5 - sc * (1.0 / 3.0 - sc * 0.25))), tl.log(1.0 + sc))
         tl.store(stats + STAT_MU_C * Tq, mu, mask=row_ok)
         tl.store(stats + STAT_C_C * Tq, c, mask=row_ok)
+    tl.store(stats + STAT_PASSES_C * Tq, tl.zeros([BLOCK_M], tl.float32) + passes, mask=row_ok)
 
 
 @triton.jit
@@ -435,21 +479,25 @@ def _padding_arg(key_padding_mask, q):
     return key_padding_mask if key_padding_mask is not None else q.new_zeros((q.shape[0], 1), dtype=torch.int8)
 
 
-def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True):
+def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True, tiles=None):
     """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,).
-    Without ``backward`` (inference) og is not computed (None)."""
+    Without ``backward`` (inference) og is not computed (None).  ``tiles``: (BLOCK_M,
+    BLOCK_N) instead of the device's (benchmarks count the GPU's passes in the interpreter)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
     og = torch.empty_like(q) if backward else None
     stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
     block_m, block_n, block_d, warps = _blocks(D, q.device.type)
+    if tiles is not None:
+        block_m, block_n = tiles
     kpm = _padding_arg(key_padding_mask, q)
     grid = (triton.cdiv(Tq, block_m), B * H)
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         kpm.stride(0), H, Tq, Tk, D, scale, newton_tol(torch.float32), MAX_NEWTON_ITER,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
+        CERTIFY=CERTIFY and fixed != 0,
         PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=warps)
     return o, og, stats
 

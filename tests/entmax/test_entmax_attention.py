@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fairseq_sparse.entmax import attention, entmax_attention, has_triton_kernel, triton_kernel, use_backend
+from fairseq_sparse.entmax import attention_kernel
 from fairseq_sparse.entmax.attention import reference_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -86,6 +87,27 @@ def test_fixed_alpha_matches_reference(alpha):
     """Constant alpha: sparsemax and 1.5-entmax finish with their exact thresholds."""
     q, k, v, do = inputs(1, 2, 23, 29, 16, seed=3)
     check(q, k, v, do, alpha, causal=True)
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.5], ids=["sparsemax", "entmax15"])
+def test_certified_threshold_makes_fewer_passes(alpha, monkeypatch):
+    """Sparsemax and 1.5-entmax: with the Newton passes certifying the exact threshold
+    (attention_kernel.CERTIFY) the kernel matches the reference as the plain solver
+    (Newton, then the threshold on the support) does, and each query tile makes no more
+    passes over the keys than with it, fewer in all (counted by the kernel itself)."""
+    q, k, v, do = inputs(2, 2, 45, 70, 16, seed=17, spread=1.0)
+    mask = torch.zeros(2, 70, dtype=torch.bool)
+    mask[1, 50:] = True
+    passes = {}
+    for certify in (False, True):
+        monkeypatch.setattr(attention_kernel, "CERTIFY", certify)
+        check(q, k, v, do, alpha, causal=True, key_padding_mask=mask)
+        q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
+        _, _, stats = attention_kernel.forward(q32, k32, v32, torch.full((2,), alpha, device=DEVICE),
+                                               triton_kernel._fixed(alpha), True, mask.to(DEVICE).view(torch.int8),
+                                               0.25, alpha_stats=False)
+        passes[certify] = stats[:, attention_kernel.STAT_PASSES].cpu()
+    assert bool((passes[True] <= passes[False]).all()) and passes[True].sum() < passes[False].sum(), passes
 
 
 @pytest.mark.parametrize("D", [32, 64, 128])
@@ -179,3 +201,20 @@ def test_alpha_gradient_near_one_and_in_closed_form():
     error = ((grads[3].cpu().double() - grads_ref[3]).abs() / grads_ref[3].abs()).tolist()
     bound = [1e-3, 1e-4, 1e-4, 1e-4, 1e-4]  # at 1.0001 float32 keeps about 4 digits (issue 28)
     assert all(e < b for e, b in zip(error, bound)), [f"alpha {a:g}: {e:.1e}" for a, e in zip(alphas.tolist(), error)]
+
+
+def test_pass_counting_benchmark(monkeypatch, capsys):
+    """benchmarks/bench_attention_passes.py at a small shape: its table, with fewer passes
+    certified than plain for the fixed alphas and the same for alpha per head."""
+    import runpy
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention_passes.py"
+    monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "48", "--heads", "2", "--head-dim", "16",
+                                     "--tiles", "16", "16"])
+    runpy.run_path(str(bench), run_name="__main__")
+    rows = {line[8:32].strip(): line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == {"sparsemax", "1.5-entmax", "alpha-entmax per head"}, rows
+    ratio = {name: float(row[-2]) for name, row in rows.items()}
+    assert ratio["sparsemax"] < 1 and ratio["1.5-entmax"] < 1 and ratio["alpha-entmax per head"] == 1, ratio
+    assert all(float(row[-1]) < 1e-5 for row in rows.values()), rows

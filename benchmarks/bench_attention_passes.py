@@ -1,0 +1,80 @@
+"""Passes over the key tiles that the fused entmax attention's forward kernel makes.
+
+The forward kernel (``fairseq_sparse/entmax/attention_kernel.py``) recomputes every
+key tile's scores from q and k on each pass: one for the row maxima, one per Newton
+step on the threshold, one on the support for alpha = 2 and 1.5 (unless the Newton
+passes certified the exact threshold themselves), and one for the output.  Each pass
+costs a Q K^T over all key tiles, so on a GPU their number bounds the forward time.
+The kernel records, for each query tile, how many it made; this prints their mean and
+maximum over the query tiles for sparsemax, 1.5-entmax and alpha-entmax with one alpha
+per head (1.25 to 1.75), with the certification (``attention_kernel.CERTIFY``) off (the
+plain Newton-then-support solver) and on, in the same run, and the largest difference
+between the two outputs.
+
+The count depends on the scores and the tile shape, not on the device: without CUDA
+the kernel runs under Triton's interpreter on CPU tensors, at the GPU's tiles (64 query
+rows by 64 keys) unless told otherwise.
+
+    python benchmarks/bench_attention_passes.py                      # T in 256 512 1024, N(0, 1) scores
+    python benchmarks/bench_attention_passes.py --lengths 1024 --sharpness 3 --causal
+"""
+
+import argparse
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # before the kernels are defined
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fairseq_sparse.entmax import attention_kernel  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
+
+
+def passes(q, k, v, alpha, causal, certify, tiles):
+    """(mean passes per query tile, max, output) of one forward."""
+    heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
+    fixed = _fixed(alpha)
+    attention_kernel.CERTIFY = certify
+    try:
+        o, _, stats = attention_kernel.forward(q, k, v, heads.float(), fixed, causal, None, q.shape[-1] ** -0.5,
+                                               alpha_stats=torch.is_tensor(alpha), tiles=tiles)
+    finally:
+        attention_kernel.CERTIFY = True
+    per_tile = stats[:, attention_kernel.STAT_PASSES, ::tiles[0]]
+    return per_tile.mean().item(), per_tile.max().item(), o
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--sharpness", type=float, default=1.0,
+                        help="q is drawn from N(0, SHARPNESS^2): the scores' spread (1: N(0, 1) scores, as "
+                             "bench_attention_gpu.py; trained attention is sharper)")
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
+          f"B={args.batch} H={args.heads} head_dim={args.head_dim}, q ~ N(0, {args.sharpness:g}^2), k ~ N(0, 1); "
+          f"{'causal' if args.causal else 'not causal'}; tiles {args.tiles[0]} x {args.tiles[1]}")
+    print(f"{'T':>6s}  {'normaliser':24s} {'passes, plain':>14s} {'certified':>10s} {'ratio':>6s}  "
+          f"{'max |o_plain - o_certified|':>27s}")
+    for T in args.lengths:
+        gen = torch.Generator().manual_seed(T)
+        shape = (args.batch, args.heads, T, args.head_dim)
+        q = (torch.randn(shape, generator=gen) * args.sharpness).to(device)
+        k, v = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
+        for name, alpha in (("sparsemax", 2.0), ("1.5-entmax", 1.5),
+                            ("alpha-entmax per head", torch.linspace(1.25, 1.75, args.heads, device=device))):
+            plain, plain_max, o_plain = passes(q, k, v, alpha, args.causal, False, tuple(args.tiles))
+            ours, ours_max, o_ours = passes(q, k, v, alpha, args.causal, True, tuple(args.tiles))
+            print(f"{T:6d}  {name:24s} {plain:8.2f} ({plain_max:2.0f}) {ours:5.2f} ({ours_max:2.0f}) "
+                  f"{ours / plain:6.2f}  {(o_plain - o_ours).abs().max().item():27.2e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
