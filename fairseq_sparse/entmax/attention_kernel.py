@@ -48,6 +48,7 @@ with v and dO take p and ds in the input dtype, as FlashAttention does.  Under
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from .reference import MAX_NEWTON_ITER, newton_tol
 from .triton_kernel import INTERPRET, TINY, _exp_remainder
@@ -115,11 +116,24 @@ def _gap(s, row_max, tau, am1):
 
 
 @triton.jit
-def _prob_and_g(gap, k, FIXED: tl.constexpr):
+def _log(x, PRECISION: tl.constexpr):
+    """Natural log of a tile.  Triton lowers tl.log to libdevice's accurate logf, about 30
+    instructions a score, most of a generic-alpha pass's work; for half-precision inputs
+    ("tf32" products) the special-function unit's approximation (lg2.approx, an absolute
+    error near 2^-22 in log2 x) is far below what their p and ds keep.  float32 inputs and
+    the interpreter keep the accurate one."""
+    if PRECISION == "tf32":
+        return libdevice.fast_logf(x)
+    else:
+        return tl.log(x)
+
+
+@triton.jit
+def _prob_and_g(gap, k, FIXED: tl.constexpr, PRECISION: tl.constexpr):
     """(p, g, log p) = (gap^k, p^(2 - alpha) = gap^(k - 1), k log gap), zero off the support:
     one log and one exp per score (g first, then p = g gap).  Newton's sums use the first two."""
     on = gap > 0.0
-    log_gap = tl.log(tl.where(on, gap, 1.0))
+    log_gap = _log(tl.where(on, gap, 1.0), PRECISION)
     if FIXED == 1:
         p, g = gap, on.to(tl.float32)
     elif FIXED == 2:
@@ -211,7 +225,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                     PRECISION)
             gap = _gap(s, row_max, tau, am1)
-            gk, gkm1, _ = _prob_and_g(gap, k, FIXED)  # gap^k and gap^(k - 1)
+            gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)  # gap^k and gap^(k - 1)
             power += tl.sum(gk, axis=1)
             s1 += tl.sum(gkm1, axis=1)
             if CERTIFY:
@@ -280,7 +294,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     PRECISION)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
-            p, g, log_p = _prob_and_g(gap, k, FIXED)
+            p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
             v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
                         mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
             acc += _dot(p.to(v.dtype), v, PRECISION)
@@ -324,7 +338,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                             CAUSAL, PRECISION)
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-                    p, g, log_p = _prob_and_g(gap, k, FIXED)
+                    p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                     u = log_p - mu[:, None]
                     acc_c += tl.sum(tl.where(p > 0.0, p * _exp_remainder(am1 * u), 0.0), axis=1)
             sc = acc_c / p_safe
@@ -371,7 +385,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
         s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-            p, g, _ = _prob_and_g(gap, k, FIXED)
+            p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
             dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
             dp = _dot(do, vt, PRECISION)
             ds = g * (dp - r[:, None])
@@ -416,7 +430,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
                     PRECISION)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-            p, g, log_p = _prob_and_g(gap, k, FIXED)
+            p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
             kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
             vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
                          mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)

@@ -1,0 +1,129 @@
+"""Compile the package's Triton kernels for an NVIDIA GPU without one, and count their PTX.
+
+Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Python
+through numpy and checks neither types nor what the GPU compiler accepts.  This
+compiles every kernel variant the package launches (the fused attention's forward,
+dk/dv, dq and r kernels; the row-wise normaliser's forward and backward) for a CUDA
+target with Triton's own compiler and the ptxas it ships, which need no device, so a
+kernel that would not compile on a GPU fails here.  For each variant it prints the
+PTX instructions, the special-function ones among them (ex2, lg2, rcp, sqrt) and the
+tensor-core products: a static measure of a change's cost where no GPU is at hand
+(it says nothing of memory traffic or occupancy; time needs a GPU).
+
+    python benchmarks/kernel_ptx.py                      # sm_90 (H100), bf16 and float32 inputs
+    python benchmarks/kernel_ptx.py --arch 80 --only attention_forward "per head"
+
+Run it without TRITON_INTERPRET (it is removed here: the interpreter replaces the
+kernels Triton would compile).
+"""
+
+import argparse
+import collections
+import inspect
+import os
+import re
+import sys
+
+os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are defined
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from fairseq_sparse.entmax import attention_kernel, triton_kernel  # noqa: E402
+
+# Pointer arguments whose element type is not the inputs' dtype.
+POINTERS_FP32 = {"ALPHA", "STATS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
+POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
+FLOATS = {"scale", "tol"}
+
+
+def signature(kernel, dtype, constexprs):
+    sig = {}
+    for name in inspect.signature(kernel.fn).parameters:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name == "KPM":
+            sig[name] = "*i8"
+        elif name in POINTERS_FP32:
+            sig[name] = "*fp32"
+        elif name in POINTERS_DATA:
+            sig[name] = "*" + dtype
+        elif name in FLOATS:
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def variants():
+    """(label, kernel, input dtype, constexprs, num_warps) as the package launches them
+    (attention_kernel.forward/backward, triton_kernel.forward/backward) on a GPU."""
+    for dtype in ("bf16", "fp32"):
+        precision = "ieee" if dtype == "fp32" else "tf32"
+        for fixed, name in ((0, "alpha per head"), (2, "1.5-entmax"), (1, "sparsemax")):
+            tiles = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64)
+            common = dict(HAS_KPM=True, CAUSAL=False, FIXED=fixed, **tiles)
+            yield (f"attention_forward {name} {dtype}", attention_kernel._forward_kernel, dtype,
+                   dict(common, ALPHA_STATS=fixed == 0, WRITE_OG=True, CERTIFY=fixed != 0), 4)
+            yield (f"attention_dkdv {name} {dtype}", attention_kernel._dkdv_kernel, dtype, common, 4)
+            yield (f"attention_dq {name} {dtype}", attention_kernel._dq_kernel, dtype,
+                   dict(common, ALPHA_GRAD=fixed == 0), 4)
+        yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
+    for fixed, name in ((0, "alpha per row"), (2, "1.5-entmax"), (1, "sparsemax")):
+        yield (f"rowwise_forward {name} fp32", triton_kernel._forward_kernel, "fp32",
+               dict(FIXED=fixed, BLOCK=1024), 4)
+        yield (f"rowwise_backward {name} fp32", triton_kernel._backward_kernel, "fp32",
+               dict(FIXED=fixed, ALPHA_GRAD=fixed == 0, BLOCK=1024), 4)
+
+
+SPECIAL = ("ex2", "lg2", "rcp", "sqrt", "rsqrt")
+
+
+def count(ptx):
+    """(instructions, {special-function op: n}, tensor-core products) of a PTX listing."""
+    instructions, special, products = 0, collections.Counter(), 0
+    for line in ptx.splitlines():
+        text = line.strip()
+        if not text or text.startswith(("//", ".", "$", "{", "}")) or text.endswith(":"):
+            continue  # comments, directives, labels, braces
+        instructions += 1
+        op = text.split()[1] if text.startswith("@") else text.split()[0]  # past a predicate
+        base = op.split(".")[0]
+        if base in SPECIAL:
+            special[base] += 1
+        if op.startswith(("wgmma.mma_async", "mma.sync")):
+            products += 1
+    return instructions, special, products
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100, 80: A100)")
+    parser.add_argument("--only", nargs="+", help="variants whose label contains one of these")
+    args = parser.parse_args()
+    target = GPUTarget("cuda", args.arch, 32)
+    print(f"Triton {triton.__version__}, target sm_{args.arch}")
+    print(f"{'kernel':40s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}")
+    failed = []
+    for label, kernel, dtype, constexprs, warps in variants():
+        if args.only and not any(part in label for part in args.only):
+            continue
+        source = ASTSource(fn=kernel, signature=signature(kernel, dtype, constexprs), constexprs=constexprs)
+        try:
+            compiled = triton.compile(source, target=target, options={"num_warps": warps})
+        except Exception as e:  # a kernel the GPU compiler refuses: name it, go on, fail at the end
+            failed.append(label)
+            cause = e.__cause__ or e
+            print(f"{label:40s} FAILED: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}",
+                  flush=True)
+            continue
+        n, special, products = count(compiled.asm["ptx"])
+        print(f"{label:40s} {n:16d} {special['ex2']:5d} {special['lg2']:5d} {special['rcp']:5d} "
+              f"{special['sqrt'] + special['rsqrt']:5d} {products:8d}", flush=True)
+    if failed:
+        sys.exit(f"{len(failed)} kernel variant(s) did not compile for sm_{args.arch}: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
