@@ -116,7 +116,8 @@ def forkable(argv, executable, env, base_env):
     if argv[0] == sys.executable:
         if len(argv) < 2 or not argv[1].endswith(".py") or not os.path.isfile(argv[1]):
             return False
-    elif os.path.dirname(argv[0]) != os.path.dirname(sys.executable) or _entry_point(os.path.basename(argv[0])) is None:
+    elif (os.path.dirname(argv[0]) != os.path.dirname(sys.executable)
+          or _entry_point(os.path.basename(argv[0])) is None):
         return False
     ignored = {"PYTEST_CURRENT_TEST", "OMP_NUM_THREADS"}
     return {k: v for k, v in env.items() if k not in ignored} == \
