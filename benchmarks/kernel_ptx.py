@@ -2,9 +2,9 @@
 
 Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Python
 through numpy and checks neither types nor what the GPU compiler accepts.  This
-compiles every kernel variant the package launches (the fused attention's forward,
-dk/dv, dq and r kernels; the row-wise normaliser's forward and backward) for a CUDA
-target with Triton's own compiler and the ptxas it ships, which need no device, so a
+compiles the kernels (the fused attention's forward, dk/dv, dq and r kernels for each
+kind of alpha, at bf16 causal with padding and at float32 without; the row-wise
+normaliser's forward and backward) for a CUDA target with Triton's own compiler and the ptxas it ships, which need no device, so a
 kernel that would not compile on a GPU fails here.  For each variant it prints the
 PTX instructions, the special-function ones among them (ex2, lg2, rcp, sqrt) and the
 tensor-core products: a static measure of a change's cost where no GPU is at hand
@@ -21,7 +21,6 @@ import argparse
 import collections
 import inspect
 import os
-import re
 import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are defined
@@ -31,6 +30,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from fairseq_sparse.entmax import attention_kernel, triton_kernel  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import ENTMAX15, GENERIC, SPARSEMAX  # noqa: E402
 
 # Pointer arguments whose element type is not the inputs' dtype.
 POINTERS_FP32 = {"ALPHA", "STATS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
@@ -61,20 +61,22 @@ def variants():
     (attention_kernel.forward/backward, triton_kernel.forward/backward) on a GPU."""
     for dtype in ("bf16", "fp32"):
         precision = "ieee" if dtype == "fp32" else "tf32"
-        for fixed, name in ((0, "alpha per head"), (2, "1.5-entmax"), (1, "sparsemax")):
+        for fixed, name in ((GENERIC, "alpha per head"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):
             tiles = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64)
-            common = dict(HAS_KPM=True, CAUSAL=False, FIXED=fixed, **tiles)
+            # Causal with padding at bf16 (a decoder's self-attention in training), neither at float32.
+            masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
+            common = dict(FIXED=fixed, **masks, **tiles)
             yield (f"attention_forward {name} {dtype}", attention_kernel._forward_kernel, dtype,
-                   dict(common, ALPHA_STATS=fixed == 0, WRITE_OG=True, CERTIFY=fixed != 0), 4)
+                   dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC), 4)
             yield (f"attention_dkdv {name} {dtype}", attention_kernel._dkdv_kernel, dtype, common, 4)
             yield (f"attention_dq {name} {dtype}", attention_kernel._dq_kernel, dtype,
-                   dict(common, ALPHA_GRAD=fixed == 0), 4)
+                   dict(common, ALPHA_GRAD=fixed == GENERIC), 4)
         yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
-    for fixed, name in ((0, "alpha per row"), (2, "1.5-entmax"), (1, "sparsemax")):
+    for fixed, name in ((GENERIC, "alpha per row"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):
         yield (f"rowwise_forward {name} fp32", triton_kernel._forward_kernel, "fp32",
                dict(FIXED=fixed, BLOCK=1024), 4)
         yield (f"rowwise_backward {name} fp32", triton_kernel._backward_kernel, "fp32",
-               dict(FIXED=fixed, ALPHA_GRAD=fixed == 0, BLOCK=1024), 4)
+               dict(FIXED=fixed, ALPHA_GRAD=fixed == GENERIC, BLOCK=1024), 4)
 
 
 SPECIAL = ("ex2", "lg2", "rcp", "sqrt", "rsqrt")
