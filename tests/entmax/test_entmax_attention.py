@@ -95,15 +95,15 @@ def test_certified_threshold_makes_fewer_passes(alpha, monkeypatch):
     (attention_kernel.CERTIFY) the kernel matches the reference as the plain solver
     (Newton, then the threshold on the support) does, and each query tile makes no more
     passes over the keys than with it, fewer in all (counted by the kernel itself)."""
-    q, k, v, do = inputs(2, 2, 45, 70, 16, seed=17, spread=1.0)
-    mask = torch.zeros(2, 70, dtype=torch.bool)
-    mask[1, 50:] = True
+    q, k, v, do = inputs(2, 1, 33, 40, 16, seed=17, spread=1.0)
+    mask = torch.zeros(2, 40, dtype=torch.bool)
+    mask[1, 30:] = True
     passes = {}
     for certify in (False, True):
         monkeypatch.setattr(attention_kernel, "CERTIFY", certify)
         check(q, k, v, do, alpha, causal=True, key_padding_mask=mask)
         q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
-        _, _, stats = attention_kernel.forward(q32, k32, v32, torch.full((2,), alpha, device=DEVICE),
+        _, _, stats = attention_kernel.forward(q32, k32, v32, torch.full((1,), alpha, device=DEVICE),
                                                triton_kernel._fixed(alpha), True, mask.to(DEVICE).view(torch.int8),
                                                0.25, alpha_stats=False)
         passes[certify] = stats[:, attention_kernel.STAT_PASSES].cpu()
