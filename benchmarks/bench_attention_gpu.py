@@ -85,13 +85,9 @@ def variants(heads, causal, lengths_pow2):
 
 
 def plain_solver(attention, *args, **kwargs):
-    """The fused kernel with Newton run to its tolerance and the threshold then found on
-    the support, the solver before the Newton passes certified it (attention_kernel.CERTIFY)."""
-    attention_kernel.CERTIFY = False
-    try:
+    """The fused kernel with the solver before the Newton passes certified the threshold."""
+    with attention_kernel.plain_solver():
         return attention(*args, **kwargs)
-    finally:
-        attention_kernel.CERTIFY = True
 
 
 def cuda_time(fn, repeats):

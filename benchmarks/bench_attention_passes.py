@@ -20,6 +20,7 @@ rows by 64 keys) unless told otherwise.
 """
 
 import argparse
+import contextlib
 import os
 
 import torch
@@ -34,13 +35,9 @@ from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
 def passes(q, k, v, alpha, causal, certify, tiles):
     """(mean passes per query tile, max, output) of one forward."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
-    fixed = _fixed(alpha)
-    attention_kernel.CERTIFY = certify
-    try:
-        o, _, stats = attention_kernel.forward(q, k, v, heads.float(), fixed, causal, None, q.shape[-1] ** -0.5,
-                                               alpha_stats=torch.is_tensor(alpha), tiles=tiles)
-    finally:
-        attention_kernel.CERTIFY = True
+    with contextlib.nullcontext() if certify else attention_kernel.plain_solver():
+        o, _, stats = attention_kernel.forward(q, k, v, heads.float(), _fixed(alpha), causal, None,
+                                               q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha), tiles=tiles)
     per_tile = stats[:, attention_kernel.STAT_PASSES, ::tiles[0]]
     return per_tile.mean().item(), per_tile.max().item(), o
 

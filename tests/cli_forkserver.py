@@ -28,6 +28,7 @@ when the child is forked and {"returncode": ...} when it has exited.
 """
 
 import builtins
+import functools
 import json
 import logging
 import os
@@ -95,11 +96,12 @@ def become(argv, cwd, env, stdio, root_logging):
         sys.exit(0)
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(argv[0])  # where a console script's own sys.path starts
-    sys.exit(_entry_point(os.path.basename(argv[0])).load()())  # as the console-script wrapper does
+    sys.exit(console_script(os.path.basename(argv[0])).load()())  # as the console-script wrapper does
 
 
-def _entry_point(name):
-    """This environment's console script `name`, or None."""
+@functools.lru_cache(maxsize=None)
+def console_script(name):
+    """This environment's console script `name` (an entry point), or None."""
     from importlib.metadata import entry_points
 
     found = entry_points(group="console_scripts", name=name)
@@ -117,7 +119,7 @@ def forkable(argv, executable, env, base_env):
         if len(argv) < 2 or not argv[1].endswith(".py") or not os.path.isfile(argv[1]):
             return False
     elif (os.path.dirname(argv[0]) != os.path.dirname(sys.executable)
-          or _entry_point(os.path.basename(argv[0])) is None):
+          or console_script(os.path.basename(argv[0])) is None):
         return False
     ignored = {"PYTEST_CURRENT_TEST", "OMP_NUM_THREADS"}
     return {k: v for k, v in env.items() if k not in ignored} == \

@@ -1,6 +1,4 @@
 import atexit
-import functools
-import importlib.metadata
 import json
 import locale
 import os
@@ -14,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.cli_forkserver import console_script
 
 # Without CUDA, Triton's interpreter runs the Triton kernels on CPU tensors, so that CI tests
 # them (tests/entmax/test_triton_kernel.py): it must be set before the kernels are defined,
@@ -105,14 +105,9 @@ def _import_env():
     return env
 
 
-@functools.lru_cache(maxsize=None)
-def _console_script(name):
-    return bool(importlib.metadata.entry_points(group="console_scripts", name=name))
-
-
 def run_cli(name, *args, cwd=None, check=True, timeout=600):
     """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
-    return _run([str(BIN / name), *map(str, args)], _console_script(name), cwd, check, timeout)
+    return _run([str(BIN / name), *map(str, args)], console_script(name) is not None, cwd, check, timeout)
 
 
 def run_script(name, *args, cwd=None, check=False, timeout=900):

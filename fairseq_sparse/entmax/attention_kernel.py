@@ -45,6 +45,8 @@ with v and dO take p and ds in the input dtype, as FlashAttention does.  Under
 ``TRITON_INTERPRET=1`` (set before import) the kernels run on CPU tensors.
 """
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -61,7 +63,8 @@ NUM_STATS = 7
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
 # Whether the Newton passes certify the exact threshold of alpha = 2 and 1.5 (docstring, 3.);
-# False is the plain Newton-then-polish solver, kept for benchmarks and tests to compare.
+# False is the plain Newton-then-polish solver, kept for benchmarks and tests to compare
+# (plain_solver()).
 CERTIFY = True
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
@@ -239,15 +242,14 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         slope = norm / power * s1  # -h'(tau)
         step = tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
         if CERTIFY:
-            if FIXED == 1:  # sum gap = power, n = s1 (gap^0 on S); d is Newton's own step
-                d = step
-                real = live
+            # (Rows without keys are certified from the start.)
+            if FIXED == 1:  # sum gap = power, n = s1 (gap^0 on S): d is Newton's own step
+                certified = certified | (least_gap > step)
             else:  # sum gap^2 = power, sum gap = s1
                 disc = s1 * s1 - n_on * (power - 1.0)
                 d = (power - 1.0) / tl.maximum(s1 + tl.sqrt(tl.maximum(disc, 0.0)), TINY)
-                real = live & (disc >= 0.0)
-            certified = certified | (real & (least_gap > d))
-            step = tl.where(certified, tl.where(live, d, 0.0), step)
+                certified = certified | ((disc >= 0.0) & (least_gap > d))
+                step = tl.where(certified, tl.where(live, d, 0.0), step)
         tau += step
         step_max = tl.max(tl.where(certified, 0.0, tl.abs(step)), axis=0)
         it += 1
@@ -464,6 +466,18 @@ def _r_kernel(DO, OG, STATS, R, rows, Tq, D, BLOCK_R: tl.constexpr, BLOCK_D: tl.
     bh = offs_r // Tq
     g_sum = tl.load(STATS + (bh * NUM_STATS_C + STAT_G_C) * Tq + offs_r % Tq, mask=offs_r < rows, other=1.0)
     tl.store(R + offs_r, tl.sum(do * og, axis=1) / tl.maximum(g_sum, TINY), mask=offs_r < rows)
+
+
+@contextlib.contextmanager
+def plain_solver():
+    """Within it, the forward kernel runs Newton to its tolerance and then finds the
+    threshold on the support, without the certification (CERTIFY)."""
+    global CERTIFY
+    CERTIFY = False
+    try:
+        yield
+    finally:
+        CERTIFY = True
 
 
 def supports(q):
