@@ -110,6 +110,17 @@ def test_certified_threshold_makes_fewer_passes(alpha, monkeypatch):
     assert bool((passes[True] <= passes[False]).all()) and passes[True].sum() < passes[False].sum(), passes
 
 
+def test_other_tile_shapes_match_the_reference():
+    """attention_kernel.tile_shape (benchmarks/bench_attention_kernel.py sweeps it on a GPU):
+    tiles of other heights and widths than the default, every kernel, still exact, and
+    the default comes back after it."""
+    q, k, v, do = inputs(1, 2, 37, 29, 16, seed=5, spread=1.0)
+    with attention_kernel.tile_shape(32, 16, 1):
+        assert attention_kernel._blocks(16, DEVICE)[:2] == (32, 16)
+        check(q, k, v, do, torch.tensor([1.3, 1.8]), causal=True, key_padding_mask=torch.arange(29)[None] > 25)
+    assert attention_kernel._blocks(16, DEVICE)[:2] == ((16, 16) if DEVICE == "cpu" else (64, 64))
+
+
 @pytest.mark.parametrize("D", [32, 64, 128])
 def test_head_dims(D):
     q, k, v, do = inputs(1, 2, 18, 21, D, seed=D, spread=1.0)
@@ -143,8 +154,9 @@ def test_rows_without_keys_are_zero_with_zero_gradients():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_half_precision(dtype):
-    """Inputs, output and gradients in half precision; the threshold solved in float32.
-    Compared with the float64 reference on the same (rounded) inputs."""
+    """Inputs, output and gradients in half precision; the threshold solved in float32 (to
+    float16's Newton tolerance: attention_kernel._tolerance).  Compared with the float64
+    reference on the same (rounded) inputs."""
     q, k, v, do = (t.to(dtype).double() for t in inputs(1, 2, 19, 24, 32, seed=11, spread=1.0))
     tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
     check(q, k, v, do, torch.tensor([1.4, 1.9]), tol=tol, dtype=dtype, causal=True)

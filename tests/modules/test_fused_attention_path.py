@@ -64,7 +64,12 @@ def assert_same(explicit, fused):
     torch.testing.assert_close(fused[0], explicit[0], atol=2e-5, rtol=2e-4)
     for got, want in zip(fused[1], explicit[1]):
         if want is not None:
-            torch.testing.assert_close(got, want, atol=5e-5, rtol=5e-4)
+            # Absolute error relative to the gradient's scale: a weight's gradient sums many
+            # terms of the size of its largest entries (up to ~20 here), and the two paths sum
+            # them in different orders (on an H100 one entry of 1,024 of a causal alpha-entmax
+            # weight gradient differed by 1.3e-4, 6e-6 of the largest).
+            scale = max(1.0, want.abs().max().item())
+            torch.testing.assert_close(got, want, atol=5e-5 * scale, rtol=5e-4)
 
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS)

@@ -1,0 +1,189 @@
+"""Where the fused entmax attention's time goes: forward against backward, solver variants, tile shapes.
+
+In one run on one GPU this times the forward kernel alone (as in training: og and the
+row statistics written) and forward+backward of ``entmax_attention``, next to SDPA's
+forward and forward+backward, for variants of the kernel:
+
+- the threshold solver at alpha = 1.5: plain Newton then the exact threshold on the
+  support, or certified by the Newton passes (``attention_kernel.CERTIFY``, the package's);
+- a learnable alpha per head (1.25 to 1.75) with the Newton tolerance of float32,
+  float16 (the package's for half-precision inputs) or bfloat16 (a runtime argument, no
+  new compile);
+- with ``--tile-sweep``, tile shapes (query rows x keys, warps, pipeline stages;
+  ``attention_kernel.tile_shape``) at the package's solver.
+
+It prints the forward's passes over the key tiles per query tile (the kernel counts
+them) and the largest difference of the output, dq and (per head) d alpha from the
+first variant of the same alpha, so that a faster variant that is wrong shows.
+
+    python benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096
+    python benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --tile-sweep
+
+Without CUDA the kernels run under Triton's interpreter at a small shape (a check of
+this script, not a timing).
+"""
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:  # before the kernels are defined
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch.nn.functional as F  # noqa: E402
+
+from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backend  # noqa: E402
+from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
+
+# (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
+SHAPES_GPU = [None, (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3),
+              (128, 32, 4, 3), (32, 64, 4, 3), (128, 128, 8, 3)]
+SHAPES_CPU = [None, (32, 16, 1, None)]
+
+
+def elapsed_ms(fn, repeats):
+    """Median milliseconds of fn over `repeats` runs (CUDA events; wall clock on CPU)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        if CUDA:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def label(shape):
+    return "default" if shape is None else "{}x{} w{} s{}".format(*(x if x is not None else "-" for x in shape))
+
+
+@contextlib.contextmanager
+def kernel_settings(tiles=None, certify=True, tol=None):
+    """The kernel's tile shape, solver and Newton tolerance for a block (the tolerance is
+    a runtime argument of the forward kernel: no new compile)."""
+    saved = attention_kernel._tolerance
+    if tol is not None:
+        attention_kernel._tolerance = lambda q, fixed: tol
+    try:
+        with contextlib.ExitStack() as stack:
+            if tiles is not None:
+                stack.enter_context(attention_kernel.tile_shape(*tiles))
+            if not certify:
+                stack.enter_context(attention_kernel.plain_solver())
+            yield
+    finally:
+        attention_kernel._tolerance = saved
+
+
+def variants(head_alpha, dtype, tile_sweep):
+    """(alpha label, alpha, variant label, kernel_settings kwargs); the first of each alpha
+    is the reference of the others."""
+    if tile_sweep:
+        shapes = SHAPES_GPU if CUDA else SHAPES_CPU
+        for name, alpha in (("1.5", 1.5), ("per head", head_alpha)):
+            for tiles in shapes:
+                yield name, alpha, label(tiles), dict(tiles=tiles)
+        return
+    yield "1.5", 1.5, "plain", dict(certify=False)
+    yield "1.5", 1.5, "certified", {}
+    # Half-precision inputs get float16's tolerance (attention_kernel._tolerance); float32's
+    # first, as the reference.
+    for tol_dtype in (torch.float32, torch.float16, torch.bfloat16):
+        tol = newton_tol(tol_dtype)
+        name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
+        yield "per head", head_alpha, name, dict(tol=tol)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch: the batch is TOKENS / T")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--sharpness", type=float, default=1.0,
+                        help="q ~ N(0, SHARPNESS^2), k ~ N(0, 1): the scores' spread (trained attention is sharper)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--tile-sweep", action="store_true", help="tile shapes instead of solver variants")
+    args = parser.parse_args()
+    device, dtype = ("cuda", getattr(torch, args.dtype)) if CUDA else ("cpu", torch.float32)
+    lengths, tokens = (args.lengths, args.tokens) if CUDA else ([40], 40)
+    heads = args.heads if CUDA else 2
+    print(f"{torch.cuda.get_device_name() if CUDA else 'CPU, Triton interpreter (not a timing)'}, "
+          f"torch {torch.__version__}, {dtype}; H={heads} head_dim={args.head_dim}; "
+          f"{'causal' if args.causal else 'not causal'}; q ~ N(0, {args.sharpness:g}^2); median of {args.repeats}",
+          flush=True)
+    scale = args.head_dim ** -0.5
+    for T in lengths:
+        torch.manual_seed(0)
+        shape = (max(1, tokens // T), heads, T, args.head_dim)
+        q, k, v = (torch.randn(shape, device=device, dtype=dtype) for _ in range(3))
+        q = (q * args.sharpness).to(dtype)
+        for t in (q, k, v):
+            t.requires_grad_()
+        up = torch.randn(shape, device=device, dtype=dtype)
+        head_alpha = torch.linspace(1.25, 1.75, heads, device=device).requires_grad_()
+
+        def fwd_bwd(attention):
+            def run():
+                for t in (q, k, v, head_alpha):
+                    t.grad = None
+                with use_backend("triton"):  # on CPU too: the kernels under the interpreter
+                    attention().backward(up)
+            return run
+
+        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)  # noqa: E731
+        with torch.no_grad():
+            sdpa_fwd = elapsed_ms(sdpa, args.repeats)
+        sdpa_all = elapsed_ms(fwd_bwd(sdpa), args.repeats)
+        print(f"\nT={T}, batch {shape[0]}: SDPA forward {sdpa_fwd:.3f} ms, forward+backward {sdpa_all:.3f} ms")
+        print(f"  {'alpha':8s} {'variant':24s} {'fwd ms':>7s} {'/SDPA':>7s} {'fwd+bwd':>8s} {'/SDPA':>6s} "
+              f"{'bwd ms':>6s} {'passes':>6s} {'|do|':>7s} {'|ddq|':>7s} {'|dda|/|da|':>10s}", flush=True)
+        references = {}
+        for name, alpha, variant, settings in variants(head_alpha, dtype, args.tile_sweep):
+            per_head = torch.is_tensor(alpha)
+            alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
+            try:
+                with kernel_settings(**settings):
+                    forward = lambda: attention_kernel.forward(  # noqa: E731
+                        q.detach(), k.detach(), v.detach(), alpha_heads, _fixed(alpha), args.causal, None, scale,
+                        alpha_stats=per_head)
+                    fwd = elapsed_ms(forward, args.repeats)
+                    o, _, stats = forward()
+                    tiles = settings.get("tiles")
+                    rows_per_tile = tiles[0] if tiles else (64 if CUDA else 16)
+                    passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
+                    attention = lambda: entmax_attention(q, k, v, alpha, causal=args.causal)  # noqa: E731
+                    total = elapsed_ms(fwd_bwd(attention), args.repeats)
+                    fwd_bwd(attention)()
+                    grads = (q.grad.detach().clone(), head_alpha.grad.detach().clone() if per_head else None)
+            except Exception as e:  # e.g. a tile shape over the shared memory: say so and go on
+                print(f"  {name:8s} {variant:24s} {type(e).__name__}: {str(e).splitlines()[0][:90]}", flush=True)
+                continue
+            ref = references.setdefault(name, (o, *grads))
+            diff_o = (o.float() - ref[0].float()).abs().max().item()
+            diff_dq = (grads[0].float() - ref[1].float()).abs().max().item()
+            diff_da = f"{((grads[1] - ref[2]).abs().max() / ref[2].abs().max()).item():10.1e}" if per_head else ""
+            print(f"  {name:8s} {variant:24s} {fwd:7.3f} {fwd / sdpa_fwd:6.2f}x {total:8.3f} {total / sdpa_all:5.2f}x "
+                  f"{total - fwd:6.3f} {passes:6.2f} {diff_o:7.1e} {diff_dq:7.1e} {diff_da}", flush=True)
+            if CUDA:
+                torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
