@@ -165,8 +165,7 @@ def main():
                         alpha_stats=per_head)
                     fwd = elapsed_ms(forward, args.repeats)
                     o, _, stats = forward()
-                    tiles = settings.get("tiles")
-                    rows_per_tile = tiles[0] if tiles else (64 if CUDA else 16)
+                    rows_per_tile = attention_kernel._blocks(args.head_dim, device)[0]
                     passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
                     attention = lambda: entmax_attention(q, k, v, alpha, causal=args.causal)  # noqa: E731
                     total = elapsed_ms(fwd_bwd(attention), args.repeats)

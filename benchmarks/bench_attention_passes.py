@@ -35,9 +35,10 @@ from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
 def passes(q, k, v, alpha, causal, certify, tiles):
     """(mean passes per query tile, max, output) of one forward."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
-    with contextlib.nullcontext() if certify else attention_kernel.plain_solver():
+    with contextlib.nullcontext() if certify else attention_kernel.plain_solver(), \
+            attention_kernel.tile_shape(*tiles, warps=4):
         o, _, stats = attention_kernel.forward(q, k, v, heads.float(), _fixed(alpha), causal, None,
-                                               q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha), tiles=tiles)
+                                               q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha))
     per_tile = stats[:, attention_kernel.STAT_PASSES, ::tiles[0]]
     return per_tile.mean().item(), per_tile.max().item(), o
 

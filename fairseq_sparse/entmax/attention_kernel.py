@@ -488,7 +488,7 @@ def supports(q):
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) for every kernel instead of the device's
-# default, while ``tile_shape`` is active (benchmarks/bench_attention_tiles.py).
+# default, while ``tile_shape`` is active (benchmarks/bench_attention_kernel.py, bench_attention_passes.py).
 _TILE_SHAPE = None
 
 
@@ -541,18 +541,15 @@ def _padding_arg(key_padding_mask, q):
     return key_padding_mask if key_padding_mask is not None else q.new_zeros((q.shape[0], 1), dtype=torch.int8)
 
 
-def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True, tiles=None):
+def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True):
     """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,).
-    Without ``backward`` (inference) og is not computed (None).  ``tiles``: (BLOCK_M,
-    BLOCK_N) instead of the device's (benchmarks count the GPU's passes in the interpreter)."""
+    Without ``backward`` (inference) og is not computed (None)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
     og = torch.empty_like(q) if backward else None
     stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
     block_m, block_n, block_d, launch = _blocks(D, q.device.type)
-    if tiles is not None:
-        block_m, block_n = tiles
     kpm = _padding_arg(key_padding_mask, q)
     grid = (triton.cdiv(Tq, block_m), B * H)
     _forward_kernel[grid](
