@@ -15,8 +15,8 @@ allocates, as a ratio to SDPA's.
 
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
 recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
-threshold solver, ``attention_kernel.CERTIFY = False``; the passes over the keys each
-makes: ``bench_attention_passes.py``) and with a learnable alpha per head, and
+threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``; the
+passes over the keys each makes: ``bench_attention_passes.py``) and with a learnable alpha per head, and
 AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``) where it is
 installed and applies (alpha = 1.5, power-of-two lengths).  With
 ``--tokens N`` the batch is N / T sequences, so every length does the same number
@@ -85,8 +85,9 @@ def variants(heads, causal, lengths_pow2):
 
 
 def plain_solver(attention, *args, **kwargs):
-    """The fused kernel with the solver before the Newton passes certified the threshold."""
-    with attention_kernel.plain_solver():
+    """The fused kernel with plain Newton from 0 (no certified threshold, no start from the
+    tile maxima)."""
+    with attention_kernel.solver(certify=False, tile_start=False):
         return attention(*args, **kwargs)
 
 

@@ -4,11 +4,13 @@ In one run on one GPU this times the forward kernel alone (as in training: og an
 row statistics written) and forward+backward of ``entmax_attention``, next to SDPA's
 forward and forward+backward, for variants of the kernel:
 
-- the threshold solver at alpha = 1.5: plain Newton then the exact threshold on the
-  support, or certified by the Newton passes (``attention_kernel.CERTIFY``, the package's);
-- a learnable alpha per head (1.25 to 1.75) with the Newton tolerance of float32,
-  float16 (the package's for half-precision inputs) or bfloat16 (a runtime argument, no
-  new compile);
+- the threshold solver at alpha = 1.5 (``attention_kernel.solver``): plain Newton from
+  0 then the exact threshold on the support, certified by the Newton passes
+  (``CERTIFY``), and the package's, certified and started from the threshold of each
+  row's largest tile maxima (``TILE_START``);
+- a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
+  Newton tolerance of float32, float16 (the package's for half-precision inputs) or
+  bfloat16 (a runtime argument, no new compile);
 - with ``--tile-sweep``, tile shapes (query rows x keys, warps, pipeline stages;
   ``attention_kernel.tile_shape``) at the package's solver.
 
@@ -72,24 +74,21 @@ def label(shape):
 
 
 @contextlib.contextmanager
-def kernel_settings(tiles=None, certify=True, tol=None):
-    """The kernel's tile shape, solver and Newton tolerance for a block (the tolerance is
-    a runtime argument of the forward kernel: no new compile)."""
+def kernel_settings(tiles=None, certify=True, tile_start=True, tol=None):
+    """The kernel's tile shape, solver (attention_kernel.solver) and Newton tolerance for
+    a block (the tolerance is a runtime argument of the forward kernel: no new compile)."""
     saved = attention_kernel._tolerance
     if tol is not None:
         attention_kernel._tolerance = lambda q, fixed: tol
     try:
-        with contextlib.ExitStack() as stack:
-            if tiles is not None:
-                stack.enter_context(attention_kernel.tile_shape(*tiles))
-            if not certify:
-                stack.enter_context(attention_kernel.plain_solver())
+        with attention_kernel.solver(certify, tile_start), \
+                contextlib.nullcontext() if tiles is None else attention_kernel.tile_shape(*tiles):
             yield
     finally:
         attention_kernel._tolerance = saved
 
 
-def variants(head_alpha, dtype, tile_sweep):
+def variants(head_alpha, tile_sweep):
     """(alpha label, alpha, variant label, kernel_settings kwargs); the first of each alpha
     is the reference of the others."""
     if tile_sweep:
@@ -98,10 +97,12 @@ def variants(head_alpha, dtype, tile_sweep):
             for tiles in shapes:
                 yield name, alpha, label(tiles), dict(tiles=tiles)
         return
-    yield "1.5", 1.5, "plain", dict(certify=False)
-    yield "1.5", 1.5, "certified", {}
-    # Half-precision inputs get float16's tolerance (attention_kernel._tolerance); float32's
-    # first, as the reference.
+    yield "1.5", 1.5, "plain", dict(certify=False, tile_start=False)
+    yield "1.5", 1.5, "certified", dict(tile_start=False)
+    yield "1.5", 1.5, "certified, tile start", {}
+    yield "per head", head_alpha, "float32 tol, from 0", dict(tile_start=False, tol=newton_tol(torch.float32))
+    # Then from the tile maxima, at the tolerances of float32, float16 (the package's for
+    # half-precision inputs: attention_kernel._tolerance) and bfloat16.
     for tol_dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = newton_tol(tol_dtype)
         name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
@@ -155,7 +156,7 @@ def main():
         print(f"  {'alpha':8s} {'variant':24s} {'fwd ms':>7s} {'/SDPA':>7s} {'fwd+bwd':>8s} {'/SDPA':>6s} "
               f"{'bwd ms':>6s} {'passes':>6s} {'|do|':>7s} {'|ddq|':>7s} {'|dda|/|da|':>10s}", flush=True)
         references = {}
-        for name, alpha, variant, settings in variants(head_alpha, dtype, args.tile_sweep):
+        for name, alpha, variant, settings in variants(head_alpha, args.tile_sweep):
             per_head = torch.is_tensor(alpha)
             alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
             try:

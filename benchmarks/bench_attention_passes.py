@@ -7,9 +7,11 @@ passes certified the exact threshold themselves), and one for the output.  Each 
 costs a Q K^T over all key tiles, so on a GPU their number bounds the forward time.
 The kernel records, for each query tile, how many it made; this prints their mean and
 maximum over the query tiles for sparsemax, 1.5-entmax and alpha-entmax with one alpha
-per head (1.25 to 1.75), with the certification (``attention_kernel.CERTIFY``) off (the
-plain Newton-then-support solver) and on, in the same run, and the largest difference
-between the two outputs.
+per head (1.25 to 1.75), with three solvers in the same run
+(``attention_kernel.solver``): plain (Newton from 0, then the threshold on the support),
+certified (``CERTIFY``), and the package's, certified and starting from the threshold
+of each row's largest tile maxima (``TILE_START``), with the largest difference
+between the plain solver's output and the package's.
 
 The count depends on the scores and the tile shape, not on the device: without CUDA
 the kernel runs under Triton's interpreter on CPU tensors, at the GPU's tiles (64 query
@@ -20,7 +22,6 @@ rows by 64 keys) unless told otherwise.
 """
 
 import argparse
-import contextlib
 import os
 
 import torch
@@ -32,15 +33,19 @@ from fairseq_sparse.entmax import attention_kernel  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
 
 
-def passes(q, k, v, alpha, causal, certify, tiles):
-    """(mean passes per query tile, max, output) of one forward."""
+def passes(q, k, v, alpha, causal, solver, tiles):
+    """(mean passes per query tile, max, output) of one forward with ``solver``
+    (attention_kernel.solver's arguments)."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
-    with contextlib.nullcontext() if certify else attention_kernel.plain_solver(), \
-            attention_kernel.tile_shape(*tiles, warps=4):
+    with attention_kernel.solver(**solver), attention_kernel.tile_shape(*tiles, warps=4):
         o, _, stats = attention_kernel.forward(q, k, v, heads.float(), _fixed(alpha), causal, None,
                                                q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha))
     per_tile = stats[:, attention_kernel.STAT_PASSES, ::tiles[0]]
     return per_tile.mean().item(), per_tile.max().item(), o
+
+
+SOLVERS = {"plain": dict(certify=False, tile_start=False), "certified": dict(certify=True, tile_start=False),
+           "+ tile start": dict(certify=True, tile_start=True)}
 
 
 def main():
@@ -59,8 +64,8 @@ def main():
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
           f"B={args.batch} H={args.heads} head_dim={args.head_dim}, q ~ N(0, {args.sharpness:g}^2), k ~ N(0, 1); "
           f"{'causal' if args.causal else 'not causal'}; tiles {args.tiles[0]} x {args.tiles[1]}")
-    print(f"{'T':>6s}  {'normaliser':24s} {'passes, plain':>14s} {'certified':>10s} {'ratio':>6s}  "
-          f"{'max |o_plain - o_certified|':>27s}")
+    print(f"{'T':>6s}  {'normaliser':24s} " + " ".join(f"{name:>14s}" for name in SOLVERS)
+          + f" {'ratio':>6s}  {'max |o_plain - o|':>17s}")
     for T in args.lengths:
         gen = torch.Generator().manual_seed(T)
         shape = (args.batch, args.heads, T, args.head_dim)
@@ -68,11 +73,11 @@ def main():
         k, v = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
         for name, alpha in (("sparsemax", 2.0), ("1.5-entmax", 1.5),
                             ("alpha-entmax per head", torch.linspace(1.25, 1.75, args.heads, device=device))):
-            plain, plain_max, o_plain = passes(q, k, v, alpha, args.causal, False, tuple(args.tiles))
-            ours, ours_max, o_ours = passes(q, k, v, alpha, args.causal, True, tuple(args.tiles))
-            print(f"{T:6d}  {name:24s} {plain:8.2f} ({plain_max:2.0f}) {ours:5.2f} ({ours_max:2.0f}) "
-                  f"{ours / plain:6.2f}  {(o_plain - o_ours).abs().max().item():27.2e}", flush=True)
-
+            counts = {solver: passes(q, k, v, alpha, args.causal, settings, tuple(args.tiles))
+                      for solver, settings in SOLVERS.items()}
+            (plain, _, o_plain), (ours, _, o_ours) = counts["plain"], counts["+ tile start"]
+            print(f"{T:6d}  {name:24s} " + " ".join(f"{mean:8.2f} ({most:3.0f})" for mean, most, _ in counts.values())
+                  + f" {ours / plain:6.2f}  {(o_plain - o_ours).abs().max().item():17.2e}", flush=True)
 
 if __name__ == "__main__":
     main()

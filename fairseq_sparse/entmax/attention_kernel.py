@@ -8,12 +8,16 @@ For one query row (Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, 
 A program holds BLOCK_M query rows of one (batch, head) and walks the key tiles,
 recomputing each tile's scores from q and k on every pass (as FlashAttention does):
 
-1. the row maxima;
-2. Newton on h(tau) = ||[z - tau]_+||_k - 1, k = 1 / (alpha - 1), from tau = 0, one pass
-   per step: h is convex and decreasing with h(0) >= 0, so the iterates climb onto the
-   root without overshooting (``reference.threshold``, the same solver row by row).
-   Every iterate is a lower bound of tau, so a key tile with no support at one iterate
-   has none at the root: a tile whose scores all fall at or below tau is skipped;
+1. the row maxima, keeping each row's NUM_TILE_MAXIMA largest tile maxima on the way;
+2. Newton on h(tau) = ||[z - tau]_+||_k - 1, k = 1 / (alpha - 1), one pass per step:
+   h is convex and decreasing, so from any tau with h(tau) >= 0 the iterates climb onto
+   the root without overshooting (``reference.threshold``, the same solver row by row,
+   starts from tau = 0, where h >= 0 since max z = 1).  The kernel starts from the
+   threshold of the kept tile maxima alone: dropping keys only lowers h, so a subset's
+   threshold is a lower bound of the row's, found in registers without a pass, and
+   often close (Newton makes 1 to 3 passes fewer; ``_subset_threshold``).  Every
+   iterate is a lower bound of tau, so a key tile with no support at one iterate has
+   none at the root: the output pass skips a tile whose scores all fall at or below tau;
 3. for alpha = 2 and 1.5, the exact threshold on the support found
    (``reference.polish_threshold``).  Each Newton pass also finds it from its own sums:
    with S = {z > tau} at an iterate tau <= tau*, the threshold t of S alone
@@ -63,9 +67,15 @@ NUM_STATS = 7
 # Below this, sc (the alpha gradient's statistic) is summed term by term rather than in
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
+# Whether Newton starts from the threshold of each row's NUM_TILE_MAXIMA largest tile
+# maxima (a lower bound, kept in the maxima's pass: _subset_threshold) rather than from 0.
+TILE_START = True
+NUM_TILE_MAXIMA = tl.constexpr(8)
+SUBSET_NEWTON_STEPS = tl.constexpr(8)
+SUBSET_MARGIN = tl.constexpr(2e-6)
 # Whether the Newton passes certify the exact threshold of alpha = 2 and 1.5 (docstring, 3.);
 # False is the plain Newton-then-polish solver, kept for benchmarks and tests to compare
-# (plain_solver()).
+# (solver()).
 CERTIFY = True
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
@@ -149,6 +159,27 @@ def _prob_and_g(gap, k, FIXED: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _subset_threshold(top, row_max, live, am1, k, FIXED: tl.constexpr, PRECISION: tl.constexpr):
+    """A lower bound of each row's threshold: the threshold of a subset of its keys (here
+    its largest tile maxima, raw scores in ``top``, -inf where a slot is empty) is at most
+    the row's, since dropping keys only lowers h(tau).  Newton from 0 on the subset, in
+    registers; every iterate is a lower bound too, so a fixed number of steps is safe,
+    and SUBSET_MARGIN keeps float32 rounding from landing above the root when the
+    subset holds the whole support.  The first pass over the keys then starts near the
+    root (benchmarks/bench_attention_passes.py counts the passes saved)."""
+    z = am1 * (top - row_max[:, None]) + 1.0
+    t = tl.zeros_like(row_max)
+    for _ in range(SUBSET_NEWTON_STEPS):
+        gap = tl.maximum(z - t[:, None], 0.0)
+        gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)
+        power = tl.maximum(tl.sum(gk, axis=1), TINY)
+        norm = tl.exp2(tl.log2(power) * am1)
+        slope = norm / power * tl.sum(gkm1, axis=1)
+        t += tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
+    return tl.maximum(t - SUBSET_MARGIN, 0.0)
+
+
+@triton.jit
 def _head(ALPHA, H):
     """This program's (batch x head index, batch, head) and its head's alpha, alpha - 1 and
     1 / (alpha - 1)."""
@@ -181,7 +212,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
-                    PRECISION: tl.constexpr,
+                    TILE_START: tl.constexpr, PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
@@ -196,13 +227,22 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     kpm_base = KPM + b * skpb
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
 
-    # 1. Row maxima.
+    # 1. Row maxima, and the largest of each row's tile maxima (NUM_TILE_MAXIMA of them:
+    # a slot takes a new tile's maximum when it beats the least kept).
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    slots = tl.arange(0, NUM_TILE_MAXIMA)
+    tile_maxima = tl.full([BLOCK_M, NUM_TILE_MAXIMA], float("-inf"), tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
         s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                     PRECISION)
-        row_max = tl.maximum(row_max, tl.max(s, axis=1))
+        tile_max = tl.max(s, axis=1)
+        row_max = tl.maximum(row_max, tile_max)
+        if TILE_START:
+            least = tl.min(tile_maxima, axis=1)
+            at = tl.argmin(tile_maxima, axis=1)
+            replace = (slots[None, :] == at[:, None]) & (tile_max > least)[:, None]
+            tile_maxima = tl.where(replace, tile_max[:, None], tile_maxima)
     # A row with no visible key keeps tau = 0 and max 0: all its z are -inf, its p zero.
     live = row_max > float("-inf")
     row_max = tl.where(live, row_max, 0.0)
@@ -215,6 +255,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     # (alpha = 1.5, without cancellation); it is tau* when the least gap exceeds d.  A
     # certified row takes it and steps no more.
     tau = tl.zeros([BLOCK_M], tl.float32)
+    if TILE_START:
+        tau = _subset_threshold(tile_maxima, row_max, live, am1, k, FIXED, PRECISION)
     certified = live == 0
     step_max = am1 * 0.0 + 1.0
     it = 0
@@ -470,15 +512,18 @@ def _r_kernel(DO, OG, STATS, R, rows, Tq, D, BLOCK_R: tl.constexpr, BLOCK_D: tl.
 
 
 @contextlib.contextmanager
-def plain_solver():
-    """Within it, the forward kernel runs Newton to its tolerance and then finds the
-    threshold on the support, without the certification (CERTIFY)."""
-    global CERTIFY
-    CERTIFY = False
+def solver(certify=True, tile_start=True):
+    """Within it, the forward kernel's threshold solver with the certified threshold
+    (CERTIFY) and the start from the tile maxima (TILE_START) on or off; both off is
+    plain Newton from 0 and then the threshold on the support.  For benchmarks and tests
+    to compare; the defaults are the package's."""
+    global CERTIFY, TILE_START
+    saved = CERTIFY, TILE_START
+    CERTIFY, TILE_START = certify, tile_start
     try:
         yield
     finally:
-        CERTIFY = True
+        CERTIFY, TILE_START = saved
 
 
 def supports(q):
@@ -556,7 +601,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed), MAX_NEWTON_ITER,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
-        CERTIFY=CERTIFY and fixed != 0,
+        CERTIFY=CERTIFY and fixed != 0, TILE_START=TILE_START,
         PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats
 
