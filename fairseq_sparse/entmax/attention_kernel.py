@@ -15,7 +15,7 @@ recomputing each tile's scores from q and k on every pass (as FlashAttention doe
    starts from tau = 0, where h >= 0 since max z = 1).  The kernel starts from the
    threshold of the kept tile maxima alone: dropping keys only lowers h, so a subset's
    threshold is a lower bound of the row's, found in registers without a pass, and
-   often close (Newton makes 1 to 3 passes fewer; ``_subset_threshold``).  Every
+   often close (Newton makes 0.7 to 2.1 passes fewer; ``_subset_threshold``).  Every
    iterate is a lower bound of tau, so a key tile with no support at one iterate has
    none at the root: the output pass skips a tile whose scores all fall at or below tau;
 3. for alpha = 2 and 1.5, the exact threshold on the support found
