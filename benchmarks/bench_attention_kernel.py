@@ -42,6 +42,7 @@ import torch.nn.functional as F  # noqa: E402
 from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backend  # noqa: E402
 from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
+from bench_attention_gpu import cuda_time  # noqa: E402  (this script's folder is on sys.path)
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
 SHAPES_GPU = [None, (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3),
@@ -51,21 +52,14 @@ SHAPES_CPU = [None, (32, 16, 1, None)]
 
 def elapsed_ms(fn, repeats):
     """Median milliseconds of fn over `repeats` runs (CUDA events; wall clock on CPU)."""
+    if CUDA:
+        return cuda_time(fn, repeats)
     fn()
     times = []
     for _ in range(repeats):
-        if CUDA:
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(1000 * (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        fn()
+        times.append(1000 * (time.perf_counter() - t0))
     return statistics.median(times)
 
 
