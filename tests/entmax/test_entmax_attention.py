@@ -235,7 +235,7 @@ def test_pass_counting_benchmark(monkeypatch, capsys):
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention_passes.py"
-    monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "48", "--heads", "2", "--head-dim", "16",
+    monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "32", "--heads", "2", "--head-dim", "16",
                                      "--tiles", "16", "16"])
     runpy.run_path(str(bench), run_name="__main__")
     number = r"\d+(?:\.\d+)?(?:e[-+]\d+)?"
