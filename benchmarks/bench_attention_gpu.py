@@ -16,9 +16,9 @@ allocates, as a ratio to SDPA's.
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
 recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
 threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``; the
-passes over the keys each makes: ``bench_attention_passes.py``) and with a learnable alpha per head, and
-AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``) where it is
-installed and applies (alpha = 1.5, power-of-two lengths).  With
+passes over the keys each makes: ``bench_attention_passes.py``) and with a learnable
+alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
+where it is installed and applies (alpha = 1.5, power-of-two lengths).  With
 ``--tokens N`` the batch is N / T sequences, so every length does the same number
 of query rows; ``--causal`` masks the future (SDPA's ``is_causal``).
 

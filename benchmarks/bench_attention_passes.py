@@ -79,5 +79,6 @@ def main():
             print(f"{T:6d}  {name:24s} " + " ".join(f"{mean:8.2f} ({most:3.0f})" for mean, most, _ in counts.values())
                   + f" {ours / plain:6.2f}  {(o_plain - o_ours).abs().max().item():17.2e}", flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -68,7 +68,7 @@ def variants():
             common = dict(FIXED=fixed, **masks, **tiles)
             yield (f"attention_forward {name} {dtype}", attention_kernel._forward_kernel, dtype,
                    dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
-                                TILE_START=True), 4)
+                        TILE_START=True), 4)
             yield (f"attention_dkdv {name} {dtype}", attention_kernel._dkdv_kernel, dtype, common, 4)
             yield (f"attention_dq {name} {dtype}", attention_kernel._dq_kernel, dtype,
                    dict(common, ALPHA_GRAD=fixed == GENERIC), 4)

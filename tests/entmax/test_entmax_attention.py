@@ -104,13 +104,14 @@ def test_faster_solvers_make_fewer_passes(alpha):
     o_ref, _ = expected(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = torch.full((1,), float(alpha), device=DEVICE)
+    kind = triton_kernel._fixed(alpha if fixed else heads)
     passes = {}
     for certify, tile_start in ((False, False), (True, False), (True, True)):
         if (certify and not fixed) and not tile_start:
             continue  # a generic alpha has no certified threshold
         with attention_kernel.solver(certify, tile_start):
-            o, _, stats = attention_kernel.forward(q32, k32, v32, heads, triton_kernel._fixed(alpha if fixed else heads),
-                                                   True, mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=not fixed)
+            o, _, stats = attention_kernel.forward(q32, k32, v32, heads, kind, True, mask.to(DEVICE).view(torch.int8),
+                                                   0.25, alpha_stats=not fixed)
         assert_close(o, o_ref, 2e-5, f"output, solver {certify, tile_start}")
         passes[certify, tile_start] = stats[:, attention_kernel.STAT_PASSES].cpu()
     plain = passes.pop((False, False))
