@@ -4,8 +4,9 @@ Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Pyth
 through numpy and checks neither types nor what the GPU compiler accepts.  This
 compiles the kernels (the fused attention's forward, dk/dv, dq and r kernels for each
 kind of alpha, at bf16 causal with padding and at float32 without; the row-wise
-normaliser's forward and backward) for a CUDA target with Triton's own compiler and the ptxas it ships, which need no device, so a
-kernel that would not compile on a GPU fails here.  For each variant it prints the
+normaliser's forward and backward) for a CUDA target with Triton's own compiler and
+the ptxas it ships, which need no device, so a kernel that would not compile on a GPU
+fails here.  For each variant it prints the
 PTX instructions, the special-function ones among them (ex2, lg2, rcp, sqrt) and the
 tensor-core products: a static measure of a change's cost where no GPU is at hand
 (it says nothing of memory traffic or occupancy; time needs a GPU).

@@ -159,6 +159,16 @@ def _prob_and_g(gap, k, FIXED: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _newton_step(power, s1, am1, live):
+    """Newton's step on h(tau) = ||gap||_k - 1 from the row sums power = sum gap^k and
+    s1 = sum gap^(k - 1); zero for a row without keys."""
+    power = tl.maximum(power, TINY)
+    norm = tl.exp2(tl.log2(power) * am1)  # ||gap||_k = power^(1/k)
+    slope = norm / power * s1  # -h'(tau)
+    return tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
+
+
+@triton.jit
 def _subset_threshold(top, row_max, live, am1, k, FIXED: tl.constexpr, PRECISION: tl.constexpr):
     """A lower bound of each row's threshold: the threshold of a subset of its keys (here
     its largest tile maxima, raw scores in ``top``, -inf where a slot is empty) is at most
@@ -170,12 +180,8 @@ def _subset_threshold(top, row_max, live, am1, k, FIXED: tl.constexpr, PRECISION
     z = am1 * (top - row_max[:, None]) + 1.0
     t = tl.zeros_like(row_max)
     for _ in range(SUBSET_NEWTON_STEPS):
-        gap = tl.maximum(z - t[:, None], 0.0)
-        gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)
-        power = tl.maximum(tl.sum(gk, axis=1), TINY)
-        norm = tl.exp2(tl.log2(power) * am1)
-        slope = norm / power * tl.sum(gkm1, axis=1)
-        t += tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
+        gk, gkm1, _ = _prob_and_g(tl.maximum(z - t[:, None], 0.0), k, FIXED, PRECISION)
+        t += _newton_step(tl.sum(gk, axis=1), tl.sum(gkm1, axis=1), am1, live)
     return tl.maximum(t - SUBSET_MARGIN, 0.0)
 
 
@@ -280,10 +286,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     n_on += tl.sum(on.to(tl.float32), axis=1)
                 least_gap = tl.minimum(least_gap, tl.min(tl.where(on, gap, 2.0), axis=1))
         passes += 1
-        power = tl.maximum(power, TINY)
-        norm = tl.exp2(tl.log2(power) * am1)  # ||gap||_k = power^(1/k)
-        slope = norm / power * s1  # -h'(tau)
-        step = tl.where(live, (norm - 1.0) / tl.maximum(slope, TINY), 0.0)
+        step = _newton_step(power, s1, am1, live)
         if CERTIFY:
             # (Rows without keys are certified from the start.)
             if FIXED == 1:  # sum gap = power, n = s1 (gap^0 on S): d is Newton's own step
