@@ -20,6 +20,11 @@ Steps:
   leaves it out, for a grid of VAEs on one corpus);
 - average Hoyer of the test codes (one sample each) and of the posterior means, and
   the objective's KL terms on test (HSVAE's kl_z and kl_gamma apart);
+- a probe of what the code holds besides the class: the same head shape regressing
+  each sentence's length (tokens) on its posterior mean, R^2 on test (1: the length
+  is read off the code; 0: no better than the mean length).  Surface properties such
+  as length are what a reconstruction objective pays most for (Conneau et al., 2018,
+  probe sentence embeddings for them the same way);
 - ``gamma_class.png`` (hsvae only): per class, the fraction of sentences whose
   posterior mean of gamma (the spike probability) exceeds 1/2, per dimension;
 - ``class_kl.png``: KL(class i || class j) between the add-1 smoothed word
@@ -72,10 +77,10 @@ def labelled(dataset):
 @torch.no_grad()
 def encode(model, criterion, dataset, samples, indices=None):
     """codes (N, K, d) drawn as the objective draws them, mean codes (N, d), posterior
-    spike probabilities E[gamma] (N, d), labels (N,), and each KL term of the objective
-    averaged over the sentences and draws ({name: nats per sentence}); N = the sentences
-    of ``indices`` (default: all)."""
-    codes, means, gammas, labels, kl = [], [], [], [], {}
+    spike probabilities E[gamma] (N, d), labels (N,), lengths in tokens (N,), and each
+    KL term of the objective averaged over the sentences and draws ({name: nats per
+    sentence}); N = the sentences of ``indices`` (default: all)."""
+    codes, means, gammas, labels, lengths, kl = [], [], [], [], [], {}
     indices = range(len(dataset)) if indices is None else indices
     for batch in batches(dataset, 128, indices):
         posterior = model.encode(**encoder_input(batch["net_input"]))
@@ -84,10 +89,11 @@ def encode(model, criterion, dataset, samples, indices=None):
         means.append(draws[0][3])
         gammas.append(posterior["gamma_a"] / (posterior["gamma_a"] + posterior["gamma_b"]))
         labels.append(batch["labels"])
+        lengths.append(batch["net_input"]["src_lengths"])
         for draw in draws:
             for name, value in draw[2].items():
                 kl[name] = kl.get(name, 0.0) + value.sum().item() / samples
-    return (torch.cat(codes), torch.cat(means), torch.cat(gammas), torch.cat(labels),
+    return (torch.cat(codes), torch.cat(means), torch.cat(gammas), torch.cat(labels), torch.cat(lengths),
             {name: total / len(indices) for name, total in kl.items()})
 
 
@@ -103,6 +109,27 @@ def train_frozen_classifier(train_codes, train_labels, classes, epochs, seed):
             F.cross_entropy(head(x[index]), y[index]).backward()
             optimizer.step()
     return head
+
+
+def length_probe_r2(train_codes, train_lengths, test_codes, test_lengths, epochs, seed):
+    """R^2 on test of the classifier's head shape regressing sentence length on the codes
+    (N, d): 1 - SSE / SST, SST about the test lengths' own mean, so predicting the mean
+    length scores 0.  The target is standardised with train's mean and spread."""
+    torch.manual_seed(seed)
+    head = classifier_head(train_codes.shape[-1], 1)
+    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+    center, spread = train_lengths.float().mean(), train_lengths.float().std().clamp_min(1e-6)
+    target = (train_lengths.float() - center) / spread
+    for _ in range(epochs):
+        for index in torch.randperm(len(train_codes)).split(128):
+            optimizer.zero_grad()
+            F.mse_loss(head(train_codes[index]).squeeze(-1), target[index]).backward()
+            optimizer.step()
+    with torch.no_grad():
+        predicted = head(test_codes).squeeze(-1) * spread + center
+    actual = test_lengths.float()
+    total = ((actual - actual.mean()) ** 2).sum().clamp_min(1e-12)
+    return 1.0 - (((predicted - actual) ** 2).sum() / total).item()
 
 
 @torch.no_grad()
@@ -210,10 +237,10 @@ def main(argv=None):
         raise SystemExit(f"{args.data}: {unlabelled_test} test sentences are labelled -1 (no class); the "
                          "classifiers are scored on every test sentence, so each needs its class")
     torch.manual_seed(args.seed)
-    train_codes, train_means, _, train_labels, _ = encode(model, criterion, task.datasets["train"], args.samples,
-                                                          labelled(task.datasets["train"]))
-    test_codes, test_means, test_gamma, test_labels, test_kl = encode(model, criterion, task.datasets["test"],
-                                                                      args.samples)
+    train_codes, train_means, _, train_labels, train_lengths, _ = encode(
+        model, criterion, task.datasets["train"], args.samples, labelled(task.datasets["train"]))
+    test_codes, test_means, test_gamma, test_labels, test_lengths, test_kl = encode(
+        model, criterion, task.datasets["test"], args.samples)
     head = train_frozen_classifier(train_codes, train_labels, classes, args.classifier_epochs, args.seed)
     # The same head on the posterior means (HSVAE: (1 - E[gamma]) mu) tells what the code holds
     # apart from the sampling noise, which for HSVAE includes which dimensions the draw spiked.
@@ -228,6 +255,8 @@ def main(argv=None):
                                 if args.baseline_epochs > 0 else None),
         # What always answering train's most frequent class scores on test: the floor both must beat.
         "majority_class_accuracy": 100 * (test_labels == train_labels.mode().values).float().mean().item(),
+        "length_probe_r2_means": length_probe_r2(train_means, train_lengths, test_means, test_lengths,
+                                                 args.classifier_epochs, args.seed),
         "average_hoyer_samples": average_hoyer(test_codes[:, 0]),
         "average_hoyer_means": average_hoyer(test_means),
         "test_kl": test_kl,  # each KL term of the objective, nats per sentence
@@ -245,7 +274,7 @@ def main(argv=None):
     results["class_word_kl"] = kl.round(4).tolist()
     (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy",
-                "majority_class_accuracy", "average_hoyer_samples", "average_hoyer_means"):
+                "majority_class_accuracy", "length_probe_r2_means", "average_hoyer_samples", "average_hoyer_means"):
         value = results[key]
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {'not run' if value is None else value}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")

@@ -179,7 +179,7 @@ def table(results, analysed):
     header = ["objective", "setting", "seeds", "reconstruction", "KL", "average Hoyer"]
     if analysed:
         header += ["KL terms (test)", "frozen-encoder accuracy (test)", "the same on posterior means",
-                   "majority class"]
+                   "majority class", "length probe R^2 (means)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for objective, by_setting in results.items():
         for setting, runs in by_setting.items():
@@ -195,7 +195,9 @@ def table(results, analysed):
                         # Analyses written before the column existed lack it.
                         mean_spread([run["analysis"]["frozen_encoder_accuracy_means"] for run in runs
                                      if "frozen_encoder_accuracy_means" in run["analysis"]], 2),
-                        f"{runs[0]['analysis']['majority_class_accuracy']:.2f}"]
+                        f"{runs[0]['analysis']['majority_class_accuracy']:.2f}",
+                        mean_spread([run["analysis"]["length_probe_r2_means"] for run in runs
+                                     if "length_probe_r2_means" in run["analysis"]], 3)]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

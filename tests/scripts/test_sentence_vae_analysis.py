@@ -34,6 +34,7 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
                 "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
     assert 0 <= results["average_hoyer_samples"] <= 1
+    assert results["length_probe_r2_means"] <= 1
     # HSVAE's KL terms on test, apart: the Gaussian's (information about x) and the Beta's.
     assert set(results["test_kl"]) == {"kl_z", "kl_gamma"} and min(results["test_kl"].values()) >= 0
     gamma_class = np.array(results["gamma_class"])
@@ -51,6 +52,26 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     proc = run_script("sentence_vae_analysis.py", tmp_path / "ckpt" / "checkpoint_last.pt", data, "--out", out,
                       timeout=600)
     assert proc.returncode != 0 and "1 test sentences are labelled -1 (no class)" in proc.stderr
+
+
+def test_length_probe_reads_length_off_a_code_that_holds_it():
+    """The length probe's R^2: near 1 for codes that carry the length (plus noise), near 0 or
+    below for codes that do not."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    from sentence_vae_analysis import length_probe_r2
+
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 40, (1200,), generator=gen)
+    noise = torch.randn(1200, 8, generator=gen)
+    holds = noise.clone()
+    holds[:, 3] = (lengths.float() - 20) / 10 + 0.05 * noise[:, 3]
+    train, test = slice(0, 1000), slice(1000, None)
+    assert length_probe_r2(holds[train], lengths[train], holds[test], lengths[test], 20, 1) > 0.95
+    assert length_probe_r2(noise[train], lengths[train], noise[test], lengths[test], 20, 1) < 0.1
 
 
 def class_word_kl_of(labelled_lines, checkpoint):
