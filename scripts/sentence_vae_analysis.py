@@ -22,9 +22,9 @@ Steps:
   the objective's KL terms on test (HSVAE's kl_z and kl_gamma apart);
 - a probe of what the code holds besides the class: the same head shape regressing
   each sentence's length (tokens) on its posterior mean, R^2 on test (1: the length
-  is read off the code; 0: no better than the mean length).  Surface properties such
-  as length are what a reconstruction objective pays most for (Conneau et al., 2018,
-  probe sentence embeddings for them the same way);
+  is read off the code; 0: no better than the mean length).  Length is a surface
+  property the decoder needs (when to end) and a topic classifier does not; Conneau
+  et al. (2018) probe sentence embeddings for it the same way;
 - ``gamma_class.png`` (hsvae only): per class, the fraction of sentences whose
   posterior mean of gamma (the spike probability) exceeds 1/2, per dimension;
 - ``class_kl.png``: KL(class i || class j) between the add-1 smoothed word
@@ -97,34 +97,34 @@ def encode(model, criterion, dataset, samples, indices=None):
             {name: total / len(indices) for name, total in kl.items()})
 
 
-def train_frozen_classifier(train_codes, train_labels, classes, epochs, seed):
+def train_head(inputs, targets, outputs, loss, epochs, seed):
+    """A classifier_head with ``outputs`` outputs trained on the rows of ``inputs`` (N, d)
+    against ``targets`` (N, ...): Adam at 1e-3, batches of 128, ``epochs`` passes."""
     torch.manual_seed(seed)
-    head = classifier_head(train_codes.shape[-1], classes)
+    head = classifier_head(inputs.shape[-1], outputs)
     optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
-    x = train_codes.reshape(-1, train_codes.shape[-1])
-    y = train_labels[:, None].expand(-1, train_codes.shape[1]).reshape(-1)
     for _ in range(epochs):
-        for index in torch.randperm(len(x)).split(128):
+        for index in torch.randperm(len(inputs)).split(128):
             optimizer.zero_grad()
-            F.cross_entropy(head(x[index]), y[index]).backward()
+            loss(head(inputs[index]), targets[index]).backward()
             optimizer.step()
     return head
+
+
+def train_frozen_classifier(train_codes, train_labels, classes, epochs, seed):
+    """The classifier on codes (N, K, d): each of a sentence's K samples is a training row."""
+    x = train_codes.reshape(-1, train_codes.shape[-1])
+    y = train_labels[:, None].expand(-1, train_codes.shape[1]).reshape(-1)
+    return train_head(x, y, classes, F.cross_entropy, epochs, seed)
 
 
 def length_probe_r2(train_codes, train_lengths, test_codes, test_lengths, epochs, seed):
     """R^2 on test of the classifier's head shape regressing sentence length on the codes
     (N, d): 1 - SSE / SST, SST about the test lengths' own mean, so predicting the mean
     length scores 0.  The target is standardised with train's mean and spread."""
-    torch.manual_seed(seed)
-    head = classifier_head(train_codes.shape[-1], 1)
-    optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
     center, spread = train_lengths.float().mean(), train_lengths.float().std().clamp_min(1e-6)
-    target = (train_lengths.float() - center) / spread
-    for _ in range(epochs):
-        for index in torch.randperm(len(train_codes)).split(128):
-            optimizer.zero_grad()
-            F.mse_loss(head(train_codes[index]).squeeze(-1), target[index]).backward()
-            optimizer.step()
+    head = train_head(train_codes, (train_lengths.float() - center) / spread, 1,
+                      lambda out, target: F.mse_loss(out.squeeze(-1), target), epochs, seed)
     with torch.no_grad():
         predicted = head(test_codes).squeeze(-1) * spread + center
     actual = test_lengths.float()
