@@ -38,11 +38,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fairseq_sparse.entmax import attention_kernel  # noqa: E402
 from fairseq_sparse.entmax.reference import MAX_NEWTON_ITER, newton_tol, polish_threshold, threshold  # noqa: E402
 
-TILE = 64  # the kernel's 64 x 64 tiles
-TILE_MAXIMA = 8  # attention_kernel.NUM_TILE_MAXIMA
-SUBSET_MARGIN = 2e-6  # attention_kernel.SUBSET_MARGIN
+TILE = 64  # the kernel's 64 x 64 tiles on a GPU
+# The kernel's own start, read from it so that the two cannot drift apart.
+TILE_MAXIMA = attention_kernel.NUM_TILE_MAXIMA.value
+SUBSET_MARGIN = attention_kernel.SUBSET_MARGIN.value
 
 
 def subset_threshold(kept, alpha):

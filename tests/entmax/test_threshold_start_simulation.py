@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_sparse.entmax.reference import polish_threshold, threshold
+from fairseq_sparse.entmax.reference import newton_tol, polish_threshold, threshold
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import simulate_threshold_start as sim  # noqa: E402
@@ -38,4 +38,4 @@ def test_kept_scores_give_the_row_threshold_when_the_spill_is_below_it(alpha):
     assert bool((z == spill[:, None]).any(1)[torch.isfinite(spill)].all())
     # A tile whose every row certifies makes two passes (maxima, output).
     sharp = certified.nonzero().flatten()
-    assert sim.tile_passes(z[sharp], alpha, sim.newton_tol(torch.float32), 4, 32) == 2
+    assert sim.tile_passes(z[sharp], alpha, newton_tol(torch.float32), 4, 32) == 2
