@@ -39,7 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fairseq_sparse.entmax import attention_kernel  # noqa: E402
-from fairseq_sparse.entmax.reference import MAX_NEWTON_ITER, newton_tol, polish_threshold, threshold  # noqa: E402
+from fairseq_sparse.entmax.reference import MAX_NEWTON_ITER, exact_threshold, newton_step, newton_tol  # noqa: E402
 
 TILE = 64  # the kernel's 64 x 64 tiles on a GPU
 # The kernel's own start, read from it so that the two cannot drift apart.
@@ -49,9 +49,7 @@ SUBSET_MARGIN = attention_kernel.SUBSET_MARGIN.value
 
 def subset_threshold(kept, alpha):
     """tau of the kept scores alone (rows of z, -inf where a slot is empty): a lower bound."""
-    z = torch.where(torch.isfinite(kept), kept, torch.full_like(kept, -1e9))
-    tau = threshold(z, alpha)
-    return polish_threshold(z, tau, alpha) if alpha in (1.5, 2.0) else tau
+    return exact_threshold(torch.where(torch.isfinite(kept), kept, torch.full_like(kept, -1e9)), alpha)
 
 
 def kept_and_spill(z, per_tile, slots):
@@ -78,10 +76,7 @@ def newton_passes(z, tau, alpha, tol, done):
     while passes < MAX_NEWTON_ITER and step_max > tol and not bool(certified.all()):
         gap = (z - tau[:, None]).clamp_min(0)
         on = gap > 0
-        g = torch.where(on, gap.clamp_min(1e-300) ** (k - 1), torch.zeros_like(gap))
-        power, s1 = (g * gap).sum(1).clamp_min(1e-300), g.sum(1)
-        norm = power ** (alpha - 1)
-        step = (norm - 1) / (norm / power * s1).clamp_min(1e-300)
+        power, s1, step = (t.squeeze(1) for t in newton_step(gap, k))
         least = torch.where(on, gap, torch.full_like(gap, 2.0)).amin(1)
         if alpha == 2.0:
             certified |= least > step
