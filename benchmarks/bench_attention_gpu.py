@@ -15,8 +15,9 @@ allocates, as a ratio to SDPA's.
 
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
 recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
-threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``; the
-passes over the keys each makes: ``bench_attention_passes.py``) and with a learnable
+threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``, and with
+the richer start ``attention_kernel.KEPT_CANDIDATE``; the passes over the keys each
+makes: ``bench_attention_passes.py``) and with a learnable
 alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
 where it is installed and applies (alpha = 1.5, power-of-two lengths).  With
 ``--tokens N`` the batch is N / T sequences, so every length does the same number
@@ -74,6 +75,8 @@ def variants(heads, causal, lengths_pow2):
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
         "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
         "fused entmax15, plain solver": lambda q, k, v: plain_solver(entmax_attention, q, k, v, 1.5, causal=causal),
+        "fused entmax15, kept {},{}".format(*attention_kernel.KEPT_CANDIDATE):
+            lambda q, k, v: candidate_start(entmax_attention, q, k, v, 1.5, causal=causal),
         "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
@@ -88,6 +91,12 @@ def plain_solver(attention, *args, **kwargs):
     """The fused kernel with plain Newton from 0 (no certified threshold, no start from the
     tile maxima)."""
     with attention_kernel.solver(certify=False, tile_start=False):
+        return attention(*args, **kwargs)
+
+
+def candidate_start(attention, *args, **kwargs):
+    """The fused kernel started from attention_kernel.KEPT_CANDIDATE's kept scores."""
+    with attention_kernel.solver(kept=attention_kernel.KEPT_CANDIDATE):
         return attention(*args, **kwargs)
 
 
@@ -178,7 +187,8 @@ def main():
                 for name, p in (("sparsemax (triton)", sparsemax(s)), ("entmax15 (triton)", entmax15(s)),
                                 ("alpha-entmax per head (triton)", entmax_alpha(s, alphas[0][:1]))):
                     density[name] = (support_size(p).float() / visible).mean().item()
-                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15"):
+                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15",
+                             "fused entmax15, kept {},{}".format(*attention_kernel.KEPT_CANDIDATE)):
                     density[name] = density["entmax15 (triton)"]
                 density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
         print(f"\nT={T}, batch {batch}: SDPA {sdpa_ms:.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")

@@ -6,11 +6,14 @@ forward and forward+backward, for variants of the kernel:
 
 - the threshold solver at alpha = 1.5 (``attention_kernel.solver``): plain Newton from
   0 then the exact threshold on the support, certified by the Newton passes
-  (``CERTIFY``), and the package's, certified and started from the threshold of each
-  row's largest tile maxima (``TILE_START``);
+  (``CERTIFY``), the package's, certified and started from the threshold of each
+  row's largest tile maxima (``TILE_START``), and started from
+  ``attention_kernel.KEPT_CANDIDATE``'s richer start (several scores kept per key
+  tile, with which most rows need no Newton pass);
 - a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
   Newton tolerance of float32, float16 (the package's for half-precision inputs) or
-  bfloat16 (a runtime argument, no new compile);
+  bfloat16 (a runtime argument, no new compile); and from the richer start at
+  float16's;
 - with ``--tile-sweep``, tile shapes (query rows x keys, warps, pipeline stages;
   ``attention_kernel.tile_shape``) at the package's solver.
 
@@ -68,14 +71,14 @@ def label(shape):
 
 
 @contextlib.contextmanager
-def kernel_settings(tiles=None, certify=True, tile_start=True, tol=None):
+def kernel_settings(tiles=None, certify=True, tile_start=True, kept=None, tol=None):
     """The kernel's tile shape, solver (attention_kernel.solver) and Newton tolerance for
     a block (the tolerance is a runtime argument of the forward kernel: no new compile)."""
     saved = attention_kernel._tolerance
     if tol is not None:
         attention_kernel._tolerance = lambda q, fixed: tol
     try:
-        with attention_kernel.solver(certify, tile_start), \
+        with attention_kernel.solver(certify, tile_start, kept), \
                 contextlib.nullcontext() if tiles is None else attention_kernel.tile_shape(*tiles):
             yield
     finally:
@@ -94,6 +97,8 @@ def variants(head_alpha, tile_sweep):
     yield "1.5", 1.5, "plain", dict(certify=False, tile_start=False)
     yield "1.5", 1.5, "certified", dict(tile_start=False)
     yield "1.5", 1.5, "certified, tile start", {}
+    candidate = attention_kernel.KEPT_CANDIDATE
+    yield "1.5", 1.5, "certified, kept {},{}".format(*candidate), dict(kept=candidate)
     yield "per head", head_alpha, "float32 tol, from 0", dict(tile_start=False, tol=newton_tol(torch.float32))
     # Then from the tile maxima, at the tolerances of float32, float16 (the package's for
     # half-precision inputs: attention_kernel._tolerance) and bfloat16.
@@ -101,6 +106,8 @@ def variants(head_alpha, tile_sweep):
         tol = newton_tol(tol_dtype)
         name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
         yield "per head", head_alpha, name, dict(tol=tol)
+    tol = newton_tol(torch.float16)
+    yield "per head", head_alpha, "float16 tol, kept {},{}".format(*candidate), dict(tol=tol, kept=candidate)
 
 
 def main():

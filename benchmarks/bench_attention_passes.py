@@ -7,11 +7,14 @@ passes certified the exact threshold themselves), and one for the output.  Each 
 costs a Q K^T over all key tiles, so on a GPU their number bounds the forward time.
 The kernel records, for each query tile, how many it made; this prints their mean and
 maximum over the query tiles for sparsemax, 1.5-entmax and alpha-entmax with one alpha
-per head (1.25 to 1.75), with three solvers in the same run
+per head (1.25 to 1.75), with four solvers in the same run
 (``attention_kernel.solver``): plain (Newton from 0, then the threshold on the support),
-certified (``CERTIFY``), and the package's, certified and starting from the threshold
-of each row's largest tile maxima (``TILE_START``), with the largest difference
-between the plain solver's output and the package's.
+certified (``CERTIFY``), the package's, certified and starting from the threshold
+of each row's largest tile maxima (``TILE_START``), and from several scores kept per
+key tile (``--kept R,K``: R per tile in K slots per row, with the bound on the scores
+left out that lets a row skip Newton altogether); then the last solver's passes over
+the plain solver's, and the largest difference between the plain solver's output and
+any other's.
 
 The count depends on the scores and the tile shape, not on the device: without CUDA
 the kernel runs under Triton's interpreter on CPU tensors, at the GPU's tiles (64 query
@@ -19,6 +22,7 @@ rows by 64 keys) unless told otherwise.
 
     python benchmarks/bench_attention_passes.py                      # T in 256 512 1024, N(0, 1) scores
     python benchmarks/bench_attention_passes.py --lengths 1024 --sharpness 3 --causal
+    python benchmarks/bench_attention_passes.py --lengths 1024 --kept 2,16
 """
 
 import argparse
@@ -44,8 +48,10 @@ def passes(q, k, v, alpha, causal, solver, tiles):
     return per_tile.mean().item(), per_tile.max().item(), o
 
 
-SOLVERS = {"plain": dict(certify=False, tile_start=False), "certified": dict(certify=True, tile_start=False),
-           "+ tile start": dict(certify=True, tile_start=True)}
+def solvers(kept):
+    return {"plain": dict(certify=False, tile_start=False), "certified": dict(certify=True, tile_start=False),
+            "+ tile start": dict(certify=True, tile_start=True),
+            "kept {},{}".format(*kept): dict(certify=True, tile_start=True, kept=kept)}
 
 
 def main():
@@ -59,12 +65,22 @@ def main():
                              "bench_attention_gpu.py; trained attention is sharper)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
+    parser.add_argument("--kept", default="{},{}".format(*attention_kernel.KEPT_CANDIDATE), metavar="R,K",
+                        help="the last solver keeps each key tile's R largest scores in K slots per row "
+                             "(default: attention_kernel.KEPT_CANDIDATE, %(default)s)")
     args = parser.parse_args()
+    try:
+        kept = tuple(int(x) for x in args.kept.split(","))
+        with attention_kernel.solver(kept=kept):
+            pass
+    except ValueError as e:
+        parser.error(f"--kept {args.kept}: {e}")
+    settings = solvers(kept)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
           f"B={args.batch} H={args.heads} head_dim={args.head_dim}, q ~ N(0, {args.sharpness:g}^2), k ~ N(0, 1); "
           f"{'causal' if args.causal else 'not causal'}; tiles {args.tiles[0]} x {args.tiles[1]}")
-    print(f"{'T':>6s}  {'normaliser':24s} " + " ".join(f"{name:>14s}" for name in SOLVERS)
+    print(f"{'T':>6s}  {'normaliser':24s} " + " ".join(f"{name:>14s}" for name in settings)
           + f" {'ratio':>6s}  {'max |o_plain - o|':>17s}")
     for T in args.lengths:
         gen = torch.Generator().manual_seed(T)
@@ -73,11 +89,11 @@ def main():
         k, v = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
         for name, alpha in (("sparsemax", 2.0), ("1.5-entmax", 1.5),
                             ("alpha-entmax per head", torch.linspace(1.25, 1.75, args.heads, device=device))):
-            counts = {solver: passes(q, k, v, alpha, args.causal, settings, tuple(args.tiles))
-                      for solver, settings in SOLVERS.items()}
-            (plain, _, o_plain), (ours, _, o_ours) = counts["plain"], counts["+ tile start"]
-            print(f"{T:6d}  {name:24s} " + " ".join(f"{mean:8.2f} ({most:3.0f})" for mean, most, _ in counts.values())
-                  + f" {ours / plain:6.2f}  {(o_plain - o_ours).abs().max().item():17.2e}", flush=True)
+            counts = [passes(q, k, v, alpha, args.causal, solver, tuple(args.tiles)) for solver in settings.values()]
+            (plain, _, o_plain), (last, _, _) = counts[0], counts[-1]
+            difference = max((o_plain - o).abs().max().item() for _, _, o in counts[1:])
+            print(f"{T:6d}  {name:24s} " + " ".join(f"{mean:8.2f} ({most:3.0f})" for mean, most, _ in counts)
+                  + f" {last / plain:6.2f}  {difference:17.2e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@
 # `run` installs the wheels, then, each step's output in $OUT (at most 8 files come back):
 #   cuda_tests.log   the Triton kernels' tests on CUDA tensors (outputs and the four gradients
 #                    against autograd through entmax_alpha, causal, padding, half precision)
-#   kernel.log       bench_attention_kernel.py: forward alone and forward+backward per solver,
-#                    N(0, 1) and sharper scores, not causal and causal (T = 1,024 and 4,096)
+#   kernel.log       bench_attention_kernel.py: forward alone and forward+backward per solver (the
+#                    package's start and attention_kernel.KEPT_CANDIDATE's), N(0, 1) and sharper
+#                    scores, not causal and causal (T = 1,024 and 4,096)
 #   attention.log    bench_attention_gpu.py: SDPA, unfused softmax, our fused kernel and AdaSplash,
 #                    time and peak memory as ratios to SDPA, bf16, T = 512 to 16,384, both masks
 #   training.log     bench_training_gpu.py: tokens/s of softmax, 1.5-entmax and alpha-entmax transformers
 #   device.txt       the GPU, driver, torch and Triton versions, and the date
-# Every ratio is to a baseline measured in the same run; the steps take about 6 minutes on an
+# Every ratio is to a baseline measured in the same run; the steps take about 7 minutes on an
 # H100 (each one is capped by `timeout` so that a slow one cannot eat the others' time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,12 +52,12 @@ run)
         echo "== $*" | tee -a "$OUT/$log"
         timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
     }
-    step 150 cuda_tests.log python3 -m pytest -q -x -p no:cacheprovider tests/entmax/test_entmax_attention.py \
+    step 140 cuda_tests.log python3 -m pytest -q -x -p no:cacheprovider tests/entmax/test_entmax_attention.py \
         tests/modules/test_fused_attention_path.py tests/entmax/test_triton_kernel.py
-    step 60 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096 --repeats 5
-    step 40 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --repeats 5 \
+    step 80 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096 --repeats 5
+    step 55 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --repeats 5 \
         --sharpness 3
-    step 40 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096 --repeats 5 \
+    step 55 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096 --repeats 5 \
         --causal
     step 80 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 512 1024 4096 16384 \
         --no-reference --repeats 5

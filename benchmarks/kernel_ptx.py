@@ -3,7 +3,8 @@
 Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Python
 through numpy and checks neither types nor what the GPU compiler accepts.  This
 compiles the kernels (the fused attention's forward, dk/dv, dq and r kernels for each
-kind of alpha, at bf16 causal with padding and at float32 without; the row-wise
+kind of alpha, at bf16 causal with padding and at float32 without; at bf16 the forward
+also with ``attention_kernel.KEPT_CANDIDATE``'s start; the row-wise
 normaliser's forward and backward) for a CUDA target with Triton's own compiler and
 the ptxas it ships, which need no device, so a kernel that would not compile on a GPU
 fails here.  For each variant it prints the
@@ -67,9 +68,12 @@ def variants():
             # Causal with padding at bf16 (a decoder's self-attention in training), neither at float32.
             masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
             common = dict(FIXED=fixed, **masks, **tiles)
-            yield (f"attention_forward {name} {dtype}", attention_kernel._forward_kernel, dtype,
-                   dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
-                        TILE_START=True), 4)
+            forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
+                           TILE_START=True)
+            for kept in ([attention_kernel.KEPT, attention_kernel.KEPT_CANDIDATE] if dtype == "bf16" else [attention_kernel.KEPT]):
+                suffix = "" if kept == attention_kernel.KEPT else " kept {},{}".format(*kept)
+                yield (f"attention_forward {name} {dtype}{suffix}", attention_kernel._forward_kernel, dtype,
+                       dict(forward, KEPT_PER_TILE=kept[0], KEPT_SLOTS=kept[1]), 4)
             yield (f"attention_dkdv {name} {dtype}", attention_kernel._dkdv_kernel, dtype, common, 4)
             yield (f"attention_dq {name} {dtype}", attention_kernel._dq_kernel, dtype,
                    dict(common, ALPHA_GRAD=fixed == GENERIC), 4)
@@ -108,7 +112,7 @@ def main():
     args = parser.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     print(f"Triton {triton.__version__}, target sm_{args.arch}")
-    print(f"{'kernel':40s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}")
+    print(f"{'kernel':48s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}")
     failed = []
     for label, kernel, dtype, constexprs, warps in variants():
         if args.only and not any(part in label for part in args.only):
@@ -119,11 +123,11 @@ def main():
         except Exception as e:  # a kernel the GPU compiler refuses: name it, go on, fail at the end
             failed.append(label)
             cause = e.__cause__ or e
-            print(f"{label:40s} FAILED: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}",
+            print(f"{label:48s} FAILED: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}",
                   flush=True)
             continue
         n, special, products = count(compiled.asm["ptx"])
-        print(f"{label:40s} {n:16d} {special['ex2']:5d} {special['lg2']:5d} {special['rcp']:5d} "
+        print(f"{label:48s} {n:16d} {special['ex2']:5d} {special['lg2']:5d} {special['rcp']:5d} "
               f"{special['sqrt'] + special['rsqrt']:5d} {products:8d}", flush=True)
     if failed:
         sys.exit(f"{len(failed)} kernel variant(s) did not compile for sm_{args.arch}: {', '.join(failed)}")

@@ -8,16 +8,21 @@ For one query row (Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, 
 A program holds BLOCK_M query rows of one (batch, head) and walks the key tiles,
 recomputing each tile's scores from q and k on every pass (as FlashAttention does):
 
-1. the row maxima, keeping each row's NUM_TILE_MAXIMA largest tile maxima on the way;
+1. the row maxima, keeping some of each row's largest scores on the way (KEPT: by
+   default its 8 largest tile maxima);
 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, k = 1 / (alpha - 1), one pass per step:
    h is convex and decreasing, so from any tau with h(tau) >= 0 the iterates climb onto
    the root without overshooting (``reference.threshold``, the same solver row by row,
    starts from tau = 0, where h >= 0 since max z = 1).  The kernel starts from the
-   threshold of the kept tile maxima alone: dropping keys only lowers h, so a subset's
+   threshold of the kept scores alone: dropping keys only lowers h, so a subset's
    threshold is a lower bound of the row's, found in registers without a pass, and
-   often close (Newton makes 0.7 to 2.1 passes fewer; ``_subset_threshold``).  Every
-   iterate is a lower bound of tau, so a key tile with no support at one iterate has
-   none at the root: the output pass skips a tile whose scores all fall at or below tau;
+   often close (from the 8 tile maxima Newton makes 0.7 to 2.1 passes fewer;
+   ``_subset_threshold``).  Kept several to a key tile, the pass also tracks the largest
+   score it left out; where that lies at or below the kept scores' threshold, every key
+   left out is off the support, the kept threshold is the row's, and the row makes no
+   Newton pass at all.  Every iterate is a lower bound of tau, so a key tile with no
+   support at one iterate has none at the root: the output pass skips a tile whose
+   scores all fall at or below tau;
 3. for alpha = 2 and 1.5, the exact threshold on the support found
    (``reference.polish_threshold``).  Each Newton pass also finds it from its own sums:
    with S = {z > tau} at an iterate tau <= tau*, the threshold t of S alone
@@ -67,10 +72,21 @@ NUM_STATS = 7
 # Below this, sc (the alpha gradient's statistic) is summed term by term rather than in
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
-# Whether Newton starts from the threshold of each row's NUM_TILE_MAXIMA largest tile
-# maxima (a lower bound, kept in the maxima's pass: _subset_threshold) rather than from 0.
+# Whether Newton starts from the threshold of scores kept in the maxima's pass (a lower
+# bound: _subset_threshold) rather than from 0; and which: the KEPT[0] largest scores of
+# every key tile, of which each row keeps its KEPT[1] largest.  (1, 8), each row's 8
+# largest tile maxima, is the package's start.  With more than one score per tile
+# the pass also tracks the largest score it did not keep, and a row whose kept threshold
+# lies above it has its threshold before any Newton pass (docstring, 1.);
+# benchmarks/bench_attention_passes.py counts the passes of each.
 TILE_START = True
-NUM_TILE_MAXIMA = tl.constexpr(8)
+KEPT = (1, 8)
+# A richer start, 4 scores a tile in 32 slots: under Triton's interpreter at the GPU's
+# tiles it cuts the passes by a third to more than half (T = 1,024: sparsemax 4.6 -> 2.0
+# per query tile, 1.5-entmax 5.1 -> 3.4, and 2.1 on sharper scores), but its maxima's
+# pass is dearer.  The benchmarks time it against KEPT (solver(kept=KEPT_CANDIDATE)); it
+# becomes the package's only if a GPU finds it faster.
+KEPT_CANDIDATE = (4, 32)
 SUBSET_NEWTON_STEPS = tl.constexpr(8)
 SUBSET_MARGIN = tl.constexpr(2e-6)
 # Whether the Newton passes certify the exact threshold of alpha = 2 and 1.5 (docstring, 3.);
@@ -169,20 +185,52 @@ def _newton_step(power, s1, am1, live):
 
 
 @triton.jit
-def _subset_threshold(top, row_max, live, am1, k, FIXED: tl.constexpr, PRECISION: tl.constexpr):
-    """A lower bound of each row's threshold: the threshold of a subset of its keys (here
-    its largest tile maxima, raw scores in ``top``, -inf where a slot is empty) is at most
-    the row's, since dropping keys only lowers h(tau).  Newton from 0 on the subset, in
-    registers; every iterate is a lower bound too, so a fixed number of steps is safe,
-    and SUBSET_MARGIN keeps float32 rounding from landing above the root when the
-    subset holds the whole support.  The first pass over the keys then starts near the
-    root (benchmarks/bench_attention_passes.py counts the passes saved)."""
-    z = am1 * (top - row_max[:, None]) + 1.0
+def _certified_step(power, s1, n_on, least_gap, step, FIXED: tl.constexpr):
+    """(d, certified) for alpha = 2 and 1.5 at an iterate tau <= tau*, from the sums over
+    S = {gap > 0}: power = sum gap^k, s1 = sum gap^(k - 1), n_on = |S| (alpha = 1.5 only)
+    and the least gap on S.  tau + d is the threshold of S alone: d = (sum gap - 1) / n
+    (alpha = 2: Newton's own step) or the lower root of n d^2 - 2 d sum gap + sum gap^2 - 1
+    = 0, (sum gap^2 - 1) / (sum gap + sqrt(disc)) (alpha = 1.5, without cancellation); it is
+    tau* when the least gap exceeds d (docstring, 3.)."""
+    if FIXED == 1:  # sum gap = power, n = s1 (gap^0 on S)
+        return step, least_gap > step
+    else:  # sum gap^2 = power, sum gap = s1
+        disc = s1 * s1 - n_on * (power - 1.0)
+        d = (power - 1.0) / tl.maximum(s1 + tl.sqrt(tl.maximum(disc, 0.0)), TINY)
+        return d, (disc >= 0.0) & (least_gap > d)
+
+
+@triton.jit
+def _subset_threshold(kept, row_max, live, am1, k, tol, FIXED: tl.constexpr, PRECISION: tl.constexpr):
+    """(t, settled): the threshold t of a subset of each row's keys (raw scores in ``kept``,
+    -inf where a slot is empty), a lower bound of the row's since dropping keys only lowers
+    h(tau).  Newton from 0 on the subset, in registers; every iterate is a lower bound too,
+    so a fixed number of steps is safe.  ``settled`` says t is the subset's threshold
+    itself: certified exact for alpha = 2 and 1.5 (``_certified_step``), within Newton's
+    tolerance otherwise.  The caller then either knows the row's threshold (no key left out
+    lies above t) or starts Newton from t, less SUBSET_MARGIN so that float32 rounding
+    cannot land it above the root (benchmarks/bench_attention_passes.py counts the passes
+    saved)."""
+    z = am1 * (kept - row_max[:, None]) + 1.0
     t = tl.zeros_like(row_max)
+    settled = live == 0
     for _ in range(SUBSET_NEWTON_STEPS):
-        gk, gkm1, _ = _prob_and_g(tl.maximum(z - t[:, None], 0.0), k, FIXED, PRECISION)
-        t += _newton_step(tl.sum(gk, axis=1), tl.sum(gkm1, axis=1), am1, live)
-    return tl.maximum(t - SUBSET_MARGIN, 0.0)
+        gap = tl.maximum(z - t[:, None], 0.0)
+        gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)
+        power = tl.sum(gk, axis=1)
+        s1 = tl.sum(gkm1, axis=1)
+        step = _newton_step(power, s1, am1, live)
+        if FIXED != 0:
+            on = gap > 0.0
+            n_on = tl.sum(on.to(tl.float32), axis=1)
+            least_gap = tl.min(tl.where(on, gap, 2.0), axis=1)
+            d, now = _certified_step(power, s1, n_on, least_gap, step, FIXED)
+            step = tl.where(now, d, step)
+        else:
+            now = tl.abs(step) <= tol
+        t += tl.where(settled, 0.0, step)
+        settled = settled | now
+    return t, settled
 
 
 @triton.jit
@@ -218,8 +266,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
-                    TILE_START: tl.constexpr, PRECISION: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                    TILE_START: tl.constexpr, KEPT_PER_TILE: tl.constexpr, KEPT_SLOTS: tl.constexpr,
+                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_m = pid_m * BLOCK_M
@@ -233,38 +281,56 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     kpm_base = KPM + b * skpb
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
 
-    # 1. Row maxima, and the largest of each row's tile maxima (NUM_TILE_MAXIMA of them:
-    # a slot takes a new tile's maximum when it beats the least kept).
+    # 1. Row maxima, and the scores kept for Newton's start: the KEPT_PER_TILE largest of
+    # each key tile (taken one at a time, each masked out of the tile once taken) go into
+    # KEPT_SLOTS slots per row, where a score replaces the least kept when it beats it.
+    # With more than one a tile, ``spill`` tracks the largest score not kept: a slot's loser,
+    # or the largest left in a tile.
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    slots = tl.arange(0, NUM_TILE_MAXIMA)
-    tile_maxima = tl.full([BLOCK_M, NUM_TILE_MAXIMA], float("-inf"), tl.float32)
+    slots = tl.arange(0, KEPT_SLOTS)
+    kept = tl.full([BLOCK_M, KEPT_SLOTS], float("-inf"), tl.float32)
+    spill = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
         s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                     PRECISION)
-        tile_max = tl.max(s, axis=1)
-        row_max = tl.maximum(row_max, tile_max)
         if TILE_START:
-            least = tl.min(tile_maxima, axis=1)
-            at = tl.argmin(tile_maxima, axis=1)
-            replace = (slots[None, :] == at[:, None]) & (tile_max > least)[:, None]
-            tile_maxima = tl.where(replace, tile_max[:, None], tile_maxima)
+            for r in tl.static_range(KEPT_PER_TILE):
+                if KEPT_PER_TILE > 1:
+                    best, at_n = tl.max(s, axis=1, return_indices=True)
+                    s = tl.where(offs_nb[None, :] == at_n[:, None], float("-inf"), s)
+                else:
+                    best = tl.max(s, axis=1)
+                if r == 0:
+                    row_max = tl.maximum(row_max, best)
+                least, at = tl.min(kept, axis=1, return_indices=True)
+                take = best > least
+                kept = tl.where((slots[None, :] == at[:, None]) & take[:, None], best[:, None], kept)
+                if KEPT_PER_TILE > 1:
+                    spill = tl.maximum(spill, tl.where(take, least, best))
+            if KEPT_PER_TILE > 1:
+                spill = tl.maximum(spill, tl.max(s, axis=1))
+        else:
+            row_max = tl.maximum(row_max, tl.max(s, axis=1))
     # A row with no visible key keeps tau = 0 and max 0: all its z are -inf, its p zero.
     live = row_max > float("-inf")
     row_max = tl.where(live, row_max, 0.0)
 
-    # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step.  For
-    # alpha = 2 and 1.5 the same pass certifies the exact threshold (3. in the docstring):
-    # on S = {gap > 0}, with n = |S|, the sums of gap and gap^2 and the least gap of S, the
-    # threshold of S alone is tau + d, d = (sum gap - 1) / n (alpha = 2) or the lower root
-    # of n d^2 - 2 d sum gap + sum gap^2 - 1 = 0, (sum gap^2 - 1) / (sum gap + sqrt(disc))
-    # (alpha = 1.5, without cancellation); it is tau* when the least gap exceeds d.  A
-    # certified row takes it and steps no more.
+    # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step, from the
+    # kept scores' threshold.  A row is ``certified`` once its threshold is known: a row
+    # without keys from the start; a row whose kept threshold is settled and at least its
+    # spill (every key left out is off the support, so the kept threshold is the row's);
+    # for alpha = 2 and 1.5, a row whose Newton pass certifies the exact threshold of its
+    # own support (3. in the docstring, ``_certified_step``).  Certified rows step no more,
+    # and a tile whose rows are all certified makes no Newton pass.
     tau = tl.zeros([BLOCK_M], tl.float32)
-    if TILE_START:
-        tau = _subset_threshold(tile_maxima, row_max, live, am1, k, FIXED, PRECISION)
     certified = live == 0
-    step_max = am1 * 0.0 + 1.0
+    if TILE_START:
+        tau, settled = _subset_threshold(kept, row_max, live, am1, k, tol, FIXED, PRECISION)
+        if KEPT_PER_TILE > 1:
+            certified = certified | (settled & (am1 * (spill - row_max) + 1.0 <= tau))
+        tau = tl.where(certified, tau, tl.maximum(tau - SUBSET_MARGIN, 0.0))
+    step_max = tl.max(tl.where(certified, 0.0, 1.0), axis=0)
     it = 0
     passes = 1
     while (it < max_iter) & (step_max > tol):
@@ -288,14 +354,11 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         passes += 1
         step = _newton_step(power, s1, am1, live)
         if CERTIFY:
-            # (Rows without keys are certified from the start.)
-            if FIXED == 1:  # sum gap = power, n = s1 (gap^0 on S): d is Newton's own step
-                certified = certified | (least_gap > step)
-            else:  # sum gap^2 = power, sum gap = s1
-                disc = s1 * s1 - n_on * (power - 1.0)
-                d = (power - 1.0) / tl.maximum(s1 + tl.sqrt(tl.maximum(disc, 0.0)), TINY)
-                certified = certified | ((disc >= 0.0) & (least_gap > d))
-                step = tl.where(certified, tl.where(live, d, 0.0), step)
+            d, now = _certified_step(power, s1, n_on, least_gap, step, FIXED)
+            certified = certified | now
+            step = tl.where(certified, tl.where(live, d, 0.0), step)
+        else:
+            step = tl.where(certified, 0.0, step)
         tau += step
         step_max = tl.max(tl.where(certified, 0.0, tl.abs(step)), axis=0)
         it += 1
@@ -515,18 +578,24 @@ def _r_kernel(DO, OG, STATS, R, rows, Tq, D, BLOCK_R: tl.constexpr, BLOCK_D: tl.
 
 
 @contextlib.contextmanager
-def solver(certify=True, tile_start=True):
+def solver(certify=True, tile_start=True, kept=None):
     """Within it, the forward kernel's threshold solver with the certified threshold
-    (CERTIFY) and the start from the tile maxima (TILE_START) on or off; both off is
-    plain Newton from 0 and then the threshold on the support.  For benchmarks and tests
-    to compare; the defaults are the package's."""
-    global CERTIFY, TILE_START
-    saved = CERTIFY, TILE_START
-    CERTIFY, TILE_START = certify, tile_start
+    (CERTIFY) and the start from kept scores (TILE_START) on or off, and ``kept`` = (scores
+    kept per key tile, slots per row) for that start (KEPT; None: the package's); both
+    off is plain Newton from 0 and then the threshold on the support.  For benchmarks and
+    tests to compare; the defaults are the package's."""
+    global CERTIFY, TILE_START, KEPT
+    if kept is not None:
+        per_tile, slots = kept
+        if not (1 <= per_tile <= 16 and slots >= per_tile and slots & (slots - 1) == 0):
+            raise ValueError(f"kept={kept}: need 1 <= scores per tile <= 16 and a power-of-two number of slots "
+                             "at least as large")
+    saved = CERTIFY, TILE_START, KEPT
+    CERTIFY, TILE_START, KEPT = certify, tile_start, KEPT if kept is None else tuple(kept)
     try:
         yield
     finally:
-        CERTIFY, TILE_START = saved
+        CERTIFY, TILE_START, KEPT = saved
 
 
 def supports(q):
@@ -606,7 +675,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed), MAX_NEWTON_ITER,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
-        CERTIFY=CERTIFY and fixed != 0, TILE_START=TILE_START,
+        CERTIFY=CERTIFY and fixed != 0, TILE_START=TILE_START, KEPT_PER_TILE=KEPT[0], KEPT_SLOTS=KEPT[1],
         PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats
 

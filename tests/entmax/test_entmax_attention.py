@@ -121,6 +121,69 @@ def test_faster_solvers_make_fewer_passes(alpha):
         assert passes[True, True].sum() < passes[True, False].sum(), passes
 
 
+@pytest.mark.parametrize("kept", [(2, 16), (4, 8)], ids=lambda k: f"R{k[0]}K{k[1]}")
+@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.3, 1.7])], ids=["sparsemax", "entmax15", "per_head"])
+def test_threshold_from_kept_scores(alpha, kept):
+    """Several scores kept per key tile (attention_kernel.solver(kept=(R, K))): a row whose
+    kept scores' threshold lies above every score left out takes it without a Newton pass.
+    Output and all gradients against the reference with causal rows, key padding, a
+    query with no key and Tq != Tk (K = 8 slots overflow at these lengths, so scores are
+    evicted into the spill); the certificate fires (some query tile makes only the
+    maxima's pass and the output's), and no tile makes more passes than with the
+    package's start."""
+    heads = 2 if torch.is_tensor(alpha) else 1
+    q, k, v, do = inputs(2, heads, 20, 70, 16, seed=29, spread=2.5)
+    mask = torch.zeros(2, 70, dtype=torch.bool)
+    mask[1, 45:] = True
+    mask[0, :51] = True  # with causal alignment, batch 0's first query sees no key
+    kw = dict(causal=True, key_padding_mask=mask)
+    with attention_kernel.solver(kept=kept):
+        check(q, k, v, do, alpha, **kw)
+    fixed = not torch.is_tensor(alpha)
+    q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
+    alphas = torch.full((heads,), float(alpha), device=DEVICE) if fixed else alpha.to(DEVICE)
+    passes = {}
+    for setting in (None, kept):
+        with attention_kernel.solver(kept=setting):
+            _, _, stats = attention_kernel.forward(q32, k32, v32, alphas, triton_kernel._fixed(alpha if fixed else alphas),
+                                                   True, mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=not fixed)
+        passes[setting] = stats[:, attention_kernel.STAT_PASSES].cpu()
+    assert bool((passes[kept] <= passes[None]).all()), passes
+    assert passes[kept].min().item() == 2 and passes[kept].sum() < passes[None].sum(), passes
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.4])], ids=["sparsemax", "entmax15", "alpha1.4"])
+def test_scores_pushed_out_of_the_slots_are_not_certified_away(alpha):
+    """Ten top scores, two in each of five 16-key tiles and rising tile by tile, with 4 kept
+    per tile in 8 slots: the last tile's two push the first tile's out of the slots, so the
+    8 kept have a threshold above those two, and only the spill (which takes what a slot
+    loses) stops that threshold from being taken as the row's.  The output and dv must
+    still be the reference's, with all ten keys in the support.  (dq and dk nearly vanish
+    here, so they are not compared.)"""
+    Tk, D = 80, 16
+    q = torch.zeros(1, 1, 3, D, dtype=torch.float64)
+    q[..., 0] = 4.0
+    k = torch.zeros(1, 1, Tk, D, dtype=torch.float64)
+    k[..., 0] = -1.0
+    top = torch.tensor([t * 16 + j for t in range(5) for j in (3, 9)])
+    k[0, 0, top, 0] = 1.0 + 0.002 * (top // 16).double()
+    v = torch.randn(1, 1, Tk, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    do = torch.ones_like(q)
+    with attention_kernel.solver(kept=(4, 8)), attention_kernel.tile_shape(16, 16, warps=1):
+        o, grads = fused(q, k, v, do, alpha)
+    o_ref, grads_ref = expected(q, k, v, do, alpha)
+    assert_close(o, o_ref, 2e-5, "output")
+    assert_close(grads[2], grads_ref[2], 2e-5, "dv")
+    p = reference_package.entmax_bisect(q[0, 0] @ k[0, 0].T / 4, float(alpha), dim=-1)
+    assert bool((p[:, top] > 0).all()) and p.sum(0).count_nonzero() == 10, "ten keys in the support"
+
+
+def test_kept_scores_setting_is_checked():
+    with pytest.raises(ValueError, match="kept"):
+        with attention_kernel.solver(kept=(4, 12)):
+            pass
+
+
 def test_other_tile_shapes_match_the_reference():
     """attention_kernel.tile_shape (benchmarks/bench_attention_kernel.py sweeps it on a GPU):
     tiles of other heights and widths than the default, every kernel, still exact, and
@@ -228,25 +291,25 @@ def test_alpha_gradient_near_one_and_in_closed_form():
 
 def test_pass_counting_benchmark(monkeypatch, capsys):
     """benchmarks/bench_attention_passes.py at a small shape: its table of mean passes per
-    query tile for the three solvers, with fewer passes certified than plain for the
-    fixed alphas (the same per head), fewer still from the tile maxima, and the same
-    output as the plain solver."""
+    query tile for the four solvers, with fewer passes certified than plain for the
+    fixed alphas (the same per head), fewer still from the tile maxima, and fewer again
+    from 4 scores kept per tile; the same output as the plain solver."""
     import re
     import runpy
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention_passes.py"
-    monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "32", "--heads", "2", "--head-dim", "16",
-                                     "--tiles", "16", "16"])
+    monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "48", "--heads", "2", "--head-dim", "16",
+                                     "--tiles", "16", "16", "--kept", "4,16"])
     runpy.run_path(str(bench), run_name="__main__")
     number = r"\d+(?:\.\d+)?(?:e[-+]\d+)?"
     rows = {line[8:32].strip(): [float(x) for x in re.findall(number, line[32:])]
             for line in capsys.readouterr().out.splitlines()[2:]}
     assert set(rows) == {"sparsemax", "1.5-entmax", "alpha-entmax per head"}, rows
-    for name, (plain, _, certified, _, tile_start, _, ratio, difference) in rows.items():
+    for name, (plain, _, certified, _, tile_start, _, kept, _, ratio, difference) in rows.items():
         if name == "alpha-entmax per head":
             assert certified == plain, rows
         else:
             assert certified < plain, rows
-        assert tile_start < certified and ratio == pytest.approx(tile_start / plain, abs=0.01), rows
+        assert kept < tile_start < certified and ratio == pytest.approx(kept / plain, abs=0.01), rows
         assert difference < 1e-5, rows
