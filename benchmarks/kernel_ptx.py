@@ -70,7 +70,8 @@ def variants():
             common = dict(FIXED=fixed, **masks, **tiles)
             forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
                            TILE_START=True)
-            for kept in ([attention_kernel.KEPT, attention_kernel.KEPT_CANDIDATE] if dtype == "bf16" else [attention_kernel.KEPT]):
+            starts = [attention_kernel.KEPT] + ([attention_kernel.KEPT_CANDIDATE] if dtype == "bf16" else [])
+            for kept in starts:
                 suffix = "" if kept == attention_kernel.KEPT else " kept {},{}".format(*kept)
                 yield (f"attention_forward {name} {dtype}{suffix}", attention_kernel._forward_kernel, dtype,
                        dict(forward, KEPT_PER_TILE=kept[0], KEPT_SLOTS=kept[1]), 4)

@@ -130,23 +130,24 @@ def test_threshold_from_kept_scores(alpha, kept):
     query with no key and Tq != Tk (K = 8 slots overflow at these lengths, so scores are
     evicted into the spill); the certificate fires (some query tile makes only the
     maxima's pass and the output's), and no tile makes more passes than with the
-    package's start."""
+    package's start.  16 x 16 tiles on any device, so that the counts are the same."""
     heads = 2 if torch.is_tensor(alpha) else 1
     q, k, v, do = inputs(2, heads, 20, 70, 16, seed=29, spread=2.5)
     mask = torch.zeros(2, 70, dtype=torch.bool)
     mask[1, 45:] = True
     mask[0, :51] = True  # with causal alignment, batch 0's first query sees no key
     kw = dict(causal=True, key_padding_mask=mask)
-    with attention_kernel.solver(kept=kept):
+    with attention_kernel.solver(kept=kept), attention_kernel.tile_shape(16, 16, warps=1):
         check(q, k, v, do, alpha, **kw)
     fixed = not torch.is_tensor(alpha)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     alphas = torch.full((heads,), float(alpha), device=DEVICE) if fixed else alpha.to(DEVICE)
     passes = {}
     for setting in (None, kept):
-        with attention_kernel.solver(kept=setting):
-            _, _, stats = attention_kernel.forward(q32, k32, v32, alphas, triton_kernel._fixed(alpha if fixed else alphas),
-                                                   True, mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=not fixed)
+        with attention_kernel.solver(kept=setting), attention_kernel.tile_shape(16, 16, warps=1):
+            kind = triton_kernel._fixed(alpha if fixed else alphas)
+            _, _, stats = attention_kernel.forward(q32, k32, v32, alphas, kind, True, mask.to(DEVICE).view(torch.int8),
+                                                   0.25, alpha_stats=not fixed)
         passes[setting] = stats[:, attention_kernel.STAT_PASSES].cpu()
     assert bool((passes[kept] <= passes[None]).all()), passes
     assert passes[kept].min().item() == 2 and passes[kept].sum() < passes[None].sum(), passes
@@ -179,6 +180,7 @@ def test_scores_pushed_out_of_the_slots_are_not_certified_away(alpha):
 
 
 def test_kept_scores_setting_is_checked():
+    """A slot count the kernel cannot tile (not a power of two) is refused by name."""
     with pytest.raises(ValueError, match="kept"):
         with attention_kernel.solver(kept=(4, 12)):
             pass
