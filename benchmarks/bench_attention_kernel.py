@@ -9,7 +9,7 @@ forward and forward+backward, for variants of the kernel:
   (``CERTIFY``), the package's, certified and started from the threshold of each
   row's largest tile maxima (``TILE_START``), and started from
   ``attention_kernel.KEPT_CANDIDATE``'s richer start (several scores kept per key
-  tile, with which most rows need no Newton pass);
+  tile, with which a row can skip Newton altogether);
 - a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
   Newton tolerance of float32, float16 (the package's for half-precision inputs) or
   bfloat16 (a runtime argument, no new compile); and from the richer start at
