@@ -74,9 +74,8 @@ def variants(heads, causal, lengths_pow2):
         "entmax15 (triton)": unfused(entmax15, causal),
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
         "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
-        "fused entmax15, plain solver": lambda q, k, v: plain_solver(entmax_attention, q, k, v, 1.5, causal=causal),
-        "fused entmax15, kept {},{}".format(*attention_kernel.KEPT_CANDIDATE):
-            lambda q, k, v: candidate_start(entmax_attention, q, k, v, 1.5, causal=causal),
+        "fused entmax15, plain solver": entmax15_with_solver(causal, certify=False, tile_start=False),
+        CANDIDATE: entmax15_with_solver(causal, kept=attention_kernel.KEPT_CANDIDATE),
         "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
@@ -87,17 +86,17 @@ def variants(heads, causal, lengths_pow2):
     return (alpha, head_alpha), fns
 
 
-def plain_solver(attention, *args, **kwargs):
-    """The fused kernel with plain Newton from 0 (no certified threshold, no start from the
-    tile maxima)."""
-    with attention_kernel.solver(certify=False, tile_start=False):
-        return attention(*args, **kwargs)
+# The fused kernel started from attention_kernel.KEPT_CANDIDATE's kept scores.
+CANDIDATE = "fused entmax15, kept {},{}".format(*attention_kernel.KEPT_CANDIDATE)
 
 
-def candidate_start(attention, *args, **kwargs):
-    """The fused kernel started from attention_kernel.KEPT_CANDIDATE's kept scores."""
-    with attention_kernel.solver(kept=attention_kernel.KEPT_CANDIDATE):
-        return attention(*args, **kwargs)
+def entmax15_with_solver(causal, **solver):
+    """Fused 1.5-entmax attention under attention_kernel.solver(**solver): plain Newton from
+    0 (certify=False, tile_start=False), or another start (kept=...)."""
+    def attention(q, k, v):
+        with attention_kernel.solver(**solver):
+            return entmax_attention(q, k, v, 1.5, causal=causal)
+    return attention
 
 
 def cuda_time(fn, repeats):
@@ -187,8 +186,7 @@ def main():
                 for name, p in (("sparsemax (triton)", sparsemax(s)), ("entmax15 (triton)", entmax15(s)),
                                 ("alpha-entmax per head (triton)", entmax_alpha(s, alphas[0][:1]))):
                     density[name] = (support_size(p).float() / visible).mean().item()
-                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15",
-                             "fused entmax15, kept {},{}".format(*attention_kernel.KEPT_CANDIDATE)):
+                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15", CANDIDATE):
                     density[name] = density["entmax15 (triton)"]
                 density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
         print(f"\nT={T}, batch {batch}: SDPA {sdpa_ms:.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")

@@ -222,7 +222,7 @@ def _subset_threshold(kept, row_max, live, am1, k, tol, FIXED: tl.constexpr, PRE
         step = _newton_step(power, s1, am1, live)
         if FIXED != 0:
             on = gap > 0.0
-            n_on = tl.sum(on.to(tl.float32), axis=1)
+            n_on = tl.sum(on.to(tl.float32), axis=1) if FIXED == 2 else s1  # (sparsemax: s1 is the count)
             least_gap = tl.min(tl.where(on, gap, 2.0), axis=1)
             d, now = _certified_step(power, s1, n_on, least_gap, step, FIXED)
             step = tl.where(now, d, step)

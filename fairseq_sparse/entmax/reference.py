@@ -51,35 +51,18 @@ def threshold(z, alpha):
     tau = torch.zeros_like(z[..., :1])
     live = z.max(dim=-1, keepdim=True).values > 0
     tol = newton_tol(z.dtype)
+    tiny = torch.finfo(z.dtype).tiny
     for _ in range(MAX_NEWTON_ITER):
-        _, _, step = newton_step((z - tau).clamp_min(0), k)
-        step = torch.where(live, step, torch.zeros_like(step))
+        gap = (z - tau).clamp_min(0)
+        gap_km1 = torch.where(gap > 0, gap.pow(k - 1), torch.zeros_like(gap))
+        power = (gap_km1 * gap).sum(-1, keepdim=True).clamp_min(tiny)
+        norm = power.pow(1 / k)
+        # -h'(tau) = ||gap||_k^(1-k) * sum gap^(k-1)
+        slope = (norm / power) * gap_km1.sum(-1, keepdim=True)
+        step = torch.where(live, (norm - 1) / slope.clamp_min(tiny), torch.zeros_like(norm))
         tau = tau + step
         if step.abs().max() <= tol:
             break
-    return tau
-
-
-def newton_step(gap, k):
-    """One Newton step of ``threshold`` from the gaps [z - tau]_+ of each row, k = 1/(alpha-1),
-    with the two sums it is made of: power = sum gap^k and s1 = sum gap^(k-1) over the
-    support (kept, keepdim, for callers that also certify the root from them)."""
-    tiny = torch.finfo(gap.dtype).tiny
-    gap_km1 = torch.where(gap > 0, gap.pow(k - 1), torch.zeros_like(gap))
-    power = (gap_km1 * gap).sum(-1, keepdim=True).clamp_min(tiny)
-    s1 = gap_km1.sum(-1, keepdim=True)
-    norm = power.pow(1 / k)
-    # -h'(tau) = ||gap||_k^(1-k) * sum gap^(k-1)
-    slope = (norm / power) * s1
-    return power, s1, (norm - 1) / slope.clamp_min(tiny)
-
-
-def exact_threshold(z, alpha):
-    """``threshold``, polished to the exact root on its support (``polish_threshold``) where
-    ``alpha`` is the float 1.5 or 2."""
-    tau = threshold(z, alpha)
-    if isinstance(alpha, float) and alpha in (1.5, 2.0):
-        tau = polish_threshold(z, tau, alpha)
     return tau
 
 
@@ -106,7 +89,10 @@ def polish_threshold(z, tau, alpha):
 def forward(x, alpha):
     """alpha-entmax of each row of ``x`` (shape (rows, d)); ``alpha`` is (rows, 1) or a float."""
     z = shifted_scores(x, alpha)
-    gap = (z - exact_threshold(z, alpha)).clamp_min(0)
+    tau = threshold(z, alpha)
+    if isinstance(alpha, float) and alpha in (1.5, 2.0):
+        tau = polish_threshold(z, tau, alpha)
+    gap = (z - tau).clamp_min(0)
     return gap.pow(1.0 / (alpha - 1))
 
 
