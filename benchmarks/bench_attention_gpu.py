@@ -15,13 +15,16 @@ allocates, as a ratio to SDPA's.
 
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
 recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
-threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``, and with
-the richer start ``attention_kernel.KEPT_CANDIDATE``; the passes over the keys each
+threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``, and, with
+``--kept R,K``, from several scores kept per key tile; the passes over the keys each
 makes: ``bench_attention_passes.py``) and with a learnable
 alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
 where it is installed and applies (alpha = 1.5, power-of-two lengths).  With
 ``--tokens N`` the batch is N / T sequences, so every length does the same number
-of query rows; ``--causal`` masks the future (SDPA's ``is_causal``).
+of query rows; ``--causal`` masks the future (SDPA's ``is_causal``).  Each of
+``--repeats`` rounds times every variant once (``timing.py``), and a ratio is the median
+of the rounds' ratios, printed with its quartiles, as is our kernel's time over
+AdaSplash's.
 
     python benchmarks/bench_attention_gpu.py                  # T in 256 512 1024 2048, bf16
     python benchmarks/bench_attention_gpu.py --dtype float32 --lengths 512
@@ -39,6 +42,7 @@ import torch.nn.functional as F
 from fairseq_sparse.entmax import (entmax15, entmax_alpha, entmax_attention, has_triton_kernel, sparsemax,
                                    support_size, use_backend)
 from fairseq_sparse.entmax import attention_kernel
+from timing import interleaved_ms, paired_ratio  # this script's folder is on sys.path
 
 DEVICE = "cuda"
 
@@ -63,7 +67,7 @@ def softmax_in_float32(s):
     return torch.softmax(s.float(), -1).to(s.dtype)
 
 
-def variants(heads, causal, lengths_pow2):
+def variants(heads, causal, lengths_pow2, kept=None):
     # Spread over (1, 2) as learned alphas are (Correia et al. 2019, Fig. 2).
     alpha = torch.linspace(1.25, 1.75, heads, device=DEVICE).view(1, heads, 1, 1).requires_grad_()
     head_alpha = torch.linspace(1.25, 1.75, heads, device=DEVICE).requires_grad_()
@@ -75,19 +79,20 @@ def variants(heads, causal, lengths_pow2):
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
         "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
         "fused entmax15, plain solver": entmax15_with_solver(causal, certify=False, tile_start=False),
-        CANDIDATE: entmax15_with_solver(causal, kept=attention_kernel.KEPT_CANDIDATE),
         "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
             lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype), causal),
     }
+    if kept:
+        fns[kept_label(kept)] = entmax15_with_solver(causal, kept=kept)
     if adasplash is not None and lengths_pow2:
         fns["AdaSplash entmax15"] = lambda q, k, v: adasplash(q, k, v, alpha=1.5, is_causal=causal)
     return (alpha, head_alpha), fns
 
 
-# The fused kernel started from attention_kernel.KEPT_CANDIDATE's kept scores.
-CANDIDATE = "fused entmax15, kept {},{}".format(*attention_kernel.KEPT_CANDIDATE)
+def kept_label(kept):
+    return "fused entmax15, kept {},{}".format(*kept)
 
 
 def entmax15_with_solver(causal, **solver):
@@ -97,21 +102,6 @@ def entmax15_with_solver(causal, **solver):
         with attention_kernel.solver(**solver):
             return entmax_attention(q, k, v, 1.5, causal=causal)
     return attention
-
-
-def cuda_time(fn, repeats):
-    """Median milliseconds over `repeats` runs, each timed with CUDA events."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def peak_extra_bytes(fn):
@@ -132,7 +122,10 @@ def main():
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
     parser.add_argument("--causal", action="store_true", help="mask the future (decoder self-attention)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=20, help="rounds, each timing every variant once")
+    parser.add_argument("--kept", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="R,K",
+                        help="also time the fused 1.5-entmax started from R scores kept per key tile in K slots "
+                             "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
     parser.add_argument("--no-unfused-entmax", action="store_true",
                         help="skip the unfused Triton normalisers (they hold the (T, T) scores)")
@@ -150,7 +143,7 @@ def main():
         shape = (batch, args.heads, T, args.head_dim)
         q, k, v = (torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
         up = torch.randn(shape, device=DEVICE, dtype=dtype)
-        alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0)
+        alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0, args.kept)
 
         def step(attention, backend="auto"):
             def run():
@@ -160,19 +153,23 @@ def main():
                     attention(q, k, v).backward(up)
             return run
 
-        results = {}
+        steps = {}
         for name, fn in fns.items():
             backend, fn = fn if isinstance(fn, tuple) else ("auto", fn)
             if args.no_reference and (backend == "torch" or "package" in name):
                 continue
             if args.no_unfused_entmax and "(triton)" in name:
                 continue
-            try:
-                results[name] = (cuda_time(step(fn, backend), args.repeats), peak_extra_bytes(step(fn, backend)))
-            except torch.cuda.OutOfMemoryError:
+            steps[name] = step(fn, backend)
+        times = interleaved_ms(steps, args.repeats)
+        results = {}
+        for name, ms in times.items():
+            if isinstance(ms, torch.cuda.OutOfMemoryError):
                 results[name] = None
-            except Exception as e:  # e.g. AdaSplash refusing a shape: say so and go on
-                results[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+            elif isinstance(ms, Exception):  # e.g. AdaSplash refusing a shape: say so and go on
+                results[name] = f"{type(ms).__name__}: {str(ms).splitlines()[0][:80]}"
+            else:
+                results[name] = (ms, peak_extra_bytes(steps[name]))
             torch.cuda.empty_cache()
         sdpa_ms, sdpa_mem = results["SDPA (fused softmax)"]
         unfused_ms = results["unfused softmax"][0] if isinstance(results.get("unfused softmax"), tuple) else None
@@ -186,20 +183,28 @@ def main():
                 for name, p in (("sparsemax (triton)", sparsemax(s)), ("entmax15 (triton)", entmax15(s)),
                                 ("alpha-entmax per head (triton)", entmax_alpha(s, alphas[0][:1]))):
                     density[name] = (support_size(p).float() / visible).mean().item()
-                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15", CANDIDATE):
+                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15",
+                             *([kept_label(args.kept)] if args.kept else [])):
                     density[name] = density["entmax15 (triton)"]
                 density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
-        print(f"\nT={T}, batch {batch}: SDPA {sdpa_ms:.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
-        print(f"  {'':36s} {'time/SDPA':>10s} {'time/unfused softmax':>21s} {'memory/SDPA':>12s}  support")
+        print(f"\nT={T}, batch {batch}: SDPA {statistics.median(sdpa_ms):.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
+        print(f"  {'':36s} {'time/SDPA':>10s} {'(quartiles)':>13s} {'time/unfused softmax':>21s} "
+              f"{'memory/SDPA':>12s}  support")
         for name, result in results.items():
             if not isinstance(result, tuple):
                 print(f"  {name:36s} {'out of memory' if result is None else result}", flush=True)
                 continue
             ms, mem = result
+            ratio, q1, q3 = paired_ratio(ms, sdpa_ms)
             support = f"{density[name]:6.1%}" if name in density else ""
-            vs_unfused = f"{ms / unfused_ms:20.2f}x" if unfused_ms else f"{'-':>21s}"
-            print(f"  {name:36s} {ms / sdpa_ms:9.2f}x {vs_unfused} {mem / sdpa_mem:11.2f}x  {support}", flush=True)
-
+            vs_unfused = f"{paired_ratio(ms, unfused_ms)[0]:20.2f}x" if unfused_ms else f"{'-':>21s}"
+            print(f"  {name:36s} {ratio:9.2f}x {f'({q1:.2f}-{q3:.2f})':>13s} {vs_unfused} {mem / sdpa_mem:11.2f}x  "
+                  f"{support}", flush=True)
+        ours, theirs = (results.get(name) for name in ("fused entmax15 (ours)", "AdaSplash entmax15"))
+        if isinstance(ours, tuple) and isinstance(theirs, tuple):
+            ratio, q1, q3 = paired_ratio(ours[0], theirs[0])
+            print(f"  fused entmax15 (ours) / AdaSplash entmax15: {ratio:.2f}x (quartiles {q1:.2f}-{q3:.2f}) "
+                  f"over {len(ours[0])} rounds", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -7,19 +7,23 @@ forward and forward+backward, for variants of the kernel:
 - the threshold solver at alpha = 1.5 (``attention_kernel.solver``): plain Newton from
   0 then the exact threshold on the support, certified by the Newton passes
   (``CERTIFY``), the package's, certified and started from the threshold of each
-  row's largest tile maxima (``TILE_START``), and started from
-  ``attention_kernel.KEPT_CANDIDATE``'s richer start (several scores kept per key
-  tile, with which a row can skip Newton altogether);
+  row's largest tile maxima (``TILE_START``), and, with ``--kept R,K``, from a
+  richer start (R scores kept per key tile in K slots, with which a row can skip
+  Newton altogether; ``attention_kernel.KEPT_CANDIDATE``'s 4,32 made fewer passes but
+  a slower forward on an H100, docs/attention.md);
 - a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
   Newton tolerance of float32, float16 (the package's for half-precision inputs) or
-  bfloat16 (a runtime argument, no new compile); and from the richer start at
-  float16's;
+  bfloat16 (a runtime argument, no new compile); with ``--kept``, from the richer
+  start at float16's;
 - with ``--tile-sweep``, tile shapes (query rows x keys, warps, pipeline stages;
   ``attention_kernel.tile_shape``) at the package's solver.
 
 It prints the forward's passes over the key tiles per query tile (the kernel counts
 them) and the largest difference of the output, dq and (per head) d alpha from the
-first variant of the same alpha, so that a faster variant that is wrong shows.
+first variant of the same alpha, so that a faster variant that is wrong shows.  Each
+of ``--repeats`` rounds times every variant once (``timing.py``): a time is the median
+of the rounds, a ratio to SDPA the median of the rounds' ratios (forward+backward's
+with its quartiles).
 
     python benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096
     python benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --tile-sweep
@@ -30,9 +34,9 @@ this script, not a timing).
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
-import time
 
 import torch
 
@@ -45,25 +49,12 @@ import torch.nn.functional as F  # noqa: E402
 from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backend  # noqa: E402
 from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
-from bench_attention_gpu import cuda_time  # noqa: E402  (this script's folder is on sys.path)
+from timing import interleaved_ms, paired_ratio  # noqa: E402  (this script's folder is on sys.path)
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
 SHAPES_GPU = [None, (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3),
               (128, 32, 4, 3), (32, 64, 4, 3), (128, 128, 8, 3)]
 SHAPES_CPU = [None, (32, 16, 1, None)]
-
-
-def elapsed_ms(fn, repeats):
-    """Median milliseconds of fn over `repeats` runs (CUDA events; wall clock on CPU)."""
-    if CUDA:
-        return cuda_time(fn, repeats)
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
 
 
 def label(shape):
@@ -85,7 +76,7 @@ def kernel_settings(tiles=None, certify=True, tile_start=True, kept=None, tol=No
         attention_kernel._tolerance = saved
 
 
-def variants(head_alpha, tile_sweep):
+def variants(head_alpha, tile_sweep, kept=None):
     """(alpha label, alpha, variant label, kernel_settings kwargs); the first of each alpha
     is the reference of the others."""
     if tile_sweep:
@@ -97,8 +88,8 @@ def variants(head_alpha, tile_sweep):
     yield "1.5", 1.5, "plain", dict(certify=False, tile_start=False)
     yield "1.5", 1.5, "certified", dict(tile_start=False)
     yield "1.5", 1.5, "certified, tile start", {}
-    candidate = attention_kernel.KEPT_CANDIDATE
-    yield "1.5", 1.5, "certified, kept {},{}".format(*candidate), dict(kept=candidate)
+    if kept:
+        yield "1.5", 1.5, "certified, kept {},{}".format(*kept), dict(kept=kept)
     yield "per head", head_alpha, "float32 tol, from 0", dict(tile_start=False, tol=newton_tol(torch.float32))
     # Then from the tile maxima, at the tolerances of float32, float16 (the package's for
     # half-precision inputs: attention_kernel._tolerance) and bfloat16.
@@ -106,8 +97,9 @@ def variants(head_alpha, tile_sweep):
         tol = newton_tol(tol_dtype)
         name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
         yield "per head", head_alpha, name, dict(tol=tol)
-    tol = newton_tol(torch.float16)
-    yield "per head", head_alpha, "float16 tol, kept {},{}".format(*candidate), dict(tol=tol, kept=candidate)
+    if kept:
+        yield "per head", head_alpha, "float16 tol, kept {},{}".format(*kept), dict(tol=newton_tol(torch.float16),
+                                                                                    kept=kept)
 
 
 def main():
@@ -119,7 +111,10 @@ def main():
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--sharpness", type=float, default=1.0,
                         help="q ~ N(0, SHARPNESS^2), k ~ N(0, 1): the scores' spread (trained attention is sharper)")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="rounds, each timing every variant once")
+    parser.add_argument("--kept", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="R,K",
+                        help="also time the start from R scores kept per key tile in K slots "
+                             "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--tile-sweep", action="store_true", help="tile shapes instead of solver variants")
     args = parser.parse_args()
@@ -128,7 +123,8 @@ def main():
     heads = args.heads if CUDA else 2
     print(f"{torch.cuda.get_device_name() if CUDA else 'CPU, Triton interpreter (not a timing)'}, "
           f"torch {torch.__version__}, {dtype}; H={heads} head_dim={args.head_dim}; "
-          f"{'causal' if args.causal else 'not causal'}; q ~ N(0, {args.sharpness:g}^2); median of {args.repeats}",
+          f"{'causal' if args.causal else 'not causal'}; q ~ N(0, {args.sharpness:g}^2); {args.repeats} rounds "
+          f"(ms: medians; /SDPA: medians of the rounds' ratios)",
           flush=True)
     scale = args.head_dim ** -0.5
     for T in lengths:
@@ -149,42 +145,63 @@ def main():
                     attention().backward(up)
             return run
 
+        def with_settings(fn, settings):
+            def run():
+                with kernel_settings(**settings):
+                    return fn()
+            return run
+
         sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)  # noqa: E731
-        with torch.no_grad():
-            sdpa_fwd = elapsed_ms(sdpa, args.repeats)
-        sdpa_all = elapsed_ms(fwd_bwd(sdpa), args.repeats)
-        print(f"\nT={T}, batch {shape[0]}: SDPA forward {sdpa_fwd:.3f} ms, forward+backward {sdpa_all:.3f} ms")
-        print(f"  {'alpha':8s} {'variant':24s} {'fwd ms':>7s} {'/SDPA':>7s} {'fwd+bwd':>8s} {'/SDPA':>6s} "
-              f"{'bwd ms':>6s} {'passes':>6s} {'|do|':>7s} {'|ddq|':>7s} {'|dda|/|da|':>10s}", flush=True)
-        references = {}
-        for name, alpha, variant, settings in variants(head_alpha, args.tile_sweep):
+
+        def sdpa_forward():
+            with torch.no_grad():
+                sdpa()
+
+        timed = {"sdpa fwd": sdpa_forward, "sdpa all": fwd_bwd(sdpa)}
+        rows, references = [], {}
+        for name, alpha, variant, settings in variants(head_alpha, args.tile_sweep, args.kept):
             per_head = torch.is_tensor(alpha)
             alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
-            try:
+            forward = functools.partial(attention_kernel.forward, q.detach(), k.detach(), v.detach(), alpha_heads,
+                                        _fixed(alpha), args.causal, None, scale, alpha_stats=per_head)
+            attention = functools.partial(entmax_attention, q, k, v, alpha, causal=args.causal)
+            try:  # each variant once, untimed: it compiles, counts its passes and gives its gradients
                 with kernel_settings(**settings):
-                    forward = lambda: attention_kernel.forward(  # noqa: E731
-                        q.detach(), k.detach(), v.detach(), alpha_heads, _fixed(alpha), args.causal, None, scale,
-                        alpha_stats=per_head)
-                    fwd = elapsed_ms(forward, args.repeats)
                     o, _, stats = forward()
                     rows_per_tile = attention_kernel._blocks(args.head_dim, device)[0]
                     passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
-                    attention = lambda: entmax_attention(q, k, v, alpha, causal=args.causal)  # noqa: E731
-                    total = elapsed_ms(fwd_bwd(attention), args.repeats)
                     fwd_bwd(attention)()
                     grads = (q.grad.detach().clone(), head_alpha.grad.detach().clone() if per_head else None)
             except Exception as e:  # e.g. a tile shape over the shared memory: say so and go on
-                print(f"  {name:8s} {variant:24s} {type(e).__name__}: {str(e).splitlines()[0][:90]}", flush=True)
+                rows.append((name, variant, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"))
                 continue
             ref = references.setdefault(name, (o, *grads))
             diff_o = (o.float() - ref[0].float()).abs().max().item()
             diff_dq = (grads[0].float() - ref[1].float()).abs().max().item()
             diff_da = f"{((grads[1] - ref[2]).abs().max() / ref[2].abs().max()).item():10.1e}" if per_head else ""
-            print(f"  {name:8s} {variant:24s} {fwd:7.3f} {fwd / sdpa_fwd:6.2f}x {total:8.3f} {total / sdpa_all:5.2f}x "
-                  f"{total - fwd:6.3f} {passes:6.2f} {diff_o:7.1e} {diff_dq:7.1e} {diff_da}", flush=True)
+            rows.append((name, variant, f"{passes:6.2f} {diff_o:7.1e} {diff_dq:7.1e} {diff_da}"))
+            timed[(name, variant, "fwd")] = with_settings(forward, settings)
+            timed[(name, variant, "all")] = with_settings(fwd_bwd(attention), settings)
             if CUDA:
                 torch.cuda.empty_cache()
-
+        times = interleaved_ms(timed, args.repeats)
+        sdpa_fwd, sdpa_all = times["sdpa fwd"], times["sdpa all"]
+        print(f"\nT={T}, batch {shape[0]}: SDPA forward {statistics.median(sdpa_fwd):.3f} ms, "
+              f"forward+backward {statistics.median(sdpa_all):.3f} ms")
+        print(f"  {'alpha':8s} {'variant':24s} {'fwd ms':>7s} {'/SDPA':>7s} {'fwd+bwd':>8s} {'/SDPA':>6s} "
+              f"{'(quartiles)':>11s} {'bwd ms':>6s} {'passes':>6s} {'|do|':>7s} {'|ddq|':>7s} {'|dda|/|da|':>10s}")
+        for name, variant, checks in rows:
+            fwd, total = times.get((name, variant, "fwd")), times.get((name, variant, "all"))
+            for failed in (fwd, total):
+                if isinstance(failed, Exception):
+                    checks = f"{type(failed).__name__}: {str(failed).splitlines()[0][:90]}"
+            if not (isinstance(fwd, list) and isinstance(total, list)):
+                print(f"  {name:8s} {variant:24s} {checks}", flush=True)
+                continue
+            fwd_ratio, all_ratio = paired_ratio(fwd, sdpa_fwd)[0], paired_ratio(total, sdpa_all)
+            fwd_ms, total_ms = statistics.median(fwd), statistics.median(total)
+            print(f"  {name:8s} {variant:24s} {fwd_ms:7.3f} {fwd_ratio:6.2f}x {total_ms:8.3f} {all_ratio[0]:5.2f}x "
+                  f"{f'({all_ratio[1]:.2f}-{all_ratio[2]:.2f})':>11s} {total_ms - fwd_ms:6.3f} {checks}", flush=True)
 
 if __name__ == "__main__":
     main()

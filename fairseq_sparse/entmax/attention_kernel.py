@@ -81,11 +81,12 @@ SC_CLOSED = tl.constexpr(1e-2)
 # benchmarks/bench_attention_passes.py counts the passes of each.
 TILE_START = True
 KEPT = (1, 8)
-# A richer start, 4 scores a tile in 32 slots: under Triton's interpreter at the GPU's
-# tiles it cuts the passes by a third to more than half (T = 1,024: sparsemax 4.6 -> 2.0
-# per query tile, 1.5-entmax 5.1 -> 3.4, and 2.1 on sharper scores), but its maxima's
-# pass is dearer.  The benchmarks time it against KEPT (solver(kept=KEPT_CANDIDATE)); it
-# becomes the package's only if a GPU finds it faster.
+# A richer start, 4 scores a tile in 32 slots: it cuts the passes by a third to more than
+# half (T = 1,024: sparsemax 4.6 -> 2.0 per query tile, 1.5-entmax 5.1 -> 3.4, and 2.1
+# on sharper scores), but on an H100 its forward took 0.94x to 1.26x the package's start's
+# time, longer in 9 of 10 settings (2026-11-27, docs/attention.md): its maxima's pass
+# costs about one pass per score kept.  Not the package's; kept for the benchmarks'
+# --kept and for kernel_ptx.py, which compiles it.
 KEPT_CANDIDATE = (4, 32)
 SUBSET_NEWTON_STEPS = tl.constexpr(8)
 SUBSET_MARGIN = tl.constexpr(2e-6)

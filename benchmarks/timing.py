@@ -1,0 +1,71 @@
+"""Timing for the attention benchmarks: variants timed in turn, ratios taken round by round.
+
+Timing one variant after another (the median of its runs, then the next variant's) let
+the drift of a machine fall on some variants and not others: on one H100 (2026-11-27)
+four runs of the same causal T = 512 comparison gave SDPA 0.34 to 0.48 ms and our
+kernel 1.7x to 4.1x SDPA, AdaSplash faster in one run and slower in three. So every
+round here times each variant once, in a rotating order, and a ratio of two variants is
+the median of their ratios within a round, with its quartiles to show what is left of
+the noise. A sample is as many back-to-back calls as last ``min_ms`` (queued, as in
+training), so that launch jitter does not dominate a 0.3 ms call.
+"""
+
+import math
+import statistics
+import time
+
+import torch
+
+
+def _sample_ms(fn, calls):
+    """Milliseconds per call over `calls` back-to-back calls: CUDA events on a GPU, the
+    wall clock otherwise (the benchmarks' CPU runs check the scripts, they time nothing)."""
+    if torch.cuda.is_available():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / calls
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return 1000 * (time.perf_counter() - t0) / calls
+
+
+def interleaved_ms(fns, repeats, min_ms=2.0):
+    """name -> list of `repeats` milliseconds per call, for each callable of `fns` (a dict),
+    or name -> the exception it raised (on its first call, which also compiles it, or in
+    a later round: out of memory, say), after which it is left out of the rounds."""
+    results, calls = {}, {}
+    for name, fn in fns.items():
+        try:
+            fn()
+            calls[name] = max(1, math.ceil(min_ms / max(_sample_ms(fn, 1), 1e-3)))
+            results[name] = []
+        except Exception as e:  # e.g. AdaSplash refusing a shape, a tile shape over the shared memory
+            results[name] = e
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    names = list(calls)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
+            if isinstance(results[name], Exception):
+                continue
+            try:
+                results[name].append(_sample_ms(fns[name], calls[name]))
+            except Exception as e:
+                results[name] = e
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+    return results
+
+
+def paired_ratio(samples, baseline):
+    """(median, lower quartile, upper quartile) of samples[r] / baseline[r] over the rounds."""
+    ratios = sorted(a / b for a, b in zip(samples, baseline))
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return statistics.median(ratios), q1, q3
