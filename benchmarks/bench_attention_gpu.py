@@ -206,5 +206,6 @@ def main():
             print(f"  fused entmax15 (ours) / AdaSplash entmax15: {ratio:.2f}x (quartiles {q1:.2f}-{q3:.2f}) "
                   f"over {len(ours[0])} rounds", flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -203,5 +203,6 @@ def main():
             print(f"  {name:8s} {variant:24s} {fwd_ms:7.3f} {fwd_ratio:6.2f}x {total_ms:8.3f} {all_ratio[0]:5.2f}x "
                   f"{f'({all_ratio[1]:.2f}-{all_ratio[2]:.2f})':>11s} {total_ms - fwd_ms:6.3f} {checks}", flush=True)
 
+
 if __name__ == "__main__":
     main()
