@@ -42,7 +42,8 @@ import torch.nn.functional as F
 from fairseq_sparse.entmax import (entmax15, entmax_alpha, entmax_attention, has_triton_kernel, sparsemax,
                                    support_size, use_backend)
 from fairseq_sparse.entmax import attention_kernel
-from timing import interleaved_ms, paired_ratio  # this script's folder is on sys.path
+from bench_attention_passes import kept_setting  # this script's folder is on sys.path
+from timing import describe, interleaved_ms, paired_ratio
 
 DEVICE = "cuda"
 
@@ -85,14 +86,10 @@ def variants(heads, causal, lengths_pow2, kept=None):
             lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype), causal),
     }
     if kept:
-        fns[kept_label(kept)] = entmax15_with_solver(causal, kept=kept)
+        fns["fused entmax15, kept {},{}".format(*kept)] = entmax15_with_solver(causal, kept=kept)
     if adasplash is not None and lengths_pow2:
         fns["AdaSplash entmax15"] = lambda q, k, v: adasplash(q, k, v, alpha=1.5, is_causal=causal)
     return (alpha, head_alpha), fns
-
-
-def kept_label(kept):
-    return "fused entmax15, kept {},{}".format(*kept)
 
 
 def entmax15_with_solver(causal, **solver):
@@ -123,7 +120,7 @@ def main():
     parser.add_argument("--causal", action="store_true", help="mask the future (decoder self-attention)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--repeats", type=int, default=20, help="rounds, each timing every variant once")
-    parser.add_argument("--kept", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="R,K",
+    parser.add_argument("--kept", type=kept_setting, metavar="R,K",
                         help="also time the fused 1.5-entmax started from R scores kept per key tile in K slots "
                              "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
@@ -167,7 +164,7 @@ def main():
             if isinstance(ms, torch.cuda.OutOfMemoryError):
                 results[name] = None
             elif isinstance(ms, Exception):  # e.g. AdaSplash refusing a shape: say so and go on
-                results[name] = f"{type(ms).__name__}: {str(ms).splitlines()[0][:80]}"
+                results[name] = describe(ms)
             else:
                 results[name] = (ms, peak_extra_bytes(steps[name]))
             torch.cuda.empty_cache()
@@ -183,9 +180,9 @@ def main():
                 for name, p in (("sparsemax (triton)", sparsemax(s)), ("entmax15 (triton)", entmax15(s)),
                                 ("alpha-entmax per head (triton)", entmax_alpha(s, alphas[0][:1]))):
                     density[name] = (support_size(p).float() / visible).mean().item()
-                for name in ("fused entmax15 (ours)", "fused entmax15, plain solver", "AdaSplash entmax15",
-                             *([kept_label(args.kept)] if args.kept else [])):
-                    density[name] = density["entmax15 (triton)"]
+                for name in fns:  # every fused 1.5-entmax, whichever its solver, has the same support
+                    if name.startswith("fused entmax15") or name == "AdaSplash entmax15":
+                        density[name] = density["entmax15 (triton)"]
                 density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
         print(f"\nT={T}, batch {batch}: SDPA {statistics.median(sdpa_ms):.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
         print(f"  {'':36s} {'time/SDPA':>10s} {'(quartiles)':>13s} {'time/unfused softmax':>21s} "

@@ -49,7 +49,8 @@ import torch.nn.functional as F  # noqa: E402
 from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backend  # noqa: E402
 from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
-from timing import interleaved_ms, paired_ratio  # noqa: E402  (this script's folder is on sys.path)
+from bench_attention_passes import kept_setting  # noqa: E402  (this script's folder is on sys.path)
+from timing import describe, interleaved_ms, paired_ratio  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
 SHAPES_GPU = [None, (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3),
@@ -112,7 +113,7 @@ def main():
     parser.add_argument("--sharpness", type=float, default=1.0,
                         help="q ~ N(0, SHARPNESS^2), k ~ N(0, 1): the scores' spread (trained attention is sharper)")
     parser.add_argument("--repeats", type=int, default=10, help="rounds, each timing every variant once")
-    parser.add_argument("--kept", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="R,K",
+    parser.add_argument("--kept", type=kept_setting, metavar="R,K",
                         help="also time the start from R scores kept per key tile in K slots "
                              "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -173,7 +174,7 @@ def main():
                     fwd_bwd(attention)()
                     grads = (q.grad.detach().clone(), head_alpha.grad.detach().clone() if per_head else None)
             except Exception as e:  # e.g. a tile shape over the shared memory: say so and go on
-                rows.append((name, variant, f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"))
+                rows.append((name, variant, describe(e, 90)))
                 continue
             ref = references.setdefault(name, (o, *grads))
             diff_o = (o.float() - ref[0].float()).abs().max().item()
@@ -194,7 +195,7 @@ def main():
             fwd, total = times.get((name, variant, "fwd")), times.get((name, variant, "all"))
             for failed in (fwd, total):
                 if isinstance(failed, Exception):
-                    checks = f"{type(failed).__name__}: {str(failed).splitlines()[0][:90]}"
+                    checks = describe(failed, 90)
             if not (isinstance(fwd, list) and isinstance(total, list)):
                 print(f"  {name:8s} {variant:24s} {checks}", flush=True)
                 continue

@@ -48,6 +48,18 @@ def passes(q, k, v, alpha, causal, solver, tiles):
     return per_tile.mean().item(), per_tile.max().item(), o
 
 
+def kept_setting(text):
+    """argparse type of --kept: "R,K" as attention_kernel.solver(kept=(R, K)) takes it, checked
+    by the solver itself (R scores kept per key tile, K slots per row)."""
+    try:
+        kept = tuple(int(x) for x in text.split(","))
+        with attention_kernel.solver(kept=kept):
+            pass
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text}: {e}")
+    return kept
+
+
 def solvers(kept):
     return {"plain": dict(certify=False, tile_start=False), "certified": dict(certify=True, tile_start=False),
             "+ tile start": dict(certify=True, tile_start=True),
@@ -65,17 +77,11 @@ def main():
                              "bench_attention_gpu.py; trained attention is sharper)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
-    parser.add_argument("--kept", default="{},{}".format(*attention_kernel.KEPT_CANDIDATE), metavar="R,K",
-                        help="the last solver keeps each key tile's R largest scores in K slots per row "
-                             "(default: attention_kernel.KEPT_CANDIDATE, %(default)s)")
+    parser.add_argument("--kept", type=kept_setting, default="{},{}".format(*attention_kernel.KEPT_CANDIDATE),
+                        metavar="R,K", help="the last solver keeps each key tile's R largest scores in K slots per "
+                                            "row (default: attention_kernel.KEPT_CANDIDATE, %(default)s)")
     args = parser.parse_args()
-    try:
-        kept = tuple(int(x) for x in args.kept.split(","))
-        with attention_kernel.solver(kept=kept):
-            pass
-    except ValueError as e:
-        parser.error(f"--kept {args.kept}: {e}")
-    settings = solvers(kept)
+    settings = solvers(args.kept)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
           f"B={args.batch} H={args.heads} head_dim={args.head_dim}, q ~ N(0, {args.sharpness:g}^2), k ~ N(0, 1); "

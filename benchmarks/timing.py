@@ -49,8 +49,8 @@ def interleaved_ms(fns, repeats, min_ms=2.0):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     names = list(calls)
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)] if names else []:
+    for r in range(repeats if names else 0):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             if isinstance(results[name], Exception):
                 continue
             try:
@@ -69,3 +69,8 @@ def paired_ratio(samples, baseline):
         return ratios[0], ratios[0], ratios[0]
     q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
     return statistics.median(ratios), q1, q3
+
+
+def describe(error, width=80):
+    """One line for a variant that failed (interleaved_ms's exceptions)."""
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:width]}"
