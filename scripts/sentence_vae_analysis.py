@@ -20,6 +20,12 @@ Steps:
   leaves it out, for a grid of VAEs on one corpus);
 - average Hoyer of the test codes (one sample each) and of the posterior means, and
   the objective's KL terms on test (HSVAE's kl_z and kl_gamma apart);
+- which dimensions the code uses at all: the active units (Burda et al. 2016: the
+  posterior mean's variance over the test sentences above 0.01); for hsvae, how far
+  its zeros adapt to the sentence (``hoyer.spike_pattern``): the bits of the spike
+  pattern the sentence decides, against the pattern's entropy, and how many
+  dimensions are spiked in at least 99% of the test sentences, in at most 1%, or
+  switch between;
 - a probe of what the code holds besides the class: the same head shape regressing
   each sentence's length (tokens) on its posterior mean, R^2 on test (1: the length
   is read off the code; 0: no better than the mean length).  Length is a surface
@@ -51,7 +57,7 @@ import fairseq_sparse  # noqa: E402
 fairseq_sparse.load_plugin()  # registers the task, model and objectives
 from fairseq import checkpoint_utils  # noqa: E402
 
-from fairseq_sparse.vae.hoyer import average_hoyer  # noqa: E402
+from fairseq_sparse.vae.hoyer import active_units, average_hoyer, spike_pattern  # noqa: E402
 from fairseq_sparse.vae.sentence_vae import encoder_input  # noqa: E402
 
 logger = logging.getLogger("sentence_vae_analysis")
@@ -261,6 +267,7 @@ def main(argv=None):
         "average_hoyer_means": average_hoyer(test_means),
         "test_kl": test_kl,  # each KL term of the objective, nats per sentence
     }
+    results["active_units"] = int(active_units(test_means).sum())
     args.out.mkdir(parents=True, exist_ok=True)
     if cfg.criterion._name == "hsvae":
         spiked = (test_gamma > 0.5).float()
@@ -268,13 +275,17 @@ def main(argv=None):
         heat_map(gamma_class, args.out / "gamma_class.png", "gamma_class: fraction with E[gamma] > 1/2",
                  "latent dimension", "class", "fraction of sentences")
         results["gamma_class"] = gamma_class.round(4).tolist()
+        results["spike_pattern"] = spike_pattern(test_gamma)
     kl = class_word_kl(task, classes)
     heat_map(kl, args.out / "class_kl.png", "KL(class i || class j), word distributions", "class j", "class i",
              "nats")
     results["class_word_kl"] = kl.round(4).tolist()
     (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy",
-                "majority_class_accuracy", "length_probe_r2_means", "average_hoyer_samples", "average_hoyer_means"):
+                "majority_class_accuracy", "length_probe_r2_means", "average_hoyer_samples", "average_hoyer_means",
+                "active_units", "spike_pattern"):
+        if key not in results:
+            continue
         value = results[key]
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {'not run' if value is None else value}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")

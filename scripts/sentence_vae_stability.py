@@ -21,7 +21,8 @@ average Hoyer per epoch, mean and range over seeds, one panel per objective),
 per sentence, average Hoyer; with ``--analyse``, the objective's KL terms on test,
 the test accuracy of a classifier on the frozen encoder's K = 5 samples
 (``scripts/sentence_vae_analysis.py``), the same classifier's on the posterior means,
-and the majority class's).  A run keeps its
+the majority class's, the length probe's R^2, the active units and, for HSVAE, the bits
+of its spike pattern the sentence decides against the pattern's entropy).  A run keeps its
 last checkpoint, so an interrupted grid resumes each run where it stopped (its log
 is appended to), and a grid rerun with more ``--epochs`` trains its runs on; runs and
 analyses already finished are collected, not rerun.
@@ -175,11 +176,22 @@ def mean_spread(values, digits):
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def spike_bits(runs):
+    """"information / entropy" of HSVAE's spike pattern, means over seeds; "-" for the
+    objectives without one (and analyses written before it)."""
+    patterns = [run["analysis"]["spike_pattern"] for run in runs if "spike_pattern" in run["analysis"]]
+    if not patterns:
+        return "-"
+    return (f"{statistics.mean(p['information_bits'] for p in patterns):.2f} / "
+            f"{statistics.mean(p['entropy_bits'] for p in patterns):.2f}")
+
+
 def table(results, analysed):
     header = ["objective", "setting", "seeds", "reconstruction", "KL", "average Hoyer"]
     if analysed:
         header += ["KL terms (test)", "frozen-encoder accuracy (test)", "the same on posterior means",
-                   "majority class", "length probe R^2 (means)"]
+                   "majority class", "length probe R^2 (means)", "active units",
+                   "spike pattern: bits the sentence decides / entropy"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for objective, by_setting in results.items():
         for setting, runs in by_setting.items():
@@ -197,7 +209,10 @@ def table(results, analysed):
                                      if "frozen_encoder_accuracy_means" in run["analysis"]], 2),
                         f"{runs[0]['analysis']['majority_class_accuracy']:.2f}",
                         mean_spread([run["analysis"]["length_probe_r2_means"] for run in runs
-                                     if "length_probe_r2_means" in run["analysis"]], 3)]
+                                     if "length_probe_r2_means" in run["analysis"]], 3),
+                        mean_spread([run["analysis"]["active_units"] for run in runs
+                                     if "active_units" in run["analysis"]], 1),
+                        spike_bits(runs)]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

@@ -9,6 +9,12 @@ Li, Shareghi & Collier 2021, Sec. 4, after Mathieu et al. 2019): one code z per
 sentence, each dimension divided by its standard deviation over the corpus (so
 that a dimension is not "sparse" only because its scale is small), then the Hoyer
 of every code, averaged.
+
+Sparsity is meant to adapt to the sentence (each sentence its own dimensions), yet a
+dimension zeroed for every sentence alike counts as sparse there too.  Two measures
+tell them apart: ``active_units`` (Burda, Grosse & Salakhutdinov 2016), which
+dimensions the encoder uses at all, and ``spike_pattern``, how much a spike-and-slab
+code's zero pattern depends on the sentence.
 """
 
 import math
@@ -33,6 +39,43 @@ def average_hoyer(codes):
         raise ValueError("the average Hoyer needs at least two codes (it standardises each dimension)")
     codes = codes.double()
     return hoyer(codes / codes.std(0, unbiased=True).clamp_min(1e-12)).mean().item()
+
+
+def active_units(means, threshold=0.01):
+    """Which dimensions of the posterior means (N, d) are active (Burda, Grosse &
+    Salakhutdinov 2016, Sec. 5.2): those whose mean varies over the N inputs,
+    Cov_x(E_q(z|x)[z_u]) > ``threshold`` (their 0.01).  A bool mask (d,)."""
+    if means.shape[0] < 2:
+        raise ValueError("active units need at least two codes (a variance over the inputs)")
+    return means.double().var(0, unbiased=True) > threshold
+
+
+def _binary_entropy_bits(p):
+    p = p.clamp(1e-12, 1 - 1e-12)
+    return -(p * p.log2() + (1 - p) * (1 - p).log2())
+
+
+def spike_pattern(spike_prob, certain=0.01):
+    """How a spike-and-slab code's zeros depend on the input, from each input's spike
+    probabilities (N, d) (HSVAE: E[gamma | x], the chance that dimension i is exactly 0).
+
+    The spike s_i of an input drawn at random is Bernoulli(pbar_i), pbar_i the mean over
+    the N inputs, so its entropy is H(pbar_i) bits, of which the mutual information
+
+        I(s_i; x) = H(pbar_i) - mean_x H(P(s_i = 1 | x))
+
+    is what the input decides; the rest is coin-flipping the same for every input.
+    Returns ``entropy_bits`` and ``information_bits`` (summed over dimensions), and the
+    dimensions spiked (E[gamma] > 1/2) in at least 1 - ``certain`` of the inputs
+    (``always_zero``), in at most ``certain`` (``never_zero``), and between
+    (``switching``)."""
+    spike_prob = spike_prob.double()
+    entropy = _binary_entropy_bits(spike_prob.mean(0))
+    information = (entropy - _binary_entropy_bits(spike_prob).mean(0)).clamp_min(0.0)
+    share = (spike_prob > 0.5).double().mean(0)
+    always, never = int((share >= 1 - certain).sum()), int((share <= certain).sum())
+    return {"always_zero": always, "never_zero": never, "switching": spike_prob.shape[1] - always - never,
+            "entropy_bits": round(entropy.sum().item(), 4), "information_bits": round(information.sum().item(), 4)}
 
 
 class AverageHoyerMeter(Meter):

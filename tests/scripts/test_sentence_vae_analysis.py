@@ -34,6 +34,10 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
                 "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
     assert 0 <= results["average_hoyer_samples"] <= 1
+    assert 0 <= results["active_units"] <= 6
+    pattern = results["spike_pattern"]
+    assert pattern["always_zero"] + pattern["never_zero"] + pattern["switching"] == 6
+    assert 0 <= pattern["information_bits"] <= pattern["entropy_bits"] <= 6
     assert results["length_probe_r2_means"] <= 1
     # HSVAE's KL terms on test, apart: the Gaussian's (information about x) and the Beta's.
     assert set(results["test_kl"]) == {"kl_z", "kl_gamma"} and min(results["test_kl"].values()) >= 0
@@ -44,7 +48,7 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     assert np.allclose(kl, class_word_kl_of(lines[:200], tmp_path / "ckpt" / "checkpoint_last.pt"), atol=1e-4)
     for png in ("gamma_class.png", "class_kl.png"):
         assert (out / png).stat().st_size > 5000
-    assert "frozen_encoder_accuracy:" in printed
+    assert "frozen_encoder_accuracy:" in printed and "active_units:" in printed
     # Test sentences are what the classifiers are scored on: one without a class is an error.
     test = (data / "test.txt").read_text(encoding="utf-8").splitlines()
     (data / "test.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in test), encoding="utf-8")

@@ -51,6 +51,14 @@ def test_stability_grid(tmp_path):
     assert analysis["objective"] == "hsvae" and 0 <= analysis["frozen_encoder_accuracy"] <= 100
     assert 0 <= analysis["frozen_encoder_accuracy_means"] <= 100
     assert "| the same on posterior means |" in proc.stdout
+    # Which dimensions the codes use at all, and how much of HSVAE's spike pattern the sentence decides.
+    assert 0 <= analysis["active_units"] <= 6
+    assert "| active units | spike pattern: bits the sentence decides / entropy |" in proc.stdout
+    row = proc.stdout.split("| hsvae |")[1].split("\n")[0].rstrip(" |").split(" | ")
+    assert float(row[-2].split(" ")[0]) == pytest.approx(sum(r["analysis"]["active_units"] for r in runs) / 2)
+    bits = [sum(r["analysis"]["spike_pattern"][key] for r in runs) / 2 for key in ("information_bits", "entropy_bits")]
+    assert row[-1] == f"{bits[0]:.2f} / {bits[1]:.2f}"
+    assert proc.stdout.split("| mat_vae |")[1].split("\n")[0].rstrip(" |").endswith("| -")
     assert analysis["end_to_end_accuracy"] is None
     assert "| kl_z " in proc.stdout.split("| hsvae |")[1].split("\n")[0]  # HSVAE's KL terms, apart
     hsvae_log = (out / "logs" / "hsvae" / "10_1_seed1.log").read_text()
