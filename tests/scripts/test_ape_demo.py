@@ -33,6 +33,37 @@ def test_main_job_post_edits_and_reports(tmp_path):
     assert (tmp_path / "checkpoints" / "checkpoint_best.pt").exists()
 
 
+def test_main_job_removes_the_checkpoints_of_its_own_temp_dir_only(tmp_path, monkeypatch):
+    """Without --workdir each run would leave its checkpoints (about 470 MB) in /tmp: they go,
+    also when a step fails, and the logs stay; a --workdir keeps everything.  The steps are
+    stubbed: the end-to-end run above covers them."""
+    def fake_training(args, data, work):
+        (work / "checkpoints").mkdir()
+        (work / "checkpoints" / "checkpoint_best.pt").write_bytes(b"weights")
+        (work / "train.log").write_text("log")
+        return work / "checkpoints" / "checkpoint_best.pt"
+
+    for step in ("prepare_data", "choose_decoding", "post_edit", "score", "show_alphas"):
+        monkeypatch.setattr(ape_demo, step, lambda *args: (None, None))
+    monkeypatch.setattr(ape_demo, "train", fake_training)
+    monkeypatch.setattr(ape_demo.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    ape_demo.main([])
+    (work,) = (tmp_path / "tmp").iterdir()
+    assert (work / "train.log").exists() and not (work / "checkpoints").exists()
+
+    def failing(*args):
+        raise RuntimeError("generation failed")
+
+    monkeypatch.setattr(ape_demo, "score", failing)
+    with pytest.raises(RuntimeError, match="generation failed"):
+        ape_demo.main([])
+    assert not any((run / "checkpoints").exists() for run in (tmp_path / "tmp").iterdir())
+    monkeypatch.setattr(ape_demo, "score", lambda *args: None)
+    ape_demo.main(["--workdir", str(tmp_path / "mine")])
+    assert (tmp_path / "mine" / "checkpoints" / "checkpoint_best.pt").exists()
+
+
 def demo_data(tmp_path, data, held_out=500, train_size=0):
     args = argparse.Namespace(data=data, held_out=held_out, train_size=train_size)
     return ape_demo.real_data(args, tmp_path)
