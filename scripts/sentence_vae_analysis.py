@@ -33,6 +33,8 @@ Steps:
   et al. (2018) probe sentence embeddings for it the same way;
 - ``gamma_class.png`` (hsvae only): per class, the fraction of sentences whose
   posterior mean of gamma (the spike probability) exceeds 1/2, per dimension;
+- ``spike_pattern.png`` (hsvae only): per dimension, the entropy of its spike and the
+  part of it the sentence decides;
 - ``class_kl.png``: KL(class i || class j) between the add-1 smoothed word
   distributions of the training sentences of each class.
 
@@ -194,6 +196,31 @@ def class_word_kl(task, classes):
     return (p[:, None, :] * (np.log(p[:, None, :]) - np.log(p[None, :, :]))).sum(-1)
 
 
+def spike_bars(pattern, path):
+    """Per dimension, the entropy of its spike (bits) and, over it, the part the sentence
+    decides: where the first bar stands alone, the dimension's zeros are a coin the same
+    for every sentence."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entropy = pattern["per_dimension"]["entropy_bits"]
+    information = pattern["per_dimension"]["information_bits"]
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.25 * len(entropy) + 2), 3.2))
+    ax.bar(range(len(entropy)), entropy, color="0.75", label="entropy of the spike")
+    ax.bar(range(len(information)), information, color="tab:red", label="of it, decided by the sentence")
+    ax.set_title(f"spike pattern: {pattern['information_bits']:.2f} of {pattern['entropy_bits']:.2f} bits "
+                 "decided by the sentence", fontsize=9)
+    ax.set_xlabel("latent dimension")
+    ax.set_ylabel("bits")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def heat_map(matrix, path, title, xlabel, ylabel, colorbar):
     import matplotlib
 
@@ -276,6 +303,7 @@ def main(argv=None):
                  "latent dimension", "class", "fraction of sentences")
         results["gamma_class"] = gamma_class.round(4).tolist()
         results["spike_pattern"] = spike_pattern(test_gamma)
+        spike_bars(results["spike_pattern"], args.out / "spike_pattern.png")
     kl = class_word_kl(task, classes)
     heat_map(kl, args.out / "class_kl.png", "KL(class i || class j), word distributions", "class j", "class i",
              "nats")
@@ -287,6 +315,8 @@ def main(argv=None):
         if key not in results:
             continue
         value = results[key]
+        if key == "spike_pattern":  # its sums; the per-dimension bits are in the JSON and the plot
+            value = {name: bits for name, bits in value.items() if name != "per_dimension"}
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {'not run' if value is None else value}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")
 

@@ -65,17 +65,19 @@ def spike_pattern(spike_prob, certain=0.01):
         I(s_i; x) = H(pbar_i) - mean_x H(P(s_i = 1 | x))
 
     is what the input decides; the rest is coin-flipping the same for every input.
-    Returns ``entropy_bits`` and ``information_bits`` (summed over dimensions), and the
-    dimensions spiked (E[gamma] > 1/2) in at least 1 - ``certain`` of the inputs
-    (``always_zero``), in at most ``certain`` (``never_zero``), and between
-    (``switching``)."""
+    Returns ``entropy_bits`` and ``information_bits`` (summed over dimensions, and per
+    dimension in ``per_dimension``), and the dimensions spiked (E[gamma] > 1/2) in at
+    least 1 - ``certain`` of the inputs (``always_zero``), in at most ``certain``
+    (``never_zero``), and between (``switching``)."""
     spike_prob = spike_prob.double()
     entropy = _binary_entropy_bits(spike_prob.mean(0))
     information = (entropy - _binary_entropy_bits(spike_prob).mean(0)).clamp_min(0.0)
     share = (spike_prob > 0.5).double().mean(0)
     always, never = int((share >= 1 - certain).sum()), int((share <= certain).sum())
     return {"always_zero": always, "never_zero": never, "switching": spike_prob.shape[1] - always - never,
-            "entropy_bits": round(entropy.sum().item(), 4), "information_bits": round(information.sum().item(), 4)}
+            "entropy_bits": round(entropy.sum().item(), 4), "information_bits": round(information.sum().item(), 4),
+            "per_dimension": {"entropy_bits": entropy.round(decimals=4).tolist(),
+                              "information_bits": information.round(decimals=4).tolist()}}
 
 
 class AverageHoyerMeter(Meter):

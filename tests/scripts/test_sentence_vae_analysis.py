@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO, run_cli, run_script, yelp_corpus
 
@@ -46,7 +47,9 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     kl = np.array(results["class_word_kl"])
     assert np.allclose(np.diag(kl), 0) and (kl[~np.eye(5, dtype=bool)] > 0).all()
     assert np.allclose(kl, class_word_kl_of(lines[:200], tmp_path / "ckpt" / "checkpoint_last.pt"), atol=1e-4)
-    for png in ("gamma_class.png", "class_kl.png"):
+    assert len(pattern["per_dimension"]["information_bits"]) == 6
+    assert sum(pattern["per_dimension"]["entropy_bits"]) == pytest.approx(pattern["entropy_bits"], abs=1e-3)
+    for png in ("gamma_class.png", "class_kl.png", "spike_pattern.png"):
         assert (out / png).stat().st_size > 5000
     assert "frozen_encoder_accuracy:" in printed and "active_units:" in printed
     # Test sentences are what the classifiers are scored on: one without a class is an error.

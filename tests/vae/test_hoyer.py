@@ -77,5 +77,8 @@ def test_spike_pattern_information_against_hand_computed_cases():
     pattern = spike_pattern(prob)
     assert pattern["entropy_bits"] == pytest.approx(h(0.9) + 1 + h(0.4), abs=1e-4)
     assert pattern["information_bits"] == pytest.approx(1 + h(0.4) - (h(0.2) + h(0.6)) / 2, abs=1e-4)
+    assert pattern["per_dimension"]["entropy_bits"] == pytest.approx([h(0.9), 1, 0, 0, h(0.4)], abs=1e-4)
+    assert pattern["per_dimension"]["information_bits"] == pytest.approx(
+        [0, 1, 0, 0, h(0.4) - (h(0.2) + h(0.6)) / 2], abs=1e-4)
     # Spiked (P > 1/2) for every input: 0 and 3; for none: 2; switching: 1 and 4.
     assert (pattern["always_zero"], pattern["never_zero"], pattern["switching"]) == (2, 1, 2)
