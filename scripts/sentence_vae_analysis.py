@@ -200,11 +200,7 @@ def spike_bars(pattern, path):
     """Per dimension, the entropy of its spike (bits) and, over it, the part the sentence
     decides: where the first bar stands alone, the dimension's zeros are a coin the same
     for every sentence."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     entropy = pattern["per_dimension"]["entropy_bits"]
     information = pattern["per_dimension"]["information_bits"]
     fig, ax = plt.subplots(figsize=(max(5.5, 0.25 * len(entropy) + 2), 3.2))
@@ -216,17 +212,11 @@ def spike_bars(pattern, path):
     ax.set_ylabel("bits")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    save(plt, fig, path)
 
 
 def heat_map(matrix, path, title, xlabel, ylabel, colorbar):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(5.5, 0.25 * matrix.shape[1] + 2), max(3, 0.4 * matrix.shape[0] + 1.5)))
     image = ax.imshow(matrix, aspect="auto", cmap="viridis")
     ax.set_title(title)
@@ -234,6 +224,20 @@ def heat_map(matrix, path, title, xlabel, ylabel, colorbar):
     ax.set_ylabel(ylabel)
     ax.set_yticks(range(matrix.shape[0]))
     fig.colorbar(image, ax=ax, label=colorbar)
+    save(plt, fig, path)
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(plt, fig, path):
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
