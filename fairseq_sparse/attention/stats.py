@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from ..modules.probability import jensen_shannon
+
 
 def density(p, allowed):
     """Per head: sum over queries of the fraction of the keys a query may attend to
@@ -19,10 +21,6 @@ def density(p, allowed):
     return (nonzero / allowed.float().sum(-1).clamp_min(1)).sum(-1)
 
 
-def _entropy(p):
-    return -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
-
-
 def head_diversity(p):
     """Generalised Jensen-Shannon divergence between the heads of a layer, per query, summed:
 
@@ -30,7 +28,7 @@ def head_diversity(p):
 
     0 when all heads attend alike, log H when their supports are disjoint.
     """
-    return (_entropy(p.mean(0)) - _entropy(p).mean(0)).sum()
+    return jensen_shannon(p, dim=0).sum()
 
 
 def previous_token_score(p):

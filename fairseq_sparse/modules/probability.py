@@ -1,4 +1,4 @@
-"""Probability helpers shared by the latent-variable models and the sentence VAEs, once.
+"""Probability helpers shared by the research lines, once.
 
 - :func:`gaussian_kl`: KL(N(mean, exp(log_var)) || N(0, I)) in closed form;
 - :func:`reparameterized_sample`: z = mean + sigma * eps (Kingma & Welling 2014);
@@ -7,7 +7,10 @@
 - :func:`binary_concrete`: a relaxed Bernoulli sample (Maddison et al. 2017);
 - :func:`spike_and_slab_log_prob`: the log density of a spike-and-slab mixture with a
   Gaussian spike (MAT-VAE's prior; HSVAE's prior and posterior given gamma);
-- :func:`clamp_keep_gradient`: a clamp whose gradient is the identity's.
+- :func:`clamp_keep_gradient`: a clamp whose gradient is the identity's;
+- :func:`shannon_entropy` and :func:`jensen_shannon`: the entropy of distributions
+  and the generalised Jensen-Shannon divergence among them (the attention report's
+  head diversity, the sentence VAEs' spike-pattern information).
 
 Uniform draws are kept off 0 and 1, where the logarithms are infinite.
 """
@@ -81,3 +84,19 @@ def clamp_keep_gradient(x, low, high):
     do for the Beta posterior's parameters: TensorFlow Probability's
     ``clip_by_value_preserve_gradient``)."""
     return x + (x.clamp(low, high) - x).detach()
+
+
+def shannon_entropy(p, dim=-1):
+    """Shannon entropy in nats of the distributions ``p`` along ``dim`` (0 log 0 = 0)."""
+    return -(p * torch.log(p.clamp_min(1e-30))).sum(dim)
+
+
+def jensen_shannon(p, dim=0):
+    """Generalised Jensen-Shannon divergence (nats) among the distributions of ``p`` (along
+    its last axis) indexed by ``dim``, with equal weights:
+
+        JS(p_1, ..., p_n) = H(mean_i p_i) - mean_i H(p_i),
+
+    0 when they are all alike, log n when their supports are disjoint.  With i the input
+    x drawn uniformly, it is the mutual information I(x; y) of y ~ p_x."""
+    return shannon_entropy(p.mean(dim)) - shannon_entropy(p).mean(dim)

@@ -22,6 +22,8 @@ import math
 import torch
 from fairseq.logging.meters import Meter
 
+from ..modules.probability import jensen_shannon, shannon_entropy
+
 
 def hoyer(z, eps=1e-12):
     """Hoyer sparsity of each row of z (N, d)."""
@@ -50,11 +52,6 @@ def active_units(means, threshold=0.01):
     return means.double().var(0, unbiased=True) > threshold
 
 
-def _binary_entropy_bits(p):
-    p = p.clamp(1e-12, 1 - 1e-12)
-    return -(p * p.log2() + (1 - p) * (1 - p).log2())
-
-
 def spike_pattern(spike_prob, certain=0.01):
     """How a spike-and-slab code's zeros depend on the input, from each input's spike
     probabilities (N, d) (HSVAE: E[gamma | x], the chance that dimension i is exactly 0).
@@ -70,8 +67,9 @@ def spike_pattern(spike_prob, certain=0.01):
     least 1 - ``certain`` of the inputs (``always_zero``), in at most ``certain``
     (``never_zero``), and between (``switching``)."""
     spike_prob = spike_prob.double()
-    entropy = _binary_entropy_bits(spike_prob.mean(0))
-    information = (entropy - _binary_entropy_bits(spike_prob).mean(0)).clamp_min(0.0)
+    spike = torch.stack([spike_prob, 1 - spike_prob], -1)  # each dimension's Bernoulli, per input
+    entropy = shannon_entropy(spike.mean(0)) / math.log(2)
+    information = (jensen_shannon(spike, dim=0) / math.log(2)).clamp_min(0.0)  # rounding: never below 0
     share = (spike_prob > 0.5).double().mean(0)
     always, never = int((share >= 1 - certain).sum()), int((share <= certain).sum())
     return {"always_zero": always, "never_zero": never, "switching": spike_prob.shape[1] - always - never,

@@ -1,9 +1,14 @@
-"""The shared probability helpers against torch.distributions and exact frequencies."""
+"""The shared probability helpers against torch.distributions, exact frequencies and
+hand-computed cases."""
 
+import math
+
+import pytest
 import torch
 from torch.distributions import Normal, kl_divergence
 
-from fairseq_sparse.modules.probability import binary_concrete, gaussian_kl, gumbel_noise, reparameterized_sample
+from fairseq_sparse.modules.probability import (binary_concrete, gaussian_kl, gumbel_noise, jensen_shannon,
+                                                reparameterized_sample, shannon_entropy)
 
 
 def test_gaussian_kl_is_torch_s_closed_form_weighted_per_dimension():
@@ -69,3 +74,20 @@ def test_clamp_keep_gradient_clips_the_value_and_passes_the_gradient():
     assert y.tolist() == [0.5, 0.5, 3.0, 100.0]
     (y * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
     assert x.grad.tolist() == [1.0, 2.0, 3.0, 4.0]  # a plain clamp gives 0 at 0.1 and 250
+
+
+def test_shannon_entropy_and_jensen_shannon_against_hand_computed_cases():
+    """Uniform over 4: log 4 nats, a point mass 0 (0 log 0 = 0); the divergence of equal
+    distributions is 0, of disjoint ones log n, and of two Bernoullis it is the mutual
+    information H(mean) - mean H."""
+    assert shannon_entropy(torch.full((4,), 0.25)).item() == pytest.approx(math.log(4))
+    assert shannon_entropy(torch.tensor([1.0, 0.0, 0.0])).item() == 0.0
+    same = torch.tensor([0.2, 0.3, 0.5]).repeat(5, 1)
+    assert jensen_shannon(same).item() == pytest.approx(0.0, abs=1e-7)
+    assert jensen_shannon(torch.eye(3)).item() == pytest.approx(math.log(3))
+
+    def h(q):
+        return -(q * math.log(q) + (1 - q) * math.log(1 - q))
+
+    bernoullis = torch.tensor([[0.2, 0.8], [0.6, 0.4]], dtype=torch.float64)
+    assert jensen_shannon(bernoullis).item() == pytest.approx(h(0.4) - (h(0.2) + h(0.6)) / 2)
