@@ -9,16 +9,24 @@ stock ``transformer`` (softmax through ``F.multi_head_attention_forward``) and o
 ``entmax_transformer`` with each normaliser, on the fused attention path
 (``entmax_attention``; SDPA for softmax) and on the explicit one (scores stored,
 Triton row-wise normaliser).  Every figure is a ratio to the stock transformer in the
-same run.
+same run, taken round by round: all the models stay on the GPU, every round gives each
+of them one step on the same batch, in a rotating order (``timing.interleaved_ms``), and
+a ratio is the median over the rounds of stock step time / the model's, per target
+token, with its quartiles.  (Timing one model's steps after another's let the host's
+drift fall on some models and not others: the explicit alpha-entmax row, whose code had
+not changed, read 0.96x in one run and 0.72x in another.)  Peak memory is measured
+first, one model at a time on the GPU.
 
     python benchmarks/bench_training_gpu.py [--length 30] [--tokens 4096] [--steps 30]
+
+``--device cpu`` with ``--model-args`` for a small model runs the same code on CPU
+tensors, to check the script (the tests do); its times say nothing.
 """
 
 import argparse
-import statistics
+import shlex
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -28,7 +36,8 @@ from fairseq import options, tasks
 import fairseq_sparse
 
 REPO = Path(__file__).resolve().parents[1]
-DEVICE = "cuda"
+sys.path.insert(0, str(REPO / "benchmarks"))
+from timing import interleaved_ms, paired_ratio  # noqa: E402
 VARIANTS = [  # name, arch, normaliser, fused path
     ("stock transformer (softmax)", "transformer_iwslt_de_en", None, False),
     ("softmax, fused (SDPA)", "entmax_transformer_iwslt_de_en", "softmax", True),
@@ -39,17 +48,18 @@ VARIANTS = [  # name, arch, normaliser, fused path
 ]
 
 
-def build(data, arch, normalizer, vocab):
+def build(data, arch, normalizer, model_args):
     parser = options.get_training_parser()
     extra = ["--attention-normalizer", normalizer] if normalizer else []
     args = options.parse_args_and_arch(parser, [str(data), "--user-dir", str(REPO / "fairseq_sparse"), "--task",
-                                                "translation", "-s", "de", "-t", "en", "--arch", arch, *extra])
+                                                "translation", "-s", "de", "-t", "en", "--arch", arch, *extra,
+                                                *model_args])
     task = tasks.setup_task(args)
     torch.manual_seed(0)
     return task.build_model(args)
 
 
-def batches(n, tokens, length, vocab, pad, eos, generator):
+def batches(n, tokens, length, vocab, pad, eos, generator, device):
     """Synthetic translation batches: lengths uniform in [length/2, 3 length/2]."""
     out = []
     for _ in range(n):
@@ -65,29 +75,46 @@ def batches(n, tokens, length, vocab, pad, eos, generator):
             tgt[i, :t] = torch.randint(4, vocab, (t,), generator=generator)
             prev[i, 0] = eos
             prev[i, 1:t] = tgt[i, :t - 1]
-        out.append(tuple(t.to(DEVICE) for t in (src, src_len, prev, tgt)))
+        out.append(tuple(t.to(device) for t in (src, src_len, prev, tgt)))
     return out
 
 
-def measure(model, data, steps, warmup, pad):
-    model.to(DEVICE).train()
+def trainer(model, data, pad, device):
+    """A callable making one training step of `model` per call, on the next batch of `data`
+    (cycled): forward under bf16 autocast, label-smoothed cross-entropy, backward, Adam."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    times = []
-    for i, (src, src_len, prev, tgt) in enumerate(data[:warmup + steps]):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+    state = {"i": 0}
+
+    def step():
+        src, src_len, prev, tgt = data[state["i"] % len(data)]
+        state["i"] += 1
+        with torch.autocast(device, dtype=torch.bfloat16):
             logits = model(src, src_len, prev)[0]
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad,
                                label_smoothing=0.1, reduction="sum")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        torch.cuda.synchronize()
-        if i >= warmup:
-            times.append((time.perf_counter() - start, int((tgt != pad).sum())))
-    seconds = sum(t for t, _ in times)
-    return sum(n for _, n in times) / seconds, torch.cuda.max_memory_allocated()
+
+    return step
+
+
+def peak_memory(model, data, pad, device):
+    """Peak bytes allocated by one training step of `model`, alone on the GPU (None on CPU)."""
+    if device != "cuda":
+        return None
+    model.to(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    step = trainer(model, data, pad, device)
+    step()
+    step()  # Adam's state exists from the first step on
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    model.cpu()
+    del step
+    torch.cuda.empty_cache()
+    return peak
 
 
 def main():
@@ -95,43 +122,60 @@ def main():
     parser.add_argument("--length", type=int, default=30, help="mean sentence length in tokens")
     parser.add_argument("--tokens", type=int, default=4096, help="target tokens per batch (about)")
     parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=2, help="measure each variant this many times, interleaved")
+    parser.add_argument("--steps", type=int, default=30, help="timed rounds: each model makes one step per round")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps of each model first")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: check the script at a small --model-args; its times mean nothing")
+    parser.add_argument("--model-args", default="",
+                        help="fairseq options appended to every model's, e.g. \"--encoder-layers 1 ...\"")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("this benchmark needs a CUDA device")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("this benchmark needs a CUDA device (or --device cpu to check the script)")
     fairseq_sparse.load_plugin()
+    model_args = shlex.split(args.model_args)
     with tempfile.TemporaryDirectory() as tmp:
         for lang in ("de", "en"):
             Path(tmp, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(args.vocab - 4)))
-        models = {name: build(tmp, arch, norm, args.vocab) for name, arch, norm, _ in VARIANTS}
+        models = {name: build(tmp, arch, norm, model_args) for name, arch, norm, _ in VARIANTS}
     for (name, _, _, fused), model in zip(VARIANTS, models.values()):
+        model.train()
         for module in model.modules():
             if hasattr(module, "use_fused_kernel"):
                 module.use_fused_kernel = fused
     dictionary = next(iter(models.values())).decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
-    data = batches(args.warmup + args.steps, args.tokens, args.length, len(dictionary), pad, eos,
-                   torch.Generator().manual_seed(0))
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; bf16 autocast; "
-          f"{sum(p.numel() for p in models[VARIANTS[0][0]].parameters()) / 1e6:.1f}M parameters; "
+    data = batches(max(args.steps, 1) + args.warmup + 2, args.tokens, args.length, len(dictionary), pad, eos,
+                   torch.Generator().manual_seed(0), args.device)
+    tokens = [int((tgt != pad).sum()) for *_, tgt in data]
+    stock = VARIANTS[0][0]
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (a check of the script)"
+    print(f"{device_name}, torch {torch.__version__}; bf16 autocast; "
+          f"{sum(p.numel() for p in models[stock].parameters()) / 1e6:.1f}M parameters; "
           f"~{args.tokens} target tokens per batch, sentences of {args.length // 2}-{3 * args.length // 2} tokens; "
-          f"{args.steps} timed steps after {args.warmup}, best of {args.repeats}", file=sys.stderr)
-    results = {name: [] for name in models}
-    for _ in range(args.repeats):  # interleaved, so that clock drift hits every variant alike
-        for name, model in models.items():
-            torch.cuda.reset_peak_memory_stats()
-            results[name].append(measure(model, data, args.steps, args.warmup, pad))
-            model.cpu()
-            torch.cuda.empty_cache()
-    base = max(r[0] for r in results[VARIANTS[0][0]])
-    print(f"| model | target tokens/s | / stock softmax | peak memory |")
+          f"{args.steps} rounds after {args.warmup} untimed steps each", file=sys.stderr)
+    memory = {name: peak_memory(model, data, pad, args.device) for name, model in models.items()}
+    steps = {}
+    for name, model in models.items():
+        model.to(args.device)
+        steps[name] = trainer(model, data, pad, args.device)
+        for _ in range(args.warmup):
+            steps[name]()
+    # interleaved_ms calls each step twice before its rounds (a first call, then one to size
+    # its samples), so round r's batch is the same for every model.
+    times = interleaved_ms(steps, args.steps, min_ms=0.0)
+    first = args.warmup + 2
+    per_token = {name: [ms / tokens[(first + r) % len(data)] for r, ms in enumerate(runs)]
+                 for name, runs in times.items() if not isinstance(runs, Exception)}
+    print("| model | target tokens/s | / stock softmax: median (quartiles) | peak memory |")
     print("| --- | --- | --- | --- |")
-    for name, runs in results.items():
-        tps = max(r[0] for r in runs)
-        mem = statistics.median(r[1] for r in runs)
-        print(f"| {name} | {tps:,.0f} | {tps / base:.2f} | {mem / 2**30:.2f} GiB |")
+    for name, runs in times.items():
+        if isinstance(runs, Exception):
+            print(f"| {name} | failed: {type(runs).__name__}: {str(runs).splitlines()[0][:80]} | – | – |")
+            continue
+        rate = 1000 / sorted(per_token[name])[len(per_token[name]) // 2]
+        ratio, q1, q3 = paired_ratio(per_token[stock], per_token[name])
+        mem = "–" if memory[name] is None else f"{memory[name] / 2**30:.2f} GiB"
+        print(f"| {name} | {rate:,.0f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) | {mem} |")
 
 
 if __name__ == "__main__":

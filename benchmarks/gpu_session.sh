@@ -160,7 +160,7 @@ run)
         --lengths 512 1024 4096 16384 --no-reference --repeats 10
     wanted causal && step 90 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 \
         --lengths 512 1024 4096 --causal --no-reference --repeats 10
-    wanted training && step 80 training.log python3 benchmarks/bench_training_gpu.py --steps 30 --repeats 2
+    wanted training && step 80 training.log python3 benchmarks/bench_training_gpu.py --steps 60
     ;;
 *)
     echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape" >&2

@@ -7,8 +7,8 @@ scikit-learn and SciPy) before it does any work, and the suite starts about 150 
 and about 35 runs of the experiment scripts, which import the same. This server imports
 them once and forks a child per call. The child is the process a fresh start would be
 from that point on: it takes the caller's working directory, environment, argv and
-output files, runs the console script's entry point (or, for `python SCRIPT.py ...`, the
-script as __main__), and exits through the interpreter's own shutdown (atexit handlers
+output files, runs the console script's entry point (or, for `python SCRIPT.py ...` and
+`python -m MODULE ...`, the script or module as __main__), and exits through the interpreter's own shutdown (atexit handlers
 and non-daemon threads included), with the exit status a fresh process would have. The
 commands a script starts (fairseq-train, ...) are forked the same way, from a copy of
 the script's child made before the script runs (fork_commands_here).
@@ -87,6 +87,11 @@ def become(argv, cwd, env, stdio, root_logging):
         os.close(fd)
     # SystemExit unwinds out of the server's loop, so the interpreter shuts down as a fresh
     # process's would (an uncaught exception too: traceback on stderr, status 1).
+    if argv[0] == sys.executable and argv[1] == "-m":  # `python -m MODULE ARGS` (scripts/ape_experiment.py)
+        sys.argv = list(argv[2:])
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        sys.exit(0)
     if argv[0] == sys.executable:  # `python SCRIPT.py ARGS`, as the interpreter runs it
         sys.argv = list(argv[1:])
         sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
@@ -110,13 +115,14 @@ def console_script(name):
 
 def forkable(argv, executable, env, base_env):
     """Whether Popen(argv, executable=executable, env=env) can be forked rather than
-    executed: this environment's console scripts and `python SCRIPT.py`, in `base_env`
+    executed: this environment's console scripts, `python SCRIPT.py` and `python -m MODULE`, in `base_env`
     (the calling script's, which run_cli checked is the one the server imported under)
     but for the thread count (see become())."""
     if not argv or executable not in (None, argv[0]):
         return False
     if argv[0] == sys.executable:
-        if len(argv) < 2 or not argv[1].endswith(".py") or not os.path.isfile(argv[1]):
+        module = len(argv) >= 3 and argv[1] == "-m"
+        if not module and (len(argv) < 2 or not argv[1].endswith(".py") or not os.path.isfile(argv[1])):
             return False
     elif (os.path.dirname(argv[0]) != os.path.dirname(sys.executable)
           or console_script(os.path.basename(argv[0])) is None):

@@ -44,3 +44,26 @@ def test_paired_ratio_is_the_median_of_the_rounds_ratios():
     assert paired_ratio(samples, baseline) == pytest.approx((3.0, 2.0, 4.0))
     # The ratio of the medians would mix rounds: 16 / 4 = 4, not the typical round's 3.
     assert paired_ratio([2.0], [4.0]) == (0.5, 0.5, 0.5)
+
+
+def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
+    """benchmarks/bench_training_gpu.py with --device cpu and a one-layer model: the six
+    models train in interleaved rounds and each gets its row, the stock transformer's ratio
+    to itself 1.00 (CPU times mean nothing; the GPU runs give the figures)."""
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training_gpu.py"
+    small = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+             "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
+             "--decoder-attention-heads 2")
+    proc = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--steps", "2", "--warmup", "0",
+                           "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", small],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0].lstrip("| ") for row in rows[1:]] == [
+        "stock transformer (softmax)", "softmax, fused (SDPA)", "1.5-entmax, fused", "1.5-entmax, explicit",
+        "alpha-entmax, fused", "alpha-entmax, explicit"]
+    assert rows[1][2] == "1.00 (1.00-1.00)"
+    assert all(float(row[1].replace(",", "")) > 0 for row in rows[1:])
+    assert "CPU (a check of the script)" in proc.stderr
