@@ -90,7 +90,8 @@ PY
     pharma=../shared/data/ape/wmt17-de-en-pharma
     for f in src mt pe; do gzip -9 -c "$pharma/de-en.train.$f" > ".carry/ape/pharma/de-en.train.$f.gz" || exit 1; done
     du -sh .carry .whl
-    total=$(( $(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1) + $(du -sb .carry .whl | awk '{s+=$1} END {print s}') ))
+    tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+    total=$((tracked + $(du -sb .carry .whl | awk '{s += $1} END {print s}')))
     echo "checkout + .whl + .carry: $((total / 1048576)) MiB of the 64 MiB a call may carry"
     [ "$total" -lt $((64 * 1048576)) ] || { echo "over 64 MiB: the call would be refused" >&2; exit 1; }
     ;;
@@ -149,7 +150,8 @@ run)
     # The tests compile a kernel variant each (about 11 s apiece on the device's CPU: 12 of 76 ran
     # in 140 s on 2026-11-27), so they run on 8 workers (pytest-xdist, in the device image).
     wanted tests && step 160 cuda_tests.log python3 -m pytest -q -x -n 8 -p no:cacheprovider \
-        tests/entmax/test_entmax_attention.py tests/modules/test_fused_attention_path.py tests/entmax/test_triton_kernel.py
+        tests/entmax/test_entmax_attention.py tests/modules/test_fused_attention_path.py \
+        tests/entmax/test_triton_kernel.py
     wanted kernel && step 75 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 \
         --lengths 1024 4096 --repeats 10
     wanted kernel && step 45 kernel.log python3 benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 \

@@ -8,8 +8,9 @@ and about 35 runs of the experiment scripts, which import the same. This server 
 them once and forks a child per call. The child is the process a fresh start would be
 from that point on: it takes the caller's working directory, environment, argv and
 output files, runs the console script's entry point (or, for `python SCRIPT.py ...` and
-`python -m MODULE ...`, the script or module as __main__), and exits through the interpreter's own shutdown (atexit handlers
-and non-daemon threads included), with the exit status a fresh process would have. The
+`python -m MODULE ...`, the script or module as __main__), and exits through the
+interpreter's own shutdown (atexit handlers and non-daemon threads included), with the
+exit status a fresh process would have. The
 commands a script starts (fairseq-train, ...) are forked the same way, from a copy of
 the script's child made before the script runs (fork_commands_here).
 
@@ -115,9 +116,9 @@ def console_script(name):
 
 def forkable(argv, executable, env, base_env):
     """Whether Popen(argv, executable=executable, env=env) can be forked rather than
-    executed: this environment's console scripts, `python SCRIPT.py` and `python -m MODULE`, in `base_env`
-    (the calling script's, which run_cli checked is the one the server imported under)
-    but for the thread count (see become())."""
+    executed: this environment's console scripts, `python SCRIPT.py` and `python -m
+    MODULE`, in `base_env` (the calling script's, which run_cli checked is the one the
+    server imported under) but for the thread count (see become())."""
     if not argv or executable not in (None, argv[0]):
         return False
     if argv[0] == sys.executable:

@@ -112,8 +112,9 @@ def test_auto_budget_fits_the_schedule_to_the_time_cap(tmp_path, tiny_bert):
     write_ape_split(tmp_path, "slice", 0, 240)
     out = tmp_path / "auto"
     cap = 2e-3  # hours: 7.2 s of training
+    quick = ("--conservativeness", "0", "--keep-mt-margin", "off")  # one dev pass: tuning is tested above
     run_experiment(out, tmp_path / "slice", tiny_bert, "auto", "--systems", "bert", "--stop-time-hours", str(cap),
-                   "--warmup", "10%", "--probe-updates", "20")
+                   "--warmup", "10%", "--probe-updates", "20", *quick)
     trained = json.loads((out / "bert" / "trained.json").read_text())
     rate = trained["probe_updates_per_second"]
     assert rate > 0 and trained["max_update"] == max(1, int(rate * cap * 3600 * 0.9))
@@ -128,6 +129,6 @@ def test_auto_budget_fits_the_schedule_to_the_time_cap(tmp_path, tiny_bert):
 
     # Resumed with another cap: the schedule sized by the first run stays.
     run_experiment(out, tmp_path / "slice", tiny_bert, "auto", "--systems", "bert", "--stop-time-hours", "1",
-                   "--warmup", "10%")
+                   "--warmup", "10%", *quick)
     again = json.loads((out / "bert" / "trained.json").read_text())
     assert again["max_update"] == trained["max_update"] and again["updates"] == trained["max_update"]
