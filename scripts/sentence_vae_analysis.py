@@ -297,8 +297,8 @@ def main(argv=None):
         "average_hoyer_samples": average_hoyer(test_codes[:, 0]),
         "average_hoyer_means": average_hoyer(test_means),
         "test_kl": test_kl,  # each KL term of the objective, nats per sentence
+        "active_units": int(active_units(test_means).sum()),
     }
-    results["active_units"] = int(active_units(test_means).sum())
     args.out.mkdir(parents=True, exist_ok=True)
     if cfg.criterion._name == "hsvae":
         spiked = (test_gamma > 0.5).float()
