@@ -221,7 +221,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt or binarised)")
     parser.add_argument("--out", type=Path, required=True, help="directory for the runs, tables and plots")
-    parser.add_argument("--seeds", type=int, default=3, help="runs per setting, seeds 1..N (default: %(default)s)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="runs per setting: N seeds, from --first-seed on (default: %(default)s)")
+    parser.add_argument("--first-seed", type=int, default=1,
+                        help="the first of the --seeds seeds, to add seeds to a grid run before "
+                             "(default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=10, help="training epochs per run (default: %(default)s)")
     parser.add_argument("--hsvae-settings", type=settings, default=settings("10,1 5,5 1,10"),
                         help="HSVAE (alpha, beta) pairs; '' for none (default: '10,1 5,5 1,10')")
@@ -244,11 +248,13 @@ def main(argv=None):
                         help="also classify the test split from each run's frozen encoder (sentence_vae_analysis.py)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, not {args.seeds}")
 
     grid = [(objective, setting, seed)
             for objective, setting in ([("hsvae", s) for s in args.hsvae_settings]
                                        + [("mat_vae", s) for s in args.mat_vae_settings] + args.baselines)
-            for seed in range(1, args.seeds + 1)]
+            for seed in range(args.first_seed, args.first_seed + args.seeds)]
     if not grid:
         parser.error("nothing to run: give HSVAE or MAT-VAE settings or baselines")
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

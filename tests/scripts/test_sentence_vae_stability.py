@@ -1,7 +1,8 @@
 """scripts/sentence_vae_stability.py on a small slice of real Yelp text: the table, the plot,
 the frozen-encoder analysis, logs collected rather than rerun on a second call, and an
-interrupted run resumed from its checkpoint with its earlier epochs kept, and a finished
-one trained on when asked for more epochs; the baselines option and the commands it makes."""
+interrupted run resumed from its checkpoint with its earlier epochs kept, a finished
+one trained on when asked for more epochs, and seeds added to a grid later; the baselines
+option and the commands it makes."""
 
 import argparse
 import json
@@ -93,6 +94,20 @@ def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
     valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
     assert [epoch["epoch"] for epoch in valid] == [1, 2, 3]
     assert analysis.stat().st_mtime_ns != analysed_at
+    # A seed added to the grid later trains alone; asked for both, the grid collects both
+    # and trains neither again.
+    run(data, out, "--seeds", "1", "--first-seed", "2", "--mat-vae-settings", "", epochs=3)
+    runs = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"]
+    assert [r["seed"] for r in runs] == [2] and log.read_text().count("done training") == 2
+    run(data, out, "--seeds", "2", "--mat-vae-settings", "", epochs=3)
+    runs = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"]
+    assert [r["seed"] for r in runs] == [1, 2] and log.read_text().count("done training") == 2
+    assert (out / "logs" / "hsvae" / "10_1_seed2.log").read_text().count("done training") == 1
+
+
+def test_no_seeds_is_an_error_naming_the_option(tmp_path):
+    proc = run_script("sentence_vae_stability.py", tmp_path, "--out", tmp_path / "out", "--seeds", "0")
+    assert proc.returncode != 0 and "--seeds must be at least 1" in proc.stderr
 
 
 def test_baselines_and_their_commands(tmp_path):
