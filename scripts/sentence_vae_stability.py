@@ -38,7 +38,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cli_helpers import epoch_metrics, training_done
+from cli_helpers import at_least, epoch_metrics, training_done
 
 REPO = Path(__file__).resolve().parents[1]
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
@@ -221,12 +221,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt or binarised)")
     parser.add_argument("--out", type=Path, required=True, help="directory for the runs, tables and plots")
-    parser.add_argument("--seeds", type=int, default=3,
+    parser.add_argument("--seeds", type=at_least(1), default=3,
                         help="runs per setting: N seeds, from --first-seed on (default: %(default)s)")
-    parser.add_argument("--first-seed", type=int, default=1,
+    parser.add_argument("--first-seed", type=at_least(0), default=1,
                         help="the first of the --seeds seeds, to add seeds to a grid run before "
                              "(default: %(default)s)")
-    parser.add_argument("--epochs", type=int, default=10, help="training epochs per run (default: %(default)s)")
+    parser.add_argument("--epochs", type=at_least(1), default=10, help="training epochs per run (default: %(default)s)")
     parser.add_argument("--hsvae-settings", type=settings, default=settings("10,1 5,5 1,10"),
                         help="HSVAE (alpha, beta) pairs; '' for none (default: '10,1 5,5 1,10')")
     parser.add_argument("--hsvae-weights", type=pair, default=(0.01, 0.01),
@@ -238,18 +238,16 @@ def main(argv=None):
                         help="MAT-VAE (psi, lambda) pairs; '' for none (default: '1,1 1,10 0.1,10')")
     parser.add_argument("--baselines", type=baselines, default=[],
                         help="e.g. 'vae,0.01 vae,1 vae_l1,0.01 vae_l2,0.01' (default: none)")
-    parser.add_argument("--latent-dim", type=int, default=32, help="latent code dimensions (default: %(default)s)")
-    parser.add_argument("--embed-dim", type=int, default=256, help="word embedding width (default: %(default)s)")
-    parser.add_argument("--hidden-dim", type=int, default=512,
+    parser.add_argument("--latent-dim", type=at_least(1), default=32, help="latent code dimensions (default: %(default)s)")
+    parser.add_argument("--embed-dim", type=at_least(1), default=256, help="word embedding width (default: %(default)s)")
+    parser.add_argument("--hidden-dim", type=at_least(1), default=512,
                         help="GRU encoder and decoder width (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=8e-4, help="Adam's learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=256, help="sentences per update (default: %(default)s)")
+    parser.add_argument("--batch-size", type=at_least(1), default=256, help="sentences per update (default: %(default)s)")
     parser.add_argument("--analyse", action="store_true",
                         help="also classify the test split from each run's frozen encoder (sentence_vae_analysis.py)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at the same time (default: %(default)s)")
+    parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at the same time (default: %(default)s)")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error(f"--seeds must be at least 1, not {args.seeds}")
 
     grid = [(objective, setting, seed)
             for objective, setting in ([("hsvae", s) for s in args.hsvae_settings]

@@ -1,14 +1,35 @@
 """The command runner and fairseq log parser shared by the experiment scripts."""
 
+import argparse
 import sys
 
 import pytest
 
 from fairseq_sparse.ape.triplets import write_triplets
-from tests.conftest import REPO, shared_data
+from tests.conftest import REPO, run_script, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import epoch_metrics, find_corpus, held_out, interval_metrics, read_corpus, run_logged  # noqa: E402
+from cli_helpers import at_least, epoch_metrics, find_corpus, held_out, interval_metrics, read_corpus, run_logged  # noqa: E402
+
+
+def test_at_least_names_the_option_and_its_floor():
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--epochs", type=at_least(1))
+    assert parser.parse_args(["--epochs", "1"]).epochs == 1
+    for bad, message in (("0", "argument --epochs: must be at least 1, not 0"),
+                         ("x", "argument --epochs: invalid int value: 'x'")):
+        with pytest.raises(argparse.ArgumentError) as error:
+            parser.parse_args(["--epochs", bad])
+        assert str(error.value) == message
+
+
+@pytest.mark.parametrize("script, option", [
+    ("ape_demo.py", "--max-epoch"), ("multi30k_sparse_attention.py", "--max-epoch"),
+    ("multi30k_sparse_attention.py", "--jobs"), ("bitvector_sparsemap_support.py", "--epochs")])
+def test_scripts_refuse_a_count_of_zero_naming_the_option(script, option):
+    # fairseq-train would read --max-epoch 0 as no limit; the parser stops it first.
+    proc = run_script(script, option, "0", timeout=300)
+    assert proc.returncode == 2 and f"argument {option}: must be at least 1, not 0" in proc.stderr, proc.stderr
 
 
 def test_epoch_metrics_reads_every_subset_and_exponents():

@@ -5,6 +5,8 @@ import json
 import sys
 from argparse import Namespace
 
+import pytest
+
 from tests.conftest import REPO, run_script
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -65,6 +67,21 @@ def test_warm_start_is_refused_without_ssvae(tmp_path):
     proc = run_script("latent_results.py", "--out", tmp_path, "--experiments", "signaling_game",
                       "--warm-start-epochs", "2", timeout=300)
     assert proc.returncode == 2 and "--warm-start-epochs applies to the ssvae experiment only" in proc.stderr
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--seeds", "0"], "argument --seeds: must be at least 1, not 0"),
+    (["--jobs", "0"], "argument --jobs: must be at least 1, not 0"),
+    (["--warm-start-epochs", "-1"], "argument --warm-start-epochs: must be at least 0, not -1"),
+    (["--epochs", '{"ssvae": 0}'], "--epochs: 'ssvae': 0; give each of ssvae, signaling_game, bitvector_vae"),
+    (["--epochs", '{"ssave": 2}'], "--epochs: 'ssave': 2;"),
+    (["--epochs", "[2]"], "--epochs [2]: give a JSON object"),
+])
+def test_bad_counts_are_errors_naming_the_option(tmp_path, option, message):
+    # (An epoch count of 0 would reach fairseq-train as --max-epoch 0: no limit.)
+    proc = run_script("latent_results.py", "--out", tmp_path, *option, timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "logs").exists()
 
 
 def test_table_names_the_seeds_of_each_estimator_when_they_differ():

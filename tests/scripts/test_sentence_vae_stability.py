@@ -105,9 +105,12 @@ def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
     assert (out / "logs" / "hsvae" / "10_1_seed2.log").read_text().count("done training") == 1
 
 
-def test_no_seeds_is_an_error_naming_the_option(tmp_path):
-    proc = run_script("sentence_vae_stability.py", tmp_path, "--out", tmp_path / "out", "--seeds", "0")
-    assert proc.returncode != 0 and "--seeds must be at least 1" in proc.stderr
+@pytest.mark.parametrize("option", ["--seeds", "--epochs", "--jobs", "--batch-size"])
+def test_a_count_of_zero_is_an_error_naming_the_option(tmp_path, option):
+    # (--epochs 0 would reach fairseq-train as --max-epoch 0: no limit.)
+    proc = run_script("sentence_vae_stability.py", tmp_path, "--out", tmp_path / "out", option, "0")
+    assert proc.returncode == 2 and f"argument {option}: must be at least 1, not 0" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_baselines_and_their_commands(tmp_path):
