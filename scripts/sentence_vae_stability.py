@@ -100,7 +100,8 @@ def train_command(args, objective, setting, seed, save_dir):
         "--latent-dim", str(args.latent_dim), "--embed-dim", str(args.embed_dim), "--hidden-dim",
         str(args.hidden_dim), "--optimizer", "adam", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
         "--max-epoch", str(args.epochs), "--seed", str(seed), "--num-workers", "0", "--no-epoch-checkpoints",
-        "--log-format", "simple", "--log-interval", "1000", "--cpu", "--save-dir", str(save_dir)]
+        "--log-format", "simple", "--log-interval", "1000", *(["--cpu"] if args.cpu else []),
+        "--save-dir", str(save_dir)]
 
 
 def last_per_epoch(entries):
@@ -247,6 +248,9 @@ def main(argv=None):
     parser.add_argument("--analyse", action="store_true",
                         help="also classify the test split from each run's frozen encoder (sentence_vae_analysis.py)")
     parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at the same time (default: %(default)s)")
+    parser.add_argument("--gpu", dest="cpu", action="store_false",
+                        help="train on the (first) CUDA GPU, --jobs runs sharing it; the analysis stays on the "
+                             "CPU (default: train on the CPU)")
     args = parser.parse_args(argv)
 
     grid = [(objective, setting, seed)

@@ -116,10 +116,13 @@ def test_a_count_of_zero_is_an_error_naming_the_option(tmp_path, option):
 def test_baselines_and_their_commands(tmp_path):
     args = argparse.Namespace(
         data=tmp_path, hsvae_weights=(0.01, 0.01), hsvae_options="--hard-slab", latent_dim=6, embed_dim=16,
-        hidden_dim=32, lr=1e-3, batch_size=32, epochs=2)
+        hidden_dim=32, lr=1e-3, batch_size=32, epochs=2, cpu=True)
     runs = stability.baselines("vae,1 vae_l1,0.01,0.1 vae_l2,0.5")
     assert runs == [("vae", (1.0,)), ("vae_l1", (0.01, 0.1)), ("vae_l2", (0.5,))]
     cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
+    assert "--cpu" in cmd
+    assert "--cpu" not in stability.train_command(argparse.Namespace(**dict(vars(args), cpu=False)),
+                                                  *runs[1], 1, tmp_path / "ckpt")  # --gpu
     assert cmd[cmd.index("--criterion") + 1] == "vae_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
     assert cmd[cmd.index("--kl-weight") + 1] == "0.01" and cmd[cmd.index("--regularization-weight") + 1] == "0.1"
     assert stability.run_name(*runs[1], 2) == "vae_l1/0.01_0.1_seed2"
