@@ -8,6 +8,9 @@
 #                                            # timeout_s 600; groups: tests kernel attention causal training
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
 #   bash benchmarks/gpu_session.sh ape       # there: pharma APE (issue 25); carry [".whl", ".carry"], timeout_s 600
+#   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarised, into .carry/vae
+#   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE (issue 27); carry [".whl", ".carry/vae"],
+#                                            # timeout_s 600
 #
 # `ape` trains bert_ape from MiniLM on WMT17 APE pharma (scripts/ape_experiment.py, the
 # earlier H100 run's batch and learning rate) in fairseq's mixed precision, its schedule
@@ -16,6 +19,12 @@
 # (train and probe logs, tuning grid and plot, test outputs; no checkpoints).  The
 # weights travel in float16 (the 64 MiB limit) and are widened to float32 there: a
 # relative rounding of at most 2^-11 of the initialisation.
+#
+# `vae` trains, on the GPU, HSVAE Beta(10, 1) at KL weights psi 0.01, lambda 0.001 and the vanilla
+# VAE at psi 0.01, seeds 1 to 3 each, six runs at once (scripts/sentence_vae_stability.py --gpu:
+# the 2 CPU cores' settings of docs/results.md, batch 64), one epoch at a time for as many epochs as
+# fit 540 s, each analysed on the device's CPU (frozen-encoder accuracy, Hoyer, spike pattern); sends
+# back vae.log, table_eE.md per epoch and vae.tgz (logs, stability.json and plots; no checkpoints).
 #
 # `run` installs the wheels, then runs the step groups asked (all without any), each step's
 # output in $OUT (at most 8 files come back):
@@ -125,6 +134,40 @@ ape)
     tar -C /tmp -czf "$OUT/ape-pharma.tgz" --exclude='*.pt' --exclude='ape-pharma/data' --exclude='tensorboard' \
         ape-pharma
     ;;
+vae-pack)
+    # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results.md, "ten
+    # times the sentences"), binarised (5 MB), into the git-ignored .carry/vae.
+    grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
+    rm -rf .carry/vae /tmp/yahoo_big_raw
+    python3 data_prep/hsvae_sets.py ../shared/data/text/hsvae-yahoo10 /tmp/yahoo_big_raw \
+        --unlabelled ../shared/data/text/yahoo/valid.txt ../shared/data/text/yahoo/test.txt || exit 1
+    python3 -m fairseq_sparse.vae.binarize --raw /tmp/yahoo_big_raw --destdir .carry/vae/yahoo_big || exit 1
+    tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+    total=$((tracked + $(du -sb .carry/vae .whl | awk '{s += $1} END {print s}')))
+    echo "checkout + .whl + .carry/vae: $((total / 1048576)) MiB of the 64 MiB a call may carry"
+    [ "$total" -lt $((64 * 1048576)) ] || { echo "over 64 MiB: the call would be refused" >&2; exit 1; }
+    ;;
+vae)
+    install
+    budget=540 start=$SECONDS last=0
+    {
+        device_info
+        # Another epoch only while one more, as long as the last, fits the budget; each call
+        # trains every run on from its checkpoint (sentence_vae_stability.py) and analyses it.
+        for epochs in $(seq 1 20); do
+            left=$((budget - (SECONDS - start)))
+            [ "$left" -gt $((last * 5 / 4)) ] || break
+            began=$SECONDS
+            timeout "$left" python3 scripts/sentence_vae_stability.py .carry/vae/yahoo_big --out /tmp/vae --gpu \
+                --seeds 3 --epochs "$epochs" --batch-size 64 --hsvae-settings "10,1" --hsvae-weights 0.01,0.001 \
+                --mat-vae-settings "" --baselines "vae,0.01" --analyse --jobs 6 || break
+            cp /tmp/vae/table.md "$OUT/table_e$epochs.md"
+            last=$((SECONDS - began))
+            echo "== epoch $epochs: $last s, $((SECONDS - start)) s in all"
+        done
+    } 2>&1 | tee "$OUT/vae.log"
+    tar -C /tmp -czf "$OUT/vae.tgz" --exclude='checkpoints' vae
+    ;;
 run)
     shift
     groups=("$@")  # none: all of them
@@ -161,7 +204,7 @@ run)
     wanted training && step 80 training.log python3 benchmarks/bench_training_gpu.py --steps 60
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape" >&2
+    echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape|vae-pack|vae" >&2
     exit 2
     ;;
 esac

@@ -50,17 +50,13 @@ stay float32 and decoding is float32.
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 from fairseq_sparse.ape.triplets import write_triplets
-from cli_helpers import epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
+from cli_helpers import FAIRSEQ_TRAIN, epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
-# fairseq-train as a module of this interpreter: where the wheels were installed with
-# --target (a leased GPU machine, benchmarks/gpu_session.sh), no console script sits beside it.
-FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
 SHARED = REPO.parent / "shared" / "data" / "ape"
 DOMAINS = {
     "pharma": (SHARED / "wmt17-de-en-pharma" / "de-en.train", "WMT17 APE de-en, pharma"),

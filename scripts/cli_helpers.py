@@ -5,8 +5,12 @@ import argparse
 import math
 import re
 import subprocess
+import sys
 from pathlib import Path
 
+# fairseq-train as a module of this interpreter: where the wheels were installed with
+# --target (a leased GPU machine, benchmarks/gpu_session.sh), no console script sits beside it.
+FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
 # The full official MNIST (IDX files) in the shared data beside the repository.
 FULL_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "images" / "mnist-full"
 
@@ -43,7 +47,8 @@ def run_logged(cmd, log, env=None):
     with open(log, "a", encoding="utf-8") as out:
         out.write(proc.stderr)
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}); full log in {log}:\n{(stdout + proc.stderr)[-3000:]}")
+        program = cmd[2] if len(cmd) > 2 and str(cmd[1]) == "-m" else cmd[0]  # FAIRSEQ_TRAIN: the module
+        raise SystemExit(f"{program} failed ({proc.returncode}); full log in {log}:\n{(stdout + proc.stderr)[-3000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, proc.stderr)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import FULL_MNIST, at_least, epoch_metrics, run_logged, training_done  # noqa: E402
+from cli_helpers import FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, run_logged, training_done  # noqa: E402
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
@@ -100,7 +100,7 @@ def train(args, experiment, estimator, seed, name, log, warm_log):
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
     save_dir = args.out / "checkpoints" / name
-    cmd = [str(Path(sys.executable).parent / "fairseq-train")]
+    cmd = list(FAIRSEQ_TRAIN)
     if args.dataset == "mnist":
         cmd.append(str(args.data))
     cmd += ["--user-dir", str(REPO / "fairseq_sparse"), *EXPERIMENTS[experiment][2], "--dataset", args.dataset,

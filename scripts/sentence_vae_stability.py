@@ -38,7 +38,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cli_helpers import at_least, epoch_metrics, training_done
+from cli_helpers import FAIRSEQ_TRAIN, at_least, epoch_metrics, training_done
 
 REPO = Path(__file__).resolve().parents[1]
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
@@ -89,7 +89,7 @@ def run_name(objective, setting, seed):
 
 
 def train_command(args, objective, setting, seed, save_dir):
-    cmd = [str(Path(sys.executable).parent / "fairseq-train"), str(args.data), "--user-dir",
+    cmd = [*FAIRSEQ_TRAIN, str(args.data), "--user-dir",
            str(REPO / "fairseq_sparse"), "--task", "sentence_vae", "--arch", "sentence_vae", "--criterion", objective]
     for (_, option), value in zip(KNOBS[objective], setting):
         cmd += [option, str(value)]

@@ -75,6 +75,9 @@ def test_run_logged_stops_with_the_log_tail_when_the_command_fails(tmp_path):
     with pytest.raises(SystemExit, match=r"failed \(3\); full log in .*train.log:\nlogged error\nTraceback"):
         run_logged([sys.executable, "-c", "import sys; print('logged error'); sys.stderr.write('Traceback'); sys.exit(3)"],
                    log)
+    # A module run as FAIRSEQ_TRAIN runs fairseq-train is named, not the interpreter.
+    with pytest.raises(SystemExit, match=r"^no_such_module_here failed \(1\)"):
+        run_logged([sys.executable, "-m", "no_such_module_here"], log)
 
 
 def test_find_corpus_finds_released_names_and_refuses_two(tmp_path):
