@@ -131,7 +131,8 @@ def main(argv=None):
                         help="data, checkpoints, tensorboard logs, the alpha-entmax attention report and "
                              "results.md (default: outputs/multi30k)")
     parser.add_argument("--data", type=Path, help="binarised data (default: prepare it under OUT/data)")
-    parser.add_argument("--max-epoch", type=at_least(1), default=4, help="training epochs per model (default: %(default)s)")
+    parser.add_argument("--max-epoch", type=at_least(1), default=4,
+                        help="training epochs per model (default: %(default)s)")
     parser.add_argument("--dim", type=int, default=128, help="embedding width; feed-forward 2x (default: %(default)s)")
     parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers (default: %(default)s)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads per layer (default: %(default)s)")
@@ -139,7 +140,8 @@ def main(argv=None):
                         help="train and translate on CPU or on the (first) CUDA GPU")
     parser.add_argument("--normalizers", nargs="+", choices=NORMALIZERS, default=list(NORMALIZERS),
                         help="attention normalisers to compare, one model each (default: all)")
-    parser.add_argument("--jobs", type=at_least(1), default=1, help="models trained at the same time (default: %(default)s)")
+    parser.add_argument("--jobs", type=at_least(1), default=1,
+                        help="models trained at the same time (default: %(default)s)")
     parser.add_argument("--stop-time-hours", type=float, help="also stop each training after this wall time")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

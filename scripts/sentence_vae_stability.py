@@ -239,12 +239,15 @@ def main(argv=None):
                         help="MAT-VAE (psi, lambda) pairs; '' for none (default: '1,1 1,10 0.1,10')")
     parser.add_argument("--baselines", type=baselines, default=[],
                         help="e.g. 'vae,0.01 vae,1 vae_l1,0.01 vae_l2,0.01' (default: none)")
-    parser.add_argument("--latent-dim", type=at_least(1), default=32, help="latent code dimensions (default: %(default)s)")
-    parser.add_argument("--embed-dim", type=at_least(1), default=256, help="word embedding width (default: %(default)s)")
+    parser.add_argument("--latent-dim", type=at_least(1), default=32,
+                        help="latent code dimensions (default: %(default)s)")
+    parser.add_argument("--embed-dim", type=at_least(1), default=256,
+                        help="word embedding width (default: %(default)s)")
     parser.add_argument("--hidden-dim", type=at_least(1), default=512,
                         help="GRU encoder and decoder width (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=8e-4, help="Adam's learning rate (default: %(default)s)")
-    parser.add_argument("--batch-size", type=at_least(1), default=256, help="sentences per update (default: %(default)s)")
+    parser.add_argument("--batch-size", type=at_least(1), default=256,
+                        help="sentences per update (default: %(default)s)")
     parser.add_argument("--analyse", action="store_true",
                         help="also classify the test split from each run's frozen encoder (sentence_vae_analysis.py)")
     parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at the same time (default: %(default)s)")

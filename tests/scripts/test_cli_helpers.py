@@ -9,7 +9,8 @@ from fairseq_sparse.ape.triplets import write_triplets
 from tests.conftest import REPO, run_script, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import at_least, epoch_metrics, find_corpus, held_out, interval_metrics, read_corpus, run_logged  # noqa: E402
+from cli_helpers import (at_least, epoch_metrics, find_corpus, held_out, interval_metrics, read_corpus,  # noqa: E402
+                         run_logged)
 
 
 def test_at_least_names_the_option_and_its_floor():
