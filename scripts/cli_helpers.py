@@ -3,6 +3,7 @@ directory on sys.path)."""
 
 import argparse
 import math
+import os
 import re
 import subprocess
 import sys
@@ -33,6 +34,16 @@ def at_least(minimum):
 
     parse.__name__ = "int"
     return parse
+
+
+def job_env(jobs):
+    """The environment for one of ``jobs`` runs at the same time: OMP_NUM_THREADS as set by
+    the user, else this machine's cores shared out (at least 1 each), so that the runs
+    together do not ask for more threads than there are cores (oversubscribed, OpenMP's
+    threads wait on each other: two runs of 2 threads on 2 cores trained at a third of
+    the speed of two of 1)."""
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+    return dict(os.environ, OMP_NUM_THREADS=threads)
 
 
 def run_logged(cmd, log, env=None):

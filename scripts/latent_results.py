@@ -19,7 +19,6 @@ has shrunk).
 import argparse
 import json
 import math
-import os
 import shlex
 import statistics
 import sys
@@ -29,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, run_logged, training_done  # noqa: E402
+from cli_helpers import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,  # noqa: E402
+                         training_done)
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
@@ -98,7 +98,7 @@ def train(args, experiment, estimator, seed, name, log, warm_log):
     """One run through fairseq-train, its output in ``log`` as it goes; first, given a
     ``warm_log``, the warm start on the labelled images (ssvae)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    env = job_env(args.jobs)
     save_dir = args.out / "checkpoints" / name
     cmd = list(FAIRSEQ_TRAIN)
     if args.dataset == "mnist":
@@ -241,7 +241,9 @@ def main(argv=None):
                              "code does (100 there; default: %(default)s, no warm start)")
     parser.add_argument("--warm-start-lr", type=float, default=1e-3,
                         help="Adam's learning rate in the warm start (default: the paper's %(default)s)")
-    parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at the same time (default: %(default)s)")
+    parser.add_argument("--jobs", type=at_least(1), default=1,
+                        help="runs at the same time, each on its share of the cores unless OMP_NUM_THREADS is set "
+                             "(default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false", help="train on the GPU (default: --cpu)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each run's last checkpoint, as OUT/checkpoints/RUN/checkpoint_last.pt where "

@@ -30,7 +30,6 @@ analyses already finished are collected, not rerun.
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import subprocess
@@ -38,7 +37,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cli_helpers import FAIRSEQ_TRAIN, at_least, epoch_metrics, training_done
+from cli_helpers import FAIRSEQ_TRAIN, at_least, epoch_metrics, job_env, training_done
 
 REPO = Path(__file__).resolve().parents[1]
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
@@ -116,7 +115,7 @@ def run_one(args, objective, setting, seed):
     name = run_name(objective, setting, seed)
     log = args.out / "logs" / f"{name}.log"
     save_dir = args.out / "checkpoints" / name
-    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    env = job_env(args.jobs)
     result = args.out / "analysis" / name / "analysis.json"
     if not training_done(log, args.epochs):
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -250,7 +249,9 @@ def main(argv=None):
                         help="sentences per update (default: %(default)s)")
     parser.add_argument("--analyse", action="store_true",
                         help="also classify the test split from each run's frozen encoder (sentence_vae_analysis.py)")
-    parser.add_argument("--jobs", type=at_least(1), default=1, help="runs at the same time (default: %(default)s)")
+    parser.add_argument("--jobs", type=at_least(1), default=1,
+                        help="runs at the same time, each on its share of the cores unless OMP_NUM_THREADS is set "
+                             "(default: %(default)s)")
     parser.add_argument("--gpu", dest="cpu", action="store_false",
                         help="train on the (first) CUDA GPU, --jobs runs sharing it; the analysis stays on the "
                              "CPU (default: train on the CPU)")

@@ -9,8 +9,8 @@ from fairseq_sparse.ape.triplets import write_triplets
 from tests.conftest import REPO, run_script, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import (at_least, epoch_metrics, find_corpus, held_out, interval_metrics, read_corpus,  # noqa: E402
-                         run_logged)
+from cli_helpers import (at_least, epoch_metrics, find_corpus, held_out, interval_metrics, job_env,  # noqa: E402
+                         read_corpus, run_logged)
 
 
 def test_at_least_names_the_option_and_its_floor():
@@ -31,6 +31,14 @@ def test_scripts_refuse_a_count_of_zero_naming_the_option(script, option):
     # fairseq-train would read --max-epoch 0 as no limit; the parser stops it first.
     proc = run_script(script, option, "0", timeout=300)
     assert proc.returncode == 2 and f"argument {option}: must be at least 1, not 0" in proc.stderr, proc.stderr
+
+
+def test_job_env_keeps_the_users_threads_and_otherwise_shares_the_cores(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert job_env(1)["OMP_NUM_THREADS"] == "1"  # asked for one thread a run: not the 2 cores' 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert [job_env(jobs)["OMP_NUM_THREADS"] for jobs in (1, 6, 32)] == ["16", "2", "1"]
 
 
 def test_epoch_metrics_reads_every_subset_and_exponents():
