@@ -71,6 +71,14 @@ for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.jso
 PY
 }
 
+fits_carry() {  # fits_carry PATH...: the tracked checkout and these paths within one call's 64 MiB
+    local tracked total
+    tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+    total=$((tracked + $(du -sb "$@" | awk '{s += $1} END {print s}')))
+    echo "checkout + $*: $((total / 1048576)) MiB of the 64 MiB a call may carry"
+    [ "$total" -lt $((64 * 1048576)) ] || { echo "over 64 MiB: the call would be refused" >&2; exit 1; }
+}
+
 case "${1:-}" in
 fetch)
     # The device image runs Python 3.12 with torch and Triton; fairseq and its configuration stack,
@@ -110,10 +118,7 @@ ape-pack)
     pharma=../shared/data/ape/wmt17-de-en-pharma
     for f in src mt pe; do gzip -9 -c "$pharma/de-en.train.$f" > ".carry/ape/pharma/de-en.train.$f.gz" || exit 1; done
     du -sh .carry .whl
-    tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-    total=$((tracked + $(du -sb .carry .whl | awk '{s += $1} END {print s}')))
-    echo "checkout + .whl + .carry: $((total / 1048576)) MiB of the 64 MiB a call may carry"
-    [ "$total" -lt $((64 * 1048576)) ] || { echo "over 64 MiB: the call would be refused" >&2; exit 1; }
+    fits_carry .carry .whl
     ;;
 ape)
     install
@@ -142,10 +147,7 @@ vae-pack)
     python3 data_prep/hsvae_sets.py ../shared/data/text/hsvae-yahoo10 /tmp/yahoo_big_raw \
         --unlabelled ../shared/data/text/yahoo/valid.txt ../shared/data/text/yahoo/test.txt || exit 1
     python3 -m fairseq_sparse.vae.binarize --raw /tmp/yahoo_big_raw --destdir .carry/vae/yahoo_big || exit 1
-    tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-    total=$((tracked + $(du -sb .carry/vae .whl | awk '{s += $1} END {print s}')))
-    echo "checkout + .whl + .carry/vae: $((total / 1048576)) MiB of the 64 MiB a call may carry"
-    [ "$total" -lt $((64 * 1048576)) ] || { echo "over 64 MiB: the call would be refused" >&2; exit 1; }
+    fits_carry .carry/vae .whl
     ;;
 vae)
     install
