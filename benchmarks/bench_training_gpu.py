@@ -17,7 +17,14 @@ drift fall on some models and not others: the explicit alpha-entmax row, whose c
 not changed, read 0.96x in one run and 0.72x in another.)  Peak memory is measured
 first, one model at a time on the GPU.
 
-    python benchmarks/bench_training_gpu.py [--length 30] [--tokens 4096] [--steps 30]
+    python benchmarks/bench_training_gpu.py [--length 30] [--tokens 4096] [--steps 30] [--profile 5]
+
+``--profile N`` then runs N more steps of each model under ``torch.profiler`` and says
+where a step's time goes: the GPU's busy time per step (its kernels, copies and fills)
+against the step's time in the rounds, the kernel launches per step, and the ops that
+take the most host time in the stock model and in the alpha-entmax one.  A step whose
+GPU is busy for a small part of it is paced by the host (Python, dispatch, launches),
+and a faster kernel cannot speed it up; fewer launches can.
 
 ``--device cpu`` with ``--model-args`` for a small model runs the same code on CPU
 tensors, to check the script (the tests do); its times say nothing.
@@ -117,6 +124,29 @@ def peak_memory(model, data, pad, device):
     return peak
 
 
+def profile(step, steps, device):
+    """torch.profiler over `steps` calls of `step` (one untimed call first): the averaged
+    events, the GPU's busy milliseconds per step (None on CPU) and kernel launches per step."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    cuda = device == "cuda"
+    step()
+    if cuda:
+        torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.events()
+    # Device-side events (kernels, copies, fills) are events of their own, Triton's too,
+    # whichever host code launched them; one stream, so their durations add up.
+    busy = sum(e.time_range.elapsed_us() for e in events if e.device_type == DeviceType.CUDA) / 1000 / steps
+    launches = sum("LaunchKernel" in e.name for e in events if e.device_type == DeviceType.CPU) / steps
+    return prof.key_averages(), (busy if cuda else None), launches
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=30, help="mean sentence length in tokens")
@@ -128,7 +158,12 @@ def main():
                         help="cpu: check the script at a small --model-args; its times mean nothing")
     parser.add_argument("--model-args", default="",
                         help="fairseq options appended to every model's, e.g. \"--encoder-layers 1 ...\"")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="then N steps of each model under torch.profiler: GPU busy time and kernel launches "
+                             "per step, and the ops that take the most host time")
     args = parser.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.profile < 0:
+        parser.error("--steps must be at least 1, --warmup and --profile at least 0")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("this benchmark needs a CUDA device (or --device cpu to check the script)")
     fairseq_sparse.load_plugin()
@@ -176,6 +211,28 @@ def main():
         ratio, q1, q3 = paired_ratio(per_token[stock], per_token[name])
         mem = "–" if memory[name] is None else f"{memory[name] / 2**30:.2f} GiB"
         print(f"| {name} | {rate:,.0f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) | {mem} |")
+    if args.profile:
+        report_profile(steps, times, args.profile, args.device)
+
+
+def report_profile(steps, times, n, device):
+    """Where each model's step goes (``--profile``), and the top host ops of two of them."""
+    print(f"\nProfiled, {n} steps of each model (torch.profiler; its own overhead slows the host, not the GPU):\n")
+    print("| model | step in the rounds, ms | GPU busy, ms per step | GPU busy / step | kernel launches per step |")
+    print("| --- | --- | --- | --- | --- |")
+    tables = {}
+    for name, step in steps.items():
+        if isinstance(times[name], Exception):
+            continue
+        averages, busy, launches = profile(step, n, device)
+        ms = sorted(times[name])[len(times[name]) // 2]
+        share = "–" if busy is None else f"{busy / ms:.0%}"
+        print(f"| {name} | {ms:.1f} | {'–' if busy is None else f'{busy:.1f}'} | {share} | {launches:.0f} |")
+        tables[name] = averages
+    for name in (VARIANTS[0][0], "alpha-entmax, fused"):
+        if name in tables:
+            print(f"\n{name}: the ops with the most host time (self), over {n} steps")
+            print(tables[name].table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
 
 
 if __name__ == "__main__":

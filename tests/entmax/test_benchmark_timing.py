@@ -49,7 +49,8 @@ def test_paired_ratio_is_the_median_of_the_rounds_ratios():
 def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     """benchmarks/bench_training_gpu.py with --device cpu and a one-layer model: the six
     models train in interleaved rounds and each gets its row, the stock transformer's ratio
-    to itself 1.00 (CPU times mean nothing; the GPU runs give the figures)."""
+    to itself 1.00 (CPU times mean nothing; the GPU runs give the figures); --profile gives
+    each a row of its own and the top host ops of the stock and the alpha-entmax models."""
     import subprocess
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training_gpu.py"
@@ -57,13 +58,21 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
              "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
              "--decoder-attention-heads 2")
     proc = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--steps", "2", "--warmup", "0",
-                           "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", small],
+                           "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", small,
+                           "--profile", "1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    assert [row[0].lstrip("| ") for row in rows[1:]] == [
-        "stock transformer (softmax)", "softmax, fused (SDPA)", "1.5-entmax, fused", "1.5-entmax, explicit",
-        "alpha-entmax, fused", "alpha-entmax, explicit"]
+    timed, profiled = proc.stdout.split("Profiled, 1 steps")
+    rows = [line.split(" | ") for line in timed.splitlines() if line.startswith("| ") and "---" not in line]
+    names = ["stock transformer (softmax)", "softmax, fused (SDPA)", "1.5-entmax, fused", "1.5-entmax, explicit",
+             "alpha-entmax, fused", "alpha-entmax, explicit"]
+    assert [row[0].lstrip("| ") for row in rows[1:]] == names
     assert rows[1][2] == "1.00 (1.00-1.00)"
     assert all(float(row[1].replace(",", "")) > 0 for row in rows[1:])
+    rows = [line.split(" | ") for line in profiled.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0].lstrip("| ") for row in rows[1:]] == names
+    assert all(float(row[1]) > 0 and row[2:4] == ["–", "–"] for row in rows[1:])  # no GPU: no busy time
+    assert "stock transformer (softmax): the ops with the most host time" in profiled
+    assert "alpha-entmax, fused: the ops with the most host time" in profiled
+    assert "aten::mm" in profiled
     assert "CPU (a check of the script)" in proc.stderr
