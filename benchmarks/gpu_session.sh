@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A GPU session's work as one command each, for a session lent a GPU machine (device tool,
-# 15 minutes of device time: `ape`, or `run`, fills a call; after `ape`, `run causal training`,
-# about 3 minutes, still fits, called at once while the machine is warm).
+# 15 minutes of device time: `ape`, or `run`, fills a call; after `ape` (517 s on 2026-11-27,
+# 548 s of device time with the start), `run causal training` (at most 4 minutes) still fits,
+# called at once while the machine is warm: its 30 s idle release starts when a call returns).
 #
 #   bash benchmarks/gpu_session.sh fetch     # here, once: the wheels the device image lacks, into .whl/
 #   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention (issue 26); carry [".whl"],
@@ -18,9 +19,9 @@
 # 1,350 target tokens at 8.9 updates/s, a pace set by the host rather than the GPU (float32
 # runs, two sharing the GPU, had made 10.5 each), so 2,508 updates saw 3.4M target tokens
 # and post-edited worse than the 4,000-update run; four times the batch should cost little
-# time an update.  It tunes C and M on dev
-# and decodes the test split there, and sends back ape.log, results.md and ape-pharma.tgz
-# (train and probe logs, tuning grid and plot, test outputs; no checkpoints).  The
+# time an update.  It tunes C and M on dev and decodes the test split there, and sends
+# back ape.log, results.md and ape-pharma.tgz (train and probe logs, tuning grid and plot,
+# test outputs; no checkpoints).  The
 # weights travel in float16 (the 64 MiB limit) and are widened to float32 there: a
 # relative rounding of at most 2^-11 of the initialisation.
 #
