@@ -22,9 +22,14 @@ first, one model at a time on the GPU.
 ``--profile N`` then runs N more steps of each model under ``torch.profiler`` and says
 where a step's time goes: the GPU's busy time per step (its kernels, copies and fills)
 against the step's time in the rounds, the kernel launches per step, and the ops that
-take the most host time in the stock model and in the alpha-entmax one.  A step whose
-GPU is busy for a small part of it is paced by the host (Python, dispatch, launches),
-and a faster kernel cannot speed it up; fewer launches can.
+take the most host time in the stock model and in the alpha-entmax one; and, for one
+attention call (forward and backward) at the batch's shape, the host's time per call
+(until the calls return) against the whole (until the GPU is done), for SDPA, the fused
+kernel and the explicit path.  A step whose GPU is busy for a small part of it is paced
+by the host (Python, dispatch, launches), and a faster kernel cannot speed it up; fewer
+or cheaper launches can.  (Counted on CPU with the Triton kernels stubbed, one fused
+call dispatches about as many PyTorch ops as fairseq's own attention, forward and
+backward, plus 4 Triton launches; the explicit path 2.)
 
 ``--device cpu`` with ``--model-args`` for a small model runs the same code on CPU
 tensors, to check the script (the tests do); its times say nothing.
@@ -147,6 +152,46 @@ def profile(step, steps, device):
     return prof.key_averages(), (busy if cuda else None), launches
 
 
+def attention_call_us(device, batch, length, heads, head_dim, calls=50):
+    """name -> (host, whole) microseconds per attention call, forward and backward, at one
+    batch's shape (self-attention, no mask): `host` until the calls return, `whole` until the
+    GPU is done with them.  Where the two agree, the host paces these calls."""
+    import time
+
+    from fairseq_sparse.entmax import entmax15, entmax_alpha, entmax_attention
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    q, k, v = (torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    alpha = torch.full((heads,), 1.3, device=device, requires_grad=True)
+    do = torch.randn_like(q)
+    scale = head_dim ** -0.5
+
+    def explicit(normalise):  # scores stored, then the row-wise normaliser (Triton on CUDA)
+        return lambda: normalise(torch.matmul(q, k.transpose(-1, -2)).float() * scale).to(dtype) @ v
+
+    variants = {
+        "SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
+        "1.5-entmax, fused": lambda: entmax_attention(q, k, v, 1.5),
+        "1.5-entmax, explicit": explicit(lambda s: entmax15(s, dim=-1)),
+        "alpha-entmax per head, fused": lambda: entmax_attention(q, k, v, alpha),
+        "alpha-entmax per head, explicit": explicit(lambda s: entmax_alpha(s, alpha.view(1, -1, 1, 1), dim=-1)),
+    }
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = {}
+    for name, fn in variants.items():
+        for _ in range(3):  # compiles, and sizes the allocator
+            fn().backward(do)
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn().backward(do)
+        host = time.perf_counter() - start
+        sync()
+        out[name] = (host / calls * 1e6, (time.perf_counter() - start) / calls * 1e6)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=30, help="mean sentence length in tokens")
@@ -213,6 +258,15 @@ def main():
         print(f"| {name} | {rate:,.0f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) | {mem} |")
     if args.profile:
         report_profile(steps, times, args.profile, args.device)
+        model = models[stock]
+        heads, width = model.encoder.layers[0].self_attn.num_heads, model.encoder.layers[0].self_attn.embed_dim
+        rows, length = max(1, args.tokens // args.length), 3 * args.length // 2  # a batch, padded to its longest
+        print(f"\nOne attention call, forward and backward, at a batch's shape ({rows} sentences of "
+              f"{length} tokens, {heads} heads of {width // heads}; no mask): microseconds per call\n")
+        print("| attention | host (until the calls return) | whole (until the GPU is done) |")
+        print("| --- | --- | --- |")
+        for name, (host, whole) in attention_call_us(args.device, rows, length, heads, width // heads).items():
+            print(f"| {name} | {host:,.0f} | {whole:,.0f} |")
 
 
 def report_profile(steps, times, n, device):

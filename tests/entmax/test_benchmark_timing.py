@@ -50,7 +50,8 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     """benchmarks/bench_training_gpu.py with --device cpu and a one-layer model: the six
     models train in interleaved rounds and each gets its row, the stock transformer's ratio
     to itself 1.00 (CPU times mean nothing; the GPU runs give the figures); --profile gives
-    each a row of its own and the top host ops of the stock and the alpha-entmax models."""
+    each a row of its own, the top host ops of the stock and the alpha-entmax models, and
+    the time of one attention call per path."""
     import subprocess
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training_gpu.py"
@@ -63,6 +64,7 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     timed, profiled = proc.stdout.split("Profiled, 1 steps")
+    profiled, calls = profiled.split("One attention call")
     rows = [line.split(" | ") for line in timed.splitlines() if line.startswith("| ") and "---" not in line]
     names = ["stock transformer (softmax)", "softmax, fused (SDPA)", "1.5-entmax, fused", "1.5-entmax, explicit",
              "alpha-entmax, fused", "alpha-entmax, explicit"]
@@ -75,4 +77,34 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     assert "stock transformer (softmax): the ops with the most host time" in profiled
     assert "alpha-entmax, fused: the ops with the most host time" in profiled
     assert "aten::mm" in profiled
+    rows = [line.split(" | ") for line in calls.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0].lstrip("| ") for row in rows[1:]] == [
+        "SDPA", "1.5-entmax, fused", "1.5-entmax, explicit", "alpha-entmax per head, fused",
+        "alpha-entmax per head, explicit"]
+    assert all(0 < float(row[1].replace(",", "")) <= float(row[2].rstrip(" |").replace(",", "")) for row in rows[1:])
     assert "CPU (a check of the script)" in proc.stderr
+
+
+def test_attention_op_count_runs_with_stubs_shaped_like_the_kernels():
+    """benchmarks/count_attention_ops.py: its stand-ins take the Triton entry points' own
+    parameters (so a changed kernel signature fails here, not silently there), and each
+    path gets its row: the fused ones with 4 Triton launches, the others none."""
+    import inspect
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import count_attention_ops
+    from fairseq_sparse.entmax import attention_kernel
+
+    forward, backward = count_attention_ops.stub_kernels([0])
+    assert list(inspect.signature(forward).parameters) == list(inspect.signature(attention_kernel.forward).parameters)
+    assert list(inspect.signature(backward).parameters) == list(inspect.signature(attention_kernel.backward).parameters)
+    script = Path(count_attention_ops.__file__)
+    proc = subprocess.run([sys.executable, str(script), "--length", "6", "--batch", "3", "--embed-dim", "16",
+                           "--heads", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [(row[0].lstrip("| "), row[3].rstrip(" |")) for row in rows[1:]] == [
+        ("fairseq MultiheadAttention", "0"), ("ours, softmax through SDPA", "0"), ("ours, 1.5-entmax, fused", "4"),
+        ("ours, alpha-entmax per head, fused", "4")]
+    assert all(int(row[1]) > 20 and int(row[2]) > 20 for row in rows[1:])
