@@ -224,7 +224,7 @@ def main():
                 module.use_fused_kernel = fused
     dictionary = next(iter(models.values())).decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
-    data = batches(max(args.steps, 1) + args.warmup + 2, args.tokens, args.length, len(dictionary), pad, eos,
+    data = batches(args.steps + args.warmup + 2, args.tokens, args.length, len(dictionary), pad, eos,
                    torch.Generator().manual_seed(0), args.device)
     tokens = [int((tgt != pad).sum()) for *_, tgt in data]
     stock = VARIANTS[0][0]
@@ -258,15 +258,19 @@ def main():
         print(f"| {name} | {rate:,.0f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) | {mem} |")
     if args.profile:
         report_profile(steps, times, args.profile, args.device)
-        model = models[stock]
-        heads, width = model.encoder.layers[0].self_attn.num_heads, model.encoder.layers[0].self_attn.embed_dim
-        rows, length = max(1, args.tokens // args.length), 3 * args.length // 2  # a batch, padded to its longest
-        print(f"\nOne attention call, forward and backward, at a batch's shape ({rows} sentences of "
-              f"{length} tokens, {heads} heads of {width // heads}; no mask): microseconds per call\n")
-        print("| attention | host (until the calls return) | whole (until the GPU is done) |")
-        print("| --- | --- | --- |")
-        for name, (host, whole) in attention_call_us(args.device, rows, length, heads, width // heads).items():
-            print(f"| {name} | {host:,.0f} | {whole:,.0f} |")
+        report_attention_calls(models[stock].encoder.layers[0].self_attn, args)
+
+
+def report_attention_calls(attention, args):
+    """The table of ``attention_call_us`` at a batch's shape and `attention`'s heads."""
+    heads, head_dim = attention.num_heads, attention.embed_dim // attention.num_heads
+    rows, length = max(1, args.tokens // args.length), 3 * args.length // 2  # a batch, padded to its longest
+    print(f"\nOne attention call, forward and backward, at a batch's shape ({rows} sentences of "
+          f"{length} tokens, {heads} heads of {head_dim}; no mask): microseconds per call\n")
+    print("| attention | host (until the calls return) | whole (until the GPU is done) |")
+    print("| --- | --- | --- |")
+    for name, (host, whole) in attention_call_us(args.device, rows, length, heads, head_dim).items():
+        print(f"| {name} | {host:,.0f} | {whole:,.0f} |")
 
 
 def report_profile(steps, times, n, device):

