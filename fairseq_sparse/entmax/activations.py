@@ -139,9 +139,10 @@ def _forward_rows(x2, alpha):
     else:
         y2 = reference.forward(x2, alpha)
     # One reduction finds them: a row's max is NaN when it holds a NaN, +inf when a +inf.
+    # Filled unconditionally: asking first whether any row is invalid would make the host
+    # wait for a GPU on every call (twice per attention layer in training).
     top = x2.amax(-1, keepdim=True)
-    invalid = torch.isnan(top) | torch.isposinf(top)
-    return y2.masked_fill(invalid, float("nan")) if invalid.any() else y2
+    return y2.masked_fill_(torch.isnan(top) | torch.isposinf(top), float("nan"))
 
 
 def _backward_rows(y2, dy2, alpha, alpha_grad):
@@ -154,10 +155,8 @@ def _backward_rows(y2, dy2, alpha, alpha_grad):
     else:
         dx, da = reference.backward(y2, dy2, alpha, alpha_grad)
     invalid = torch.isnan(y2[:, :1])  # the forward pass made such rows NaN throughout
-    if invalid.any():
-        dx = dx.masked_fill(invalid, float("nan"))
-        da = da.masked_fill(invalid, float("nan")) if da is not None else None
-    return dx, da
+    dx.masked_fill_(invalid, float("nan"))  # unconditionally, as in _forward_rows
+    return dx, (da.masked_fill_(invalid, float("nan")) if da is not None else None)
 
 
 class _FixedAlphaFunction(Function):

@@ -3,6 +3,7 @@ item 2), and leaves the other rows of the batch exactly as without them."""
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fairseq_sparse.entmax import entmax15, entmax_alpha, has_triton_kernel, sparsemax, triton_kernel, use_backend
 
@@ -45,3 +46,34 @@ def test_nan_and_inf_rows_are_nan_as_in_softmax_and_the_others_untouched(backend
     assert torch.isfinite(y[valid]).all() and torch.allclose(y[valid].sum(-1), torch.ones(2, device=device))
     if name == "alpha_entmax":
         assert torch.equal(a.grad[valid], av.grad)
+
+
+class _ReadBacks(TorchDispatchMode):
+    """Counts the ops that copy a tensor's value to the host: on a GPU each waits for the device."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func._schema.name in ("aten::_local_scalar_dense", "aten::is_nonzero", "aten::item")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch"])
+@pytest.mark.parametrize("name", list(NORMALISERS))
+def test_the_nan_rule_never_waits_for_the_device(backend, name):
+    """With the fused kernels the rule above costs no value read back to the host, forward or
+    backward: attention calls these in every layer of a training step, and each read-back
+    would stall a GPU.  (entmax_alpha's own range check reads alpha back, and attention skips
+    it, as here; the pure-PyTorch reference checks its Newton steps on the host.)"""
+    device = "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, device=device, requires_grad=True)
+    alpha = torch.full((4, 1), 1.3, device=device, requires_grad=True)
+    fn = {"sparsemax": lambda: sparsemax(x), "entmax15": lambda: entmax15(x),
+          "alpha_entmax": lambda: entmax_alpha(x, alpha, check_alpha=False)}[name]
+    with use_backend(backend), _ReadBacks() as reads:
+        fn().backward(torch.randn(4, 7, device=device))
+    assert reads.count == 0
+    assert torch.isfinite(x.grad).all()
