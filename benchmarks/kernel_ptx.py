@@ -9,11 +9,18 @@ normaliser's forward and backward) for a CUDA target with Triton's own compiler 
 the ptxas it ships, which need no device, so a kernel that would not compile on a GPU
 fails here.  For each variant it prints the
 PTX instructions, the special-function ones among them (ex2, lg2, rcp, sqrt) and the
-tensor-core products: a static measure of a change's cost where no GPU is at hand
-(it says nothing of memory traffic or occupancy; time needs a GPU).
+tensor-core products, and from ptxas the registers a thread uses and the bytes it
+spills to local memory (stores; ptxas caps a thread at 255 registers with 4 warps, and
+spills the rest): a static measure of a change's cost where no GPU is at hand (it says
+nothing of memory traffic or time; time needs a GPU).  The attention kernels are
+compiled with the tiles the package launches them with (``attention_kernel._blocks``)
+at head dim 64 and, at bf16 for the two normalisers the training benchmark times, 128
+(``D128``: ``transformer_iwslt_de_en``'s 512 wide, 4 heads); ``--tiles`` compiles them
+with other tiles instead, to compare shapes.
 
     python benchmarks/kernel_ptx.py                      # sm_90 (H100), bf16 and float32 inputs
     python benchmarks/kernel_ptx.py --arch 80 --only attention_forward "per head"
+    python benchmarks/kernel_ptx.py --only D128 --tiles 64,32,8
 
 Run it without TRITON_INTERPRET (it is removed here: the interpreter replaces the
 kernels Triton would compile).
@@ -23,12 +30,16 @@ import argparse
 import collections
 import inspect
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 os.environ.pop("TRITON_INTERPRET", None)  # before the kernels are defined
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from fairseq_sparse.entmax import attention_kernel, triton_kernel  # noqa: E402
@@ -58,27 +69,36 @@ def signature(kernel, dtype, constexprs):
     return sig
 
 
-def variants():
+def variants(tiles=None):
     """(label, kernel, input dtype, constexprs, num_warps) as the package launches them
-    (attention_kernel.forward/backward, triton_kernel.forward/backward) on a GPU."""
-    for dtype in ("bf16", "fp32"):
+    (attention_kernel.forward/backward, triton_kernel.forward/backward) on a GPU; ``tiles``
+    (BLOCK_M, BLOCK_N, warps) replaces the attention kernels' own."""
+    for dtype, head_dim in (("bf16", 64), ("fp32", 64), ("bf16", 128)):
         precision = "ieee" if dtype == "fp32" else "tf32"
-        for fixed, name in ((GENERIC, "alpha per head"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):
-            tiles = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64)
+        block_m, block_n, block_d, launch = attention_kernel._blocks(head_dim, "cuda")
+        warps = launch["num_warps"]
+        if tiles is not None:
+            block_m, block_n, warps = tiles
+        suffix = "" if head_dim == 64 else f" D{head_dim}"
+        fixed_alphas = ((GENERIC, "alpha per head"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax"))
+        for fixed, name in fixed_alphas if head_dim == 64 else fixed_alphas[:2]:
+            tile = dict(PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
             # Causal with padding at bf16 (a decoder's self-attention in training), neither at float32.
             masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
-            common = dict(FIXED=fixed, **masks, **tiles)
+            common = dict(FIXED=fixed, **masks, **tile)
             forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
                            TILE_START=True)
-            starts = [attention_kernel.KEPT] + ([attention_kernel.KEPT_CANDIDATE] if dtype == "bf16" else [])
+            starts = [attention_kernel.KEPT] + ([attention_kernel.KEPT_CANDIDATE] if dtype == "bf16" and not suffix
+                                                else [])
             for kept in starts:
-                suffix = "" if kept == attention_kernel.KEPT else " kept {},{}".format(*kept)
-                yield (f"attention_forward {name} {dtype}{suffix}", attention_kernel._forward_kernel, dtype,
-                       dict(forward, KEPT_PER_TILE=kept[0], KEPT_SLOTS=kept[1]), 4)
-            yield (f"attention_dkdv {name} {dtype}", attention_kernel._dkdv_kernel, dtype, common, 4)
-            yield (f"attention_dq {name} {dtype}", attention_kernel._dq_kernel, dtype,
-                   dict(common, ALPHA_GRAD=fixed == GENERIC), 4)
-        yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
+                start = "" if kept == attention_kernel.KEPT else " kept {},{}".format(*kept)
+                yield (f"attention_forward {name} {dtype}{suffix}{start}", attention_kernel._forward_kernel, dtype,
+                       dict(forward, KEPT_PER_TILE=kept[0], KEPT_SLOTS=kept[1]), warps)
+            yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, common, warps)
+            yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
+                   dict(common, ALPHA_GRAD=fixed == GENERIC), warps)
+        if not suffix:
+            yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
     for fixed, name in ((GENERIC, "alpha per row"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):
         yield (f"rowwise_forward {name} fp32", triton_kernel._forward_kernel, "fp32",
                dict(FIXED=fixed, BLOCK=1024), 4)
@@ -106,16 +126,48 @@ def count(ptx):
     return instructions, special, products
 
 
+def registers(ptx, arch):
+    """(registers per thread, bytes of spill stores per thread): ptxas's own report (-v) on
+    the PTX, with the ptxas and target Triton compiles it with."""
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "kernel.ptx")
+        with open(source, "w") as f:
+            f.write(ptx)
+        target = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+        proc = subprocess.run([get_ptxas(arch).path, "-v", f"-arch={target}", source, "-o",
+                               os.path.join(tmp, "kernel.cubin")], capture_output=True, text=True, check=True)
+    report = proc.stdout + proc.stderr
+    used = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    if not (used and spills):
+        raise RuntimeError(f"no register report from ptxas: {report[-500:]}")
+    return int(used.group(1)), int(spills.group(1))
+
+
+def tiles_setting(text):
+    try:
+        block_m, block_n, warps = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tiles takes BLOCK_M,BLOCK_N,WARPS, e.g. 64,32,8; got {text!r}") from None
+    if not all(n > 0 and n & (n - 1) == 0 for n in (block_m, block_n, warps)) or min(block_m, block_n) < 16:
+        raise argparse.ArgumentTypeError(f"--tiles {text}: powers of two, tiles of at least 16")
+    return block_m, block_n, warps
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100, 80: A100)")
     parser.add_argument("--only", nargs="+", help="variants whose label contains one of these")
+    parser.add_argument("--tiles", type=tiles_setting, metavar="M,N,WARPS",
+                        help="compile the attention kernels with these tiles and warps instead of the package's")
     args = parser.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
-    print(f"Triton {triton.__version__}, target sm_{args.arch}")
-    print(f"{'kernel':48s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}")
+    print(f"Triton {triton.__version__}, target sm_{args.arch}"
+          + (" (attention tiles {}x{}, {} warps)".format(*args.tiles) if args.tiles else ""))
+    print(f"{'kernel':48s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}"
+          f" {'registers':>9s} {'spill B':>7s}")
     failed = []
-    for label, kernel, dtype, constexprs, warps in variants():
+    for label, kernel, dtype, constexprs, warps in variants(args.tiles):
         if args.only and not any(part in label for part in args.only):
             continue
         source = ASTSource(fn=kernel, signature=signature(kernel, dtype, constexprs), constexprs=constexprs)
@@ -128,8 +180,9 @@ def main():
                   flush=True)
             continue
         n, special, products = count(compiled.asm["ptx"])
+        used, spilled = registers(compiled.asm["ptx"], args.arch)
         print(f"{label:48s} {n:16d} {special['ex2']:5d} {special['lg2']:5d} {special['rcp']:5d} "
-              f"{special['sqrt'] + special['rsqrt']:5d} {products:8d}", flush=True)
+              f"{special['sqrt'] + special['rsqrt']:5d} {products:8d} {used:9d} {spilled:7d}", flush=True)
     if failed:
         sys.exit(f"{len(failed)} kernel variant(s) did not compile for sm_{args.arch}: {', '.join(failed)}")
 

@@ -16,9 +16,10 @@ pytestmark = pytest.mark.skipif(not has_triton_kernel(), reason="needs Triton")
 
 
 def test_kernels_compile_for_sm90_without_a_gpu():
-    """Every attention kernel at bf16 (the CUDA training path) and the row-wise kernels;
-    the half-precision generic-alpha kernels take the special-function unit's log, the
-    fixed alphas need none."""
+    """Every attention kernel at bf16 (the CUDA training path; at head dims 64 and 128 for
+    the training benchmark's normalisers) and the row-wise kernels; the half-precision
+    generic-alpha kernels take the special-function unit's log, the fixed alphas need none;
+    ptxas's report gives each its registers (at most 255 a thread) and spilled bytes."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "kernel_ptx.py"), "--only", "bf16", "rowwise"],
                           env=env, capture_output=True, text=True, timeout=900)
@@ -29,12 +30,21 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     from fairseq_sparse.entmax.attention_kernel import KEPT_CANDIDATE  # the start benchmarks time against ours
     kernels |= {f"attention_forward {a} bf16 kept {KEPT_CANDIDATE[0]},{KEPT_CANDIDATE[1]}"
                 for a in ("alpha per head", "1.5-entmax", "sparsemax")}
+    kernels |= {f"attention_{k} {a} bf16 D128" for k in ("forward", "dkdv", "dq")
+                for a in ("alpha per head", "1.5-entmax")}
     kernels |= {"attention_r bf16"} | {f"rowwise_{k} {a} fp32" for k in ("forward", "backward")
                                         for a in ("alpha per row", "1.5-entmax", "sparsemax")}
     assert set(rows) == kernels, proc.stdout
-    instructions, ex2, lg2, rcp, sqrt, products = zip(*rows.values())
+    instructions, ex2, lg2, rcp, sqrt, products, registers, spilled = zip(*rows.values())
     assert all(n > 100 for n in instructions)
+    assert all(16 <= n <= 255 for n in registers) and all(n >= 0 for n in spilled)
     lg2 = dict(zip(rows, lg2))
     assert lg2["attention_forward alpha per head bf16"] > 0 and lg2["attention_dq alpha per head bf16"] > 0
     assert lg2["attention_forward 1.5-entmax bf16"] == lg2["attention_forward sparsemax bf16"] == 0
     assert dict(zip(rows, products))["attention_forward alpha per head bf16"] > 0  # tensor-core products
+
+
+def test_tiles_option_names_what_it_takes():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "kernel_ptx.py"), "--tiles", "64,32"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--tiles takes BLOCK_M,BLOCK_N,WARPS" in proc.stderr, proc.stderr[-2000:]
