@@ -27,6 +27,8 @@ with its quartiles).
 
     python benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 4096
     python benchmarks/bench_attention_kernel.py --tokens 16384 --lengths 1024 --tile-sweep
+    python benchmarks/bench_attention_kernel.py --tokens 4096 --lengths 64 --heads 4 --head-dim 128 \
+        --tile-sweep --shapes default 64,32,8,3 32,32,4,3     # the training benchmark's heads
 
 Without CUDA the kernels run under Triton's interpreter at a small shape (a check of
 this script, not a timing).
@@ -53,8 +55,9 @@ from bench_attention_passes import kept_setting  # noqa: E402  (this script's fo
 from timing import describe, interleaved_ms, paired_ratio  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
+# (64, 32, 8) and (32, 32, 4) spill least at head dim 128 (benchmarks/kernel_ptx.py --only D128).
 SHAPES_GPU = [None, (64, 64, 4, 2), (64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (64, 32, 4, 3),
-              (128, 32, 4, 3), (32, 64, 4, 3), (128, 128, 8, 3)]
+              (128, 32, 4, 3), (32, 64, 4, 3), (128, 128, 8, 3), (64, 32, 8, 3), (32, 32, 4, 3)]
 SHAPES_CPU = [None, (32, 16, 1, None)]
 
 
@@ -77,11 +80,23 @@ def kernel_settings(tiles=None, certify=True, tile_start=True, kept=None, tol=No
         attention_kernel._tolerance = saved
 
 
-def variants(head_alpha, tile_sweep, kept=None):
+def shape_setting(text):
+    """``default`` or BLOCK_M,BLOCK_N,WARPS,STAGES, as --shapes takes them."""
+    if text == "default":
+        return None
+    try:
+        block_m, block_n, warps, stages = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shapes takes 'default' or BLOCK_M,BLOCK_N,WARPS,STAGES "
+                                         f"(e.g. 64,32,8,3); got {text!r}") from None
+    return block_m, block_n, warps, stages
+
+
+def variants(head_alpha, tile_sweep, kept=None, shapes=None):
     """(alpha label, alpha, variant label, kernel_settings kwargs); the first of each alpha
-    is the reference of the others."""
+    is the reference of the others.  ``shapes``: the tile sweep's, if not all."""
     if tile_sweep:
-        shapes = SHAPES_GPU if CUDA else SHAPES_CPU
+        shapes = shapes or (SHAPES_GPU if CUDA else SHAPES_CPU)
         for name, alpha in (("1.5", 1.5), ("per head", head_alpha)):
             for tiles in shapes:
                 yield name, alpha, label(tiles), dict(tiles=tiles)
@@ -118,6 +133,8 @@ def main():
                              "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--tile-sweep", action="store_true", help="tile shapes instead of solver variants")
+    parser.add_argument("--shapes", type=shape_setting, nargs="+", metavar="M,N,W,S",
+                        help="with --tile-sweep, these shapes ('default': the package's) instead of all of them")
     args = parser.parse_args()
     device, dtype = ("cuda", getattr(torch, args.dtype)) if CUDA else ("cpu", torch.float32)
     lengths, tokens = (args.lengths, args.tokens) if CUDA else ([40], 40)
@@ -160,7 +177,7 @@ def main():
 
         timed = {"sdpa fwd": sdpa_forward, "sdpa all": fwd_bwd(sdpa)}
         rows, references = [], {}
-        for name, alpha, variant, settings in variants(head_alpha, args.tile_sweep, args.kept):
+        for name, alpha, variant, settings in variants(head_alpha, args.tile_sweep, args.kept, args.shapes):
             per_head = torch.is_tensor(alpha)
             alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
             forward = functools.partial(attention_kernel.forward, q.detach(), k.detach(), v.detach(), alpha_heads,

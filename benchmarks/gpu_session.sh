@@ -6,7 +6,8 @@
 #
 #   bash benchmarks/gpu_session.sh fetch     # here, once: the wheels the device image lacks, into .whl/
 #   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention (issue 26); carry [".whl"],
-#                                            # timeout_s 600; groups: tests kernel attention causal training
+#                                            # timeout_s 600; groups: tests kernel attention causal training,
+#                                            # and tiles (only when named)
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
 #   bash benchmarks/gpu_session.sh ape       # there: pharma APE (issue 25); carry [".whl", ".carry/ape"], timeout_s 600
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarised, into .carry/vae
@@ -40,6 +41,8 @@
 #                    time and peak memory as ratios to SDPA, bf16, T = 512 to 16,384, both masks
 #   training.log     bench_training_gpu.py: tokens/s of softmax, 1.5-entmax and alpha-entmax transformers,
 #                    and where a step's time goes (--profile: GPU busy time, kernel launches, host ops)
+#   tiles.log        only when named: bench_attention_kernel.py's tile sweep at the training model's heads
+#                    (4 of 128, T = 64): the package's shape against the two that spill least (kernel_ptx.py)
 #   device.txt       the GPU, driver, torch and Triton versions, and the date
 # Every ratio is to a baseline measured in the same run, round by round (benchmarks/timing.py);
 # each step is capped by `timeout`, so that a slow one cannot eat the others' time (the caps add
@@ -179,8 +182,9 @@ run)
     shift
     groups=("$@")  # none: all of them
     for group in "${groups[@]}"; do
-        case "$group" in tests|kernel|attention|causal|training) ;;
-            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training)" >&2; exit 2 ;; esac
+        case "$group" in tests|kernel|attention|causal|training|tiles) ;;
+            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training, tiles)" >&2; exit 2 ;;
+        esac
     done
     wanted() { [ ${#groups[@]} -eq 0 ] || [[ " ${groups[*]} " == *" $1 "* ]]; }
     install
@@ -208,6 +212,11 @@ run)
     wanted causal && step 140 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 \
         --lengths 1024 512 4096 --causal --no-reference --repeats 10
     wanted training && step 90 training.log python3 benchmarks/bench_training_gpu.py --steps 40 --profile 5
+    # Not in the default set (whose caps fill the call): 4 shapes x 2 alphas compile first.
+    if [[ " ${groups[*]} " == *" tiles "* ]]; then
+        step 60 tiles.log python3 benchmarks/bench_attention_kernel.py --tokens 4096 --lengths 64 --heads 4 \
+            --head-dim 128 --tile-sweep --shapes default 64,32,8,3 32,32,4,3 --repeats 10
+    fi
     ;;
 *)
     echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape|vae-pack|vae" >&2
