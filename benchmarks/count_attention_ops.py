@@ -7,15 +7,29 @@ dispatched during one self-attention call and its backward pass (a ``TorchDispat
 for fairseq's own ``MultiheadAttention`` and for ``AlphaEntmaxAttention`` through SDPA
 and through the fused entmax kernel, the Triton kernels replaced by stubs that allocate
 their outputs and count their launches (so the count is the fused path's host work
-around them, as on CUDA).
+around them, as on CUDA).  The explicit path (scores stored, then the row-wise
+normaliser: the C++ kernel here, Triton's on CUDA) gets rows too; its op count is the
+CPU path's.
 
-    python benchmarks/count_attention_ops.py [--length 45] [--batch 96] [--embed-dim 512] [--heads 4]
+It also counts the *read-backs*: ops that copy a tensor's value to the host
+(``aten::_local_scalar_dense``, ``is_nonzero``, ``item``).  On a GPU each waits for the
+device to finish everything queued, so that the host cannot run ahead of it.  Per
+attention call, and over the forward and backward pass of one training step of a small
+model (``--step``: 2 + 2 layers, fairseq's stock ``transformer`` against our
+``entmax_transformer`` per normaliser and path; the optimiser is left out, as Adam's
+step counter lives on the host on CUDA).
+
+    python benchmarks/count_attention_ops.py [--length 45] [--batch 96] [--embed-dim 512] [--heads 4] [--step]
 """
 
 import argparse
+import sys
+import tempfile
+from pathlib import Path
 from unittest import mock
 
 import torch
+import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -24,15 +38,21 @@ from fairseq_sparse.entmax import attention_kernel
 from fairseq_sparse.modules.alpha_entmax_attention import AlphaEntmaxAttention
 
 
+# Ops that copy a tensor's value to the host: on a GPU, each waits for the device.
+READ_BACKS = ("aten::_local_scalar_dense", "aten::is_nonzero", "aten::item")
+
+
 class CountOps(TorchDispatchMode):
-    """Counts the aten ops dispatched inside it."""
+    """Counts the aten ops dispatched inside it, and the read-backs among them."""
 
     def __init__(self):
         super().__init__()
         self.count = 0
+        self.read_backs = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += 1
+        self.read_backs += func._schema.name in READ_BACKS
         return func(*args, **(kwargs or {}))
 
 
@@ -54,20 +74,68 @@ def stub_kernels(launches):
     return forward, backward
 
 
-def count(module, x, causal, key_padding_mask):
-    """(aten ops, Triton launches) of one forward and backward pass of `module` on `x`."""
+def stubbed():
+    """Within it, the fused kernels are the stubs (their launches counted) and the fused
+    path is taken wherever a module would take it on CUDA."""
     launches = [0]
     forward, backward = stub_kernels(launches)
+    patches = [mock.patch.object(attention_kernel, "forward", forward),
+               mock.patch.object(attention_kernel, "backward", backward),
+               mock.patch.object(fused_attention, "_use_fused", lambda q: True)]
+
+    class Stubbed:
+        def __enter__(self):
+            for patch in patches:
+                patch.start()
+            return launches
+
+        def __exit__(self, *exc):
+            for patch in reversed(patches):
+                patch.stop()
+
+    return Stubbed()
+
+
+def count(module, x, causal, key_padding_mask):
+    """(aten ops, read-backs, Triton launches) of one forward and backward pass of `module` on `x`."""
     future = torch.triu(torch.full((x.size(0), x.size(0)), float("-inf")), 1) if causal else None
-    with mock.patch.object(attention_kernel, "forward", forward), \
-            mock.patch.object(attention_kernel, "backward", backward), \
-            mock.patch.object(fused_attention, "_use_fused", lambda q: True):
+    with stubbed() as launches:
         module.train()
         with CountOps() as ops:
             out, _ = module(x, x, x, key_padding_mask=None if causal else key_padding_mask, attn_mask=future,
                             need_weights=False)
             out.sum().backward()
-    return ops.count, launches[0]
+    return ops.count, ops.read_backs, launches[0]
+
+
+def step_read_backs():
+    """{model: read-backs in the forward and backward pass of one training step}, for a
+    2 + 2-layer model of each of bench_training_gpu.py's variants, on a synthetic batch."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_training_gpu as bench
+
+    size = ("--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 64 --decoder-embed-dim 64 "
+            "--encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 --encoder-attention-heads 4 "
+            "--decoder-attention-heads 4").split()
+    counts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for lang in ("de", "en"):
+            Path(tmp, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(96)))
+        for name, arch, normalizer, fused in bench.VARIANTS:
+            model = bench.build(tmp, arch, normalizer, size)
+            for module in model.modules():
+                if isinstance(module, AlphaEntmaxAttention):
+                    module.use_fused_kernel = fused
+            dictionary = model.decoder.dictionary
+            pad = dictionary.pad()
+            src, src_len, prev, tgt = bench.batches(1, 256, 16, len(dictionary), pad, dictionary.eos(),
+                                                    torch.Generator().manual_seed(0), "cpu")[0]
+            model.train()
+            with stubbed(), CountOps() as ops:
+                logits = model(src, src_len, prev)[0]
+                F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad).backward()
+            counts[name] = ops.read_backs
+    return counts
 
 
 def main():
@@ -76,6 +144,8 @@ def main():
     parser.add_argument("--batch", type=int, default=96, help="sentences")
     parser.add_argument("--embed-dim", type=int, default=512)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--step", action="store_true",
+                        help="also count the read-backs of a training step's forward and backward pass, per model")
     args = parser.parse_args()
     torch.manual_seed(0)
     x = torch.randn(args.length, args.batch, args.embed_dim, requires_grad=True)
@@ -83,23 +153,35 @@ def main():
     key_padding_mask[: args.batch // 2, :3] = True
     E, H = args.embed_dim, args.heads
 
-    def ours(normalizer):
-        return AlphaEntmaxAttention(E, H, self_attention=True, normalizer=normalizer, causal_attn_mask=True)
+    def ours(normalizer, fused=True):
+        module = AlphaEntmaxAttention(E, H, self_attention=True, normalizer=normalizer, causal_attn_mask=True)
+        module.use_fused_kernel = fused
+        return module
 
     modules = {
         "fairseq MultiheadAttention": lambda: MultiheadAttention(E, H, self_attention=True),
         "ours, softmax through SDPA": lambda: ours("softmax"),
         "ours, 1.5-entmax, fused": lambda: ours("entmax15"),
         "ours, alpha-entmax per head, fused": lambda: ours("alpha_entmax"),
+        "ours, 1.5-entmax, explicit": lambda: ours("entmax15", fused=False),
+        "ours, alpha-entmax per head, explicit": lambda: ours("alpha_entmax", fused=False),
     }
     print(f"self-attention, {args.batch} sentences of {args.length} tokens, {H} heads of {E // H}; "
           "one forward and backward pass\n")
-    print("| attention | aten ops, padding mask | aten ops, causal | Triton launches |")
-    print("| --- | --- | --- | --- |")
+    print("| attention | aten ops, padding mask | aten ops, causal | read-backs | Triton launches |")
+    print("| --- | --- | --- | --- | --- |")
     for name, make in modules.items():
-        padded, launches = count(make(), x, False, key_padding_mask)
-        causal, _ = count(make(), x, True, key_padding_mask)
-        print(f"| {name} | {padded} | {causal} | {launches} |")
+        padded, read_backs, launches = count(make(), x, False, key_padding_mask)
+        causal, _, _ = count(make(), x, True, key_padding_mask)
+        print(f"| {name} | {padded} | {causal} | {read_backs} | {launches} |")
+    print("\n(per-head alpha on CPU tensors reads alpha back once to check its range, which CUDA skips; "
+          "the explicit rows' Triton launches are the row-wise normaliser's, not counted here)")
+    if args.step:
+        print("\none training step, forward and backward, 2 + 2 layers, 16 sentences of about 16 tokens\n")
+        print("| model | read-backs |")
+        print("| --- | --- |")
+        for name, read_backs in step_read_backs().items():
+            print(f"| {name} | {read_backs} |")
 
 
 if __name__ == "__main__":
