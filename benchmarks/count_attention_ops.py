@@ -23,6 +23,7 @@ step counter lives on the host on CUDA).
 """
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -74,26 +75,16 @@ def stub_kernels(launches):
     return forward, backward
 
 
+@contextlib.contextmanager
 def stubbed():
-    """Within it, the fused kernels are the stubs (their launches counted) and the fused
-    path is taken wherever a module would take it on CUDA."""
+    """Within it, the fused kernels are the stubs (their launches counted, in the list it
+    gives) and the fused path is taken wherever a module would take it on CUDA."""
     launches = [0]
     forward, backward = stub_kernels(launches)
-    patches = [mock.patch.object(attention_kernel, "forward", forward),
-               mock.patch.object(attention_kernel, "backward", backward),
-               mock.patch.object(fused_attention, "_use_fused", lambda q: True)]
-
-    class Stubbed:
-        def __enter__(self):
-            for patch in patches:
-                patch.start()
-            return launches
-
-        def __exit__(self, *exc):
-            for patch in reversed(patches):
-                patch.stop()
-
-    return Stubbed()
+    with mock.patch.object(attention_kernel, "forward", forward), \
+            mock.patch.object(attention_kernel, "backward", backward), \
+            mock.patch.object(fused_attention, "_use_fused", lambda q: True):
+        yield launches
 
 
 def count(module, x, causal, key_padding_mask):
