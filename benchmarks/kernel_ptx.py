@@ -10,8 +10,8 @@ the ptxas it ships, which need no device, so a kernel that would not compile on 
 fails here.  For each variant it prints the
 PTX instructions, the special-function ones among them (ex2, lg2, rcp, sqrt) and the
 tensor-core products, and from ptxas the registers a thread uses and the bytes it
-spills to local memory (stores; ptxas caps a thread at 255 registers with 4 warps, and
-spills the rest): a static measure of a change's cost where no GPU is at hand (it says
+spills to local memory (stores; ptxas gives a thread at most 255 registers and spills
+the rest): a static measure of a change's cost where no GPU is at hand (it says
 nothing of memory traffic or time; time needs a GPU).  The attention kernels are
 compiled with the tiles the package launches them with (``attention_kernel._blocks``)
 at head dim 64 and, at bf16 for the two normalisers the training benchmark times, 128
