@@ -71,6 +71,21 @@ def build(data, arch, normalizer, model_args):
     return task.build_model(args)
 
 
+def build_variants(model_args, vocab):
+    """{name: model} for every variant of VARIANTS, in training mode, each attention module
+    on the variant's path, over synthetic dictionaries of `vocab` words."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for lang in ("de", "en"):
+            Path(tmp, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
+        models = {name: build(tmp, arch, norm, model_args) for name, arch, norm, _ in VARIANTS}
+    for (name, _, _, fused), model in zip(VARIANTS, models.values()):
+        model.train()
+        for module in model.modules():
+            if hasattr(module, "use_fused_kernel"):
+                module.use_fused_kernel = fused
+    return models
+
+
 def batches(n, tokens, length, vocab, pad, eos, generator, device):
     """Synthetic translation batches: lengths uniform in [length/2, 3 length/2]."""
     out = []
@@ -213,15 +228,7 @@ def main():
         raise SystemExit("this benchmark needs a CUDA device (or --device cpu to check the script)")
     fairseq_sparse.load_plugin()
     model_args = shlex.split(args.model_args)
-    with tempfile.TemporaryDirectory() as tmp:
-        for lang in ("de", "en"):
-            Path(tmp, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(args.vocab - 4)))
-        models = {name: build(tmp, arch, norm, model_args) for name, arch, norm, _ in VARIANTS}
-    for (name, _, _, fused), model in zip(VARIANTS, models.values()):
-        model.train()
-        for module in model.modules():
-            if hasattr(module, "use_fused_kernel"):
-                module.use_fused_kernel = fused
+    models = build_variants(model_args, args.vocab)
     dictionary = next(iter(models.values())).decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
     data = batches(args.steps + args.warmup + 2, args.tokens, args.length, len(dictionary), pad, eos,

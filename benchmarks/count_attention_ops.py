@@ -25,7 +25,6 @@ step counter lives on the host on CUDA).
 import argparse
 import contextlib
 import sys
-import tempfile
 from pathlib import Path
 from unittest import mock
 
@@ -109,23 +108,15 @@ def step_read_backs():
             "--encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 --encoder-attention-heads 4 "
             "--decoder-attention-heads 4").split()
     counts = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for lang in ("de", "en"):
-            Path(tmp, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(96)))
-        for name, arch, normalizer, fused in bench.VARIANTS:
-            model = bench.build(tmp, arch, normalizer, size)
-            for module in model.modules():
-                if isinstance(module, AlphaEntmaxAttention):
-                    module.use_fused_kernel = fused
-            dictionary = model.decoder.dictionary
-            pad = dictionary.pad()
-            src, src_len, prev, tgt = bench.batches(1, 256, 16, len(dictionary), pad, dictionary.eos(),
-                                                    torch.Generator().manual_seed(0), "cpu")[0]
-            model.train()
-            with stubbed(), CountOps() as ops:
-                logits = model(src, src_len, prev)[0]
-                F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad).backward()
-            counts[name] = ops.read_backs
+    for name, model in bench.build_variants(size, 100).items():
+        dictionary = model.decoder.dictionary
+        pad = dictionary.pad()
+        src, src_len, prev, tgt = bench.batches(1, 256, 16, len(dictionary), pad, dictionary.eos(),
+                                                torch.Generator().manual_seed(0), "cpu")[0]
+        with stubbed(), CountOps() as ops:
+            logits = model(src, src_len, prev)[0]
+            F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad).backward()
+        counts[name] = ops.read_backs
     return counts
 
 

@@ -186,7 +186,8 @@ run)
             *) echo "run: no step group '$group' (tests, kernel, attention, causal, training, tiles)" >&2; exit 2 ;;
         esac
     done
-    wanted() { [ ${#groups[@]} -eq 0 ] || [[ " ${groups[*]} " == *" $1 "* ]]; }
+    named() { [[ " ${groups[*]} " == *" $1 "* ]]; }
+    wanted() { [ ${#groups[@]} -eq 0 ] || named "$1"; }
     install
     device_info > "$OUT/device.txt" 2>&1
     cat "$OUT/device.txt"
@@ -213,7 +214,7 @@ run)
         --lengths 1024 512 4096 --causal --no-reference --repeats 10
     wanted training && step 90 training.log python3 benchmarks/bench_training_gpu.py --steps 40 --profile 5
     # Not in the default set (whose caps fill the call): 4 shapes x 2 alphas compile first.
-    if [[ " ${groups[*]} " == *" tiles "* ]]; then
+    if named tiles; then
         step 60 tiles.log python3 benchmarks/bench_attention_kernel.py --tokens 4096 --lengths 64 --heads 4 \
             --head-dim 128 --tile-sweep --shapes default 64,32,8,3 32,32,4,3 --repeats 10
     fi
