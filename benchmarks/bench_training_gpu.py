@@ -31,6 +31,12 @@ or cheaper launches can.  (Counted on CPU with the Triton kernels stubbed, one f
 call dispatches about as many PyTorch ops as fairseq's own attention, forward and
 backward, plus 4 Triton launches; the explicit path 2.)
 
+``--tiles M,N,W`` adds one more model, the alpha-entmax transformer on the fused path
+with every kernel at BLOCK_M x BLOCK_N tiles and W warps.  At the model's head dim, 128,
+the package's tiles (64 x 32, 4 warps) spill registers in every kernel, and 8 warps
+spill none in the forward and dk/dv (``kernel_ptx.py``); this times whether that
+matters to a training step.
+
 ``--device cpu`` with ``--model-args`` for a small model runs the same code on CPU
 tensors, to check the script (the tests do); its times say nothing.
 """
@@ -46,10 +52,11 @@ import torch.nn.functional as F
 from fairseq import options, tasks
 
 import fairseq_sparse
+from fairseq_sparse.entmax import attention_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from timing import interleaved_ms, paired_ratio  # noqa: E402
+from timing import interleaved_ms, paired_ratio, tiles_setting  # noqa: E402
 VARIANTS = [  # name, arch, normaliser, fused path
     ("stock transformer (softmax)", "transformer_iwslt_de_en", None, False),
     ("softmax, fused (SDPA)", "entmax_transformer_iwslt_de_en", "softmax", True),
@@ -71,14 +78,14 @@ def build(data, arch, normalizer, model_args):
     return task.build_model(args)
 
 
-def build_variants(model_args, vocab):
-    """{name: model} for every variant of VARIANTS, in training mode, each attention module
-    on the variant's path, over synthetic dictionaries of `vocab` words."""
+def build_variants(model_args, vocab, variants=VARIANTS):
+    """{name: model} for every variant of `variants` (VARIANTS' rows), in training mode, each
+    attention module on the variant's path, over synthetic dictionaries of `vocab` words."""
     with tempfile.TemporaryDirectory() as tmp:
         for lang in ("de", "en"):
             Path(tmp, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
-        models = {name: build(tmp, arch, norm, model_args) for name, arch, norm, _ in VARIANTS}
-    for (name, _, _, fused), model in zip(VARIANTS, models.values()):
+        models = {name: build(tmp, arch, norm, model_args) for name, arch, norm, _ in variants}
+    for (name, _, _, fused), model in zip(variants, models.values()):
         model.train()
         for module in model.modules():
             if hasattr(module, "use_fused_kernel"):
@@ -106,9 +113,10 @@ def batches(n, tokens, length, vocab, pad, eos, generator, device):
     return out
 
 
-def trainer(model, data, pad, device):
+def trainer(model, data, pad, device, tiles=None):
     """A callable making one training step of `model` per call, on the next batch of `data`
-    (cycled): forward under bf16 autocast, label-smoothed cross-entropy, backward, Adam."""
+    (cycled): forward under bf16 autocast, label-smoothed cross-entropy, backward, Adam;
+    with `tiles` (attention_kernel.tile_shape's arguments), the fused kernels at those tiles."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     state = {"i": 0}
 
@@ -123,17 +131,24 @@ def trainer(model, data, pad, device):
         loss.backward()
         optimizer.step()
 
-    return step
+    if tiles is None:
+        return step
+
+    def step_at_tiles():
+        with attention_kernel.tile_shape(*tiles):
+            step()
+
+    return step_at_tiles
 
 
-def peak_memory(model, data, pad, device):
+def peak_memory(model, data, pad, device, tiles=None):
     """Peak bytes allocated by one training step of `model`, alone on the GPU (None on CPU)."""
     if device != "cuda":
         return None
     model.to(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    step = trainer(model, data, pad, device)
+    step = trainer(model, data, pad, device, tiles)
     step()
     step()  # Adam's state exists from the first step on
     torch.cuda.synchronize()
@@ -221,6 +236,9 @@ def main():
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="then N steps of each model under torch.profiler: GPU busy time and kernel launches "
                              "per step, and the ops that take the most host time")
+    parser.add_argument("--tiles", type=tiles_setting, metavar="M,N,WARPS",
+                        help="add the alpha-entmax transformer, fused, with every kernel at BLOCK_M x BLOCK_N tiles "
+                             "and WARPS warps, e.g. 64,32,8")
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.profile < 0:
         parser.error("--steps must be at least 1, --warmup and --profile at least 0")
@@ -228,7 +246,12 @@ def main():
         raise SystemExit("this benchmark needs a CUDA device (or --device cpu to check the script)")
     fairseq_sparse.load_plugin()
     model_args = shlex.split(args.model_args)
-    models = build_variants(model_args, args.vocab)
+    variants, tiles = list(VARIANTS), {}
+    if args.tiles:
+        name = "alpha-entmax, fused, {} x {} tiles, {} warps".format(*args.tiles)
+        variants.append((name, "entmax_transformer_iwslt_de_en", "alpha_entmax", True))
+        tiles[name] = (*args.tiles, None)  # Triton's default pipeline stages
+    models = build_variants(model_args, args.vocab, variants)
     dictionary = next(iter(models.values())).decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
     data = batches(args.steps + args.warmup + 2, args.tokens, args.length, len(dictionary), pad, eos,
@@ -240,11 +263,11 @@ def main():
           f"{sum(p.numel() for p in models[stock].parameters()) / 1e6:.1f}M parameters; "
           f"~{args.tokens} target tokens per batch, sentences of {args.length // 2}-{3 * args.length // 2} tokens; "
           f"{args.steps} rounds after {args.warmup} untimed steps each", file=sys.stderr)
-    memory = {name: peak_memory(model, data, pad, args.device) for name, model in models.items()}
+    memory = {name: peak_memory(model, data, pad, args.device, tiles.get(name)) for name, model in models.items()}
     steps = {}
     for name, model in models.items():
         model.to(args.device)
-        steps[name] = trainer(model, data, pad, args.device)
+        steps[name] = trainer(model, data, pad, args.device, tiles.get(name))
         for _ in range(args.warmup):
             steps[name]()
     # interleaved_ms calls each step twice before its rounds (a first call, then one to size

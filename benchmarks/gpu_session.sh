@@ -42,7 +42,8 @@
 #   training.log     bench_training_gpu.py: tokens/s of softmax, 1.5-entmax and alpha-entmax transformers,
 #                    and where a step's time goes (--profile: GPU busy time, kernel launches, host ops)
 #   tiles.log        only when named: bench_attention_kernel.py's tile sweep at the training model's heads
-#                    (4 of 128, T = 64): the package's shape against the two that spill least (kernel_ptx.py)
+#                    (4 of 128, T = 64): the package's shape against the two that spill least (kernel_ptx.py);
+#                    then bench_training_gpu.py with the alpha-entmax transformer at 64 x 32 tiles, 8 warps
 #   device.txt       the GPU, driver, torch and Triton versions, and the date
 # Every ratio is to a baseline measured in the same run, round by round (benchmarks/timing.py);
 # each step is capped by `timeout`, so that a slow one cannot eat the others' time (the caps add
@@ -217,6 +218,8 @@ run)
     if named tiles; then
         step 60 tiles.log python3 benchmarks/bench_attention_kernel.py --tokens 4096 --lengths 64 --heads 4 \
             --head-dim 128 --tile-sweep --shapes default 64,32,8,3 32,32,4,3 --repeats 10
+        # The same in a training step: the alpha-entmax transformer at 8 warps (no forward or dk/dv spills).
+        step 90 tiles.log python3 benchmarks/bench_training_gpu.py --steps 30 --tiles 64,32,8
     fi
     ;;
 *)

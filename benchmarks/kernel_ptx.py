@@ -44,6 +44,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from fairseq_sparse.entmax import attention_kernel, triton_kernel  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import ENTMAX15, GENERIC, SPARSEMAX  # noqa: E402
+from timing import tiles_setting  # noqa: E402  (this script's folder is on sys.path)
 
 # Pointer arguments whose element type is not the inputs' dtype.
 POINTERS_FP32 = {"ALPHA", "STATS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
@@ -142,16 +143,6 @@ def registers(ptx, arch):
     if not (used and spills):
         raise RuntimeError(f"no register report from ptxas: {report[-500:]}")
     return int(used.group(1)), int(spills.group(1))
-
-
-def tiles_setting(text):
-    try:
-        block_m, block_n, warps = (int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--tiles takes BLOCK_M,BLOCK_N,WARPS, e.g. 64,32,8; got {text!r}") from None
-    if not all(n > 0 and n & (n - 1) == 0 for n in (block_m, block_n, warps)) or min(block_m, block_n) < 16:
-        raise argparse.ArgumentTypeError(f"--tiles {text}: powers of two, tiles of at least 16")
-    return block_m, block_n, warps
 
 
 def main():

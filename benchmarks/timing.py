@@ -10,6 +10,7 @@ the noise. A sample is as many back-to-back calls as last ``min_ms`` (queued, as
 training), so that launch jitter does not dominate a 0.3 ms call.
 """
 
+import argparse
 import math
 import statistics
 import time
@@ -74,3 +75,15 @@ def paired_ratio(samples, baseline):
 def describe(error, width=80):
     """One line for a variant that failed (interleaved_ms's exceptions)."""
     return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:width]}"
+
+
+def tiles_setting(text):
+    """An argparse type for the benchmarks' ``--tiles BLOCK_M,BLOCK_N,WARPS`` (kernel_ptx.py,
+    bench_training_gpu.py): the attention kernels' tiles and warps, powers of two."""
+    try:
+        block_m, block_n, warps = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tiles takes BLOCK_M,BLOCK_N,WARPS, e.g. 64,32,8; got {text!r}") from None
+    if not all(n > 0 and n & (n - 1) == 0 for n in (block_m, block_n, warps)) or min(block_m, block_n) < 16:
+        raise argparse.ArgumentTypeError(f"--tiles {text}: powers of two, tiles of at least 16")
+    return block_m, block_n, warps

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from timing import interleaved_ms, paired_ratio  # noqa: E402
@@ -48,8 +49,9 @@ def test_paired_ratio_is_the_median_of_the_rounds_ratios():
 
 def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     """benchmarks/bench_training_gpu.py with --device cpu and a one-layer model: the six
-    models train in interleaved rounds and each gets its row, the stock transformer's ratio
-    to itself 1.00 (CPU times mean nothing; the GPU runs give the figures); --profile gives
+    models, and a seventh at the tiles of --tiles, train in interleaved rounds and each gets
+    its row, the stock transformer's ratio to itself 1.00 (CPU times mean nothing; the GPU
+    runs give the figures); --profile gives
     each a row of its own, the top host ops of the stock and the alpha-entmax models, and
     the time of one attention call per path."""
     import subprocess
@@ -60,14 +62,14 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
              "--decoder-attention-heads 2")
     proc = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--steps", "2", "--warmup", "0",
                            "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", small,
-                           "--profile", "1"],
+                           "--profile", "1", "--tiles", "16,16,1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     timed, profiled = proc.stdout.split("Profiled, 1 steps")
     profiled, calls = profiled.split("One attention call")
     rows = [line.split(" | ") for line in timed.splitlines() if line.startswith("| ") and "---" not in line]
     names = ["stock transformer (softmax)", "softmax, fused (SDPA)", "1.5-entmax, fused", "1.5-entmax, explicit",
-             "alpha-entmax, fused", "alpha-entmax, explicit"]
+             "alpha-entmax, fused", "alpha-entmax, explicit", "alpha-entmax, fused, 16 x 16 tiles, 1 warps"]
     assert [row[0].lstrip("| ") for row in rows[1:]] == names
     assert rows[1][2] == "1.00 (1.00-1.00)"
     assert all(float(row[1].replace(",", "")) > 0 for row in rows[1:])
@@ -83,6 +85,39 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
         "alpha-entmax per head, explicit"]
     assert all(0 < float(row[1].replace(",", "")) <= float(row[2].rstrip(" |").replace(",", "")) for row in rows[1:])
     assert "CPU (a check of the script)" in proc.stderr
+
+
+def test_training_benchmark_tiles_reach_every_kernel_launch(monkeypatch):
+    """bench_training_gpu.py --tiles: every fused kernel launched in that model's training
+    step (forward and backward, under Triton's interpreter) gets the tiles, and a model
+    without them the package's own."""
+    pytest.importorskip("triton")
+    import bench_training_gpu as bench
+    import fairseq_sparse
+    from fairseq_sparse.entmax import attention_kernel, use_backend
+
+    if not attention_kernel.INTERPRET:
+        pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
+    fairseq_sparse.load_plugin()
+    small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim",
+             "32", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+             "--decoder-attention-heads", "2"]
+    variant = ("alpha-entmax, fused", "entmax_transformer_iwslt_de_en", "alpha_entmax", True)
+    model = bench.build_variants(small, 32, [variant])[variant[0]]
+    dictionary = model.decoder.dictionary
+    data = bench.batches(1, 16, 6, len(dictionary), dictionary.pad(), dictionary.eos(),
+                         torch.Generator().manual_seed(0), "cpu")
+    seen = []
+    blocks = attention_kernel._blocks
+    monkeypatch.setattr(attention_kernel, "_blocks", lambda *a: seen.append(attention_kernel._TILE_SHAPE) or blocks(*a))
+    with use_backend("triton"):
+        bench.trainer(model, data, dictionary.pad(), "cpu", (32, 16, 2, None))()
+        launched = len(seen)
+        bench.trainer(model, data, dictionary.pad(), "cpu")()
+    # 3 attention sites (encoder, decoder, cross) x forward and backward; fairseq's alignment
+    # layer asks the last cross-attention for its weights, so that one stays explicit.
+    assert launched >= 4 and set(seen[:launched]) == {(32, 16, 2, None)}
+    assert len(seen) == 2 * launched and set(seen[launched:]) == {None}
 
 
 def test_attention_op_count_runs_with_stubs_shaped_like_the_kernels():
