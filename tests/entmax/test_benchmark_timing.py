@@ -11,6 +11,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from timing import interleaved_ms, paired_ratio  # noqa: E402
 
+# The training benchmark's model at one layer each side, 32 wide, 2 heads.
+SMALL_MODEL = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+               "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
+               "--decoder-attention-heads 2")
+
 
 def test_rounds_rotate_and_failures_are_left_out():
     calls = []
@@ -51,17 +56,13 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     """benchmarks/bench_training_gpu.py with --device cpu and a one-layer model: the six
     models, and a seventh at the tiles of --tiles, train in interleaved rounds and each gets
     its row, the stock transformer's ratio to itself 1.00 (CPU times mean nothing; the GPU
-    runs give the figures); --profile gives
-    each a row of its own, the top host ops of the stock and the alpha-entmax models, and
-    the time of one attention call per path."""
+    runs give the figures); --profile gives each a row of its own, the top host ops of the
+    stock and the alpha-entmax models, and the time of one attention call per path."""
     import subprocess
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training_gpu.py"
-    small = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
-             "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
-             "--decoder-attention-heads 2")
     proc = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--steps", "2", "--warmup", "0",
-                           "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", small,
+                           "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", SMALL_MODEL,
                            "--profile", "1", "--tiles", "16,16,1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -99,11 +100,8 @@ def test_training_benchmark_tiles_reach_every_kernel_launch(monkeypatch):
     if not attention_kernel.INTERPRET:
         pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
     fairseq_sparse.load_plugin()
-    small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim",
-             "32", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-             "--decoder-attention-heads", "2"]
     variant = ("alpha-entmax, fused", "entmax_transformer_iwslt_de_en", "alpha_entmax", True)
-    model = bench.build_variants(small, 32, [variant])[variant[0]]
+    model = bench.build_variants(SMALL_MODEL.split(), 32, [variant])[variant[0]]
     dictionary = model.decoder.dictionary
     data = bench.batches(1, 16, 6, len(dictionary), dictionary.pad(), dictionary.eos(),
                          torch.Generator().manual_seed(0), "cpu")
