@@ -249,7 +249,7 @@ def main():
     variants, tiles = list(VARIANTS), {}
     if args.tiles:
         name = "alpha-entmax, fused, {} x {} tiles, {} warps".format(*args.tiles)
-        variants.append((name, "entmax_transformer_iwslt_de_en", "alpha_entmax", True))
+        variants.append((name, *next(row[1:] for row in VARIANTS if row[0] == "alpha-entmax, fused")))
         tiles[name] = (*args.tiles, None)  # Triton's default pipeline stages
     models = build_variants(model_args, args.vocab, variants)
     dictionary = next(iter(models.values())).decoder.dictionary

@@ -100,7 +100,7 @@ def test_training_benchmark_tiles_reach_every_kernel_launch(monkeypatch):
     if not attention_kernel.INTERPRET:
         pytest.skip("needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
     fairseq_sparse.load_plugin()
-    variant = ("alpha-entmax, fused", "entmax_transformer_iwslt_de_en", "alpha_entmax", True)
+    variant = next(row for row in bench.VARIANTS if row[0] == "alpha-entmax, fused")
     model = bench.build_variants(SMALL_MODEL.split(), 32, [variant])[variant[0]]
     dictionary = model.decoder.dictionary
     data = bench.batches(1, 16, 6, len(dictionary), dictionary.pad(), dictionary.eos(),
