@@ -5,8 +5,8 @@ would sit above and right of the others, not on their curve.
 
     python scripts/plot_sentence_vae_tradeoff.py TABLE.tsv --out FIGURE.png [--chance 10] [--title T]
 
-TABLE.tsv holds measured figures (``sentence_vae_stability.py --analyse`` prints them
-each epoch): a header line ``run<TAB>epoch<TAB>average_hoyer<TAB>accuracy``, then one
+TABLE.tsv holds measured figures (``sentence_vae_stability.py --analyse`` prints them for
+the epoch it trained to; run it one epoch at a time for a curve): a header line ``run<TAB>epoch<TAB>average_hoyer<TAB>accuracy``, then one
 line per run and epoch, in any order; lines starting with ``#`` are comments (say
 there where the figures come from).  Each run is one curve through its epochs in
 order, each point labelled with its epoch.
@@ -33,7 +33,7 @@ def read_table(path):
         if header is None:
             if tuple(fields) != COLUMNS:
                 raise ValueError(f"{where}: the header must be {'<TAB>'.join(COLUMNS)!r}, not {line!r}")
-            header = fields
+            header = True
             continue
         if len(fields) != len(COLUMNS):
             raise ValueError(f"{where}: {len(fields)} tab-separated fields, expected {len(COLUMNS)}: {line!r}")
