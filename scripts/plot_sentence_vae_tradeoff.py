@@ -6,10 +6,10 @@ would sit above and right of the others, not on their curve.
     python scripts/plot_sentence_vae_tradeoff.py TABLE.tsv --out FIGURE.png [--chance 10] [--title T]
 
 TABLE.tsv holds measured figures (``sentence_vae_stability.py --analyse`` prints them for
-the epoch it trained to; run it one epoch at a time for a curve): a header line ``run<TAB>epoch<TAB>average_hoyer<TAB>accuracy``, then one
-line per run and epoch, in any order; lines starting with ``#`` are comments (say
-there where the figures come from).  Each run is one curve through its epochs in
-order, each point labelled with its epoch.
+the epoch it trained to; run it one epoch at a time for a curve): a header line
+``run<TAB>epoch<TAB>average_hoyer<TAB>accuracy``, then one line per run and epoch, in any
+order; lines starting with ``#`` are comments (say there where the figures come from).
+Each run is one curve through its epochs in order, each point labelled with its epoch.
 """
 
 import argparse
@@ -24,16 +24,16 @@ def read_table(path):
     ValueError naming the file and line."""
     runs = {}
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    header = None
+    header_seen = False
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.startswith("#"):
             continue
         fields = line.split("\t")
         where = f"{path}, line {number}"
-        if header is None:
+        if not header_seen:
             if tuple(fields) != COLUMNS:
                 raise ValueError(f"{where}: the header must be {'<TAB>'.join(COLUMNS)!r}, not {line!r}")
-            header = True
+            header_seen = True
             continue
         if len(fields) != len(COLUMNS):
             raise ValueError(f"{where}: {len(fields)} tab-separated fields, expected {len(COLUMNS)}: {line!r}")
@@ -49,7 +49,7 @@ def read_table(path):
         if any(e == epoch for e, _, _ in runs.get(run, [])):
             raise ValueError(f"{where}: run {run!r} has epoch {epoch} twice")
         runs.setdefault(run, []).append((epoch, hoyer, accuracy))
-    if header is None or not runs:
+    if not runs:  # also when no header was seen: figures only follow one
         raise ValueError(f"{path}: no header and figures")
     return {run: sorted(points) for run, points in runs.items()}
 
