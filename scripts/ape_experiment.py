@@ -9,8 +9,10 @@ Domains (../shared/data/ape): ``pharma``, WMT17 APE de-en (25K triplets, good MT
 data, phrase-based MT).  The last --held-out (1,000) triplets are the test split, the
 --held-out before them the dev split (``valid``), the rest train.  Tuning sees dev
 only (scripts/tune_ape_decoding.py: one beam pass per --conservativeness value, the
-gate's margins applied to its scores); the test split is decoded once with plain beam
-search and once with the chosen values, never used to choose.
+margin gate's margins and the risk gate's limits applied to what it scored); the test
+split is decoded with plain beam search, with the chosen values and with the best
+values of the gate not chosen (so that the two gates are compared where no choice was
+made), never used to choose.
 
 Scoring: TER (tercom settings) and BLEU (``-tok none``), with sacrebleu's signatures;
 modified / improved / deteriorated count test sentences whose output differs from the
@@ -246,6 +248,9 @@ def main(argv=None):
                         help="values tried on dev (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=None,
                         help="margins tried on dev ('off' for no gate; default: tune_ape_decoding.py's)")
+    parser.add_argument("--keep-mt-risk", nargs="*", default=None,
+                        help="risk limits (TER points) of the minimum-Bayes-risk gate tried on dev (none given: "
+                             "that gate not tried; default: tune_ape_decoding.py's)")
     args = parser.parse_args(argv)
     if args.max_update == "auto":
         if args.stop_time_hours <= 0:
@@ -270,16 +275,23 @@ def main(argv=None):
     data = args.out / "data"
     sizes = split_corpus(args.corpus, data, args.held_out)
     margins = tuning.parse_margins(args.keep_mt_margin) if args.keep_mt_margin else tuning.DEFAULT_MARGINS
+    risks = tuning.DEFAULT_RISKS if args.keep_mt_risk is None else tuning.parse_risks(args.keep_mt_risk)
     for system in args.systems:
         totals = train(system, data, args)
         save = args.out / system
         editor_args = dict(path=save / "checkpoint_last.pt", data=data, device=args.device, beam=args.beam,
                            max_len_b=args.max_len_b)
-        tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, out=save / "tuning",
-                            **editor_args)
-        chosen = (tuned["conservativeness"], tuned["keep_mt_margin"])
-        tuning.decode_test(split="test", settings={"plain": (0.0, None), "tuned": chosen}, out=save / "test",
-                           trained=totals, **editor_args)
+        tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, grid_r=risks,
+                            out=save / "tuning", **editor_args)
+        settings = {"plain": (0.0, None, None),
+                    "tuned": (tuned["conservativeness"], tuned["keep_mt_margin"], tuned["keep_mt_risk"])}
+        # Each gate's best on dev too, where it is not the choice: the two gates compared on test.
+        for gate in ("margin", "risk"):
+            best = tuned["by_gate"].get(gate)
+            setting = best and (best["conservativeness"], best["keep_mt_margin"], best["keep_mt_risk"])
+            if setting and setting != settings["tuned"]:
+                settings[f"best_{gate}"] = setting
+        tuning.decode_test(split="test", settings=settings, out=save / "test", trained=totals, **editor_args)
     write_table(args, title, sizes, tuning)
 
 
@@ -306,13 +318,16 @@ def write_table(args, title, sizes, tuning):
         for name, run in done["runs"].items():
             hyps = (args.out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
             setting = ("plain beam search" if name == "plain" else
-                       f"C = {run['conservativeness']:g}, M = {tuning.margin_name(run['keep_mt_margin'])}")
+                       tuning.setting_name(run["conservativeness"], run["keep_mt_margin"], run.get("keep_mt_risk"))
+                       + (" (chosen on dev)" if name == "tuned" else
+                          f" (the {name.removeprefix('best_')} gate's best on dev, not chosen)"))
             rows.append((f"{label}, {setting}", scorer.score(hyps), run["kept"], done["trained"]))
     lines = [f"# APE on {title}: doing nothing, three systems, plain and conservative decoding", "",
              f"Train {sizes['train']} triplets, dev {sizes['valid']} (the {args.held_out} before the last "
-             f"{args.held_out}), test {sizes['test']} (the last). C (--conservativeness) and M (--keep-mt-margin) "
-             f"were chosen on dev only (each system's `tuning/`); beam {args.beam}. {scorer.spelling}. Kept: test "
-             "sentences whose output is the MT (by the gate or by the beam).", "",
+             f"{args.held_out}), test {sizes['test']} (the last). C (--conservativeness) and the gate, M "
+             f"(--keep-mt-margin) or R (--keep-mt-risk), were chosen on dev only (each system's `tuning/`); "
+             f"beam {args.beam}. {scorer.spelling}. Kept: test sentences whose output is the MT (by the gate or by "
+             "the beam).", "",
              "| system | TER | BLEU | modified | improved | deteriorated | kept | updates | target tokens | "
              "training wall time | device |", "|" + " --- |" * 11]
     for name, (ter, bleu, effects), kept, trained in rows:

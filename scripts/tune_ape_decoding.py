@@ -1,20 +1,28 @@
-"""Choose --conservativeness (C) and --keep-mt-margin (M) for one trained APE checkpoint
-on the dev split, by generation only (no retraining).
+"""Choose --conservativeness (C) and the keep-the-MT gate, --keep-mt-margin (M) or
+--keep-mt-risk (R), for one trained APE checkpoint on the dev split, by generation only
+(no retraining).
 
     python scripts/tune_ape_decoding.py --path CKPT --data DATA_DIR --out DIR [--split valid]
-        [--conservativeness 0 0.5 1 2 4] [--keep-mt-margin off -0.5 0 0.5 inf] [--beam 5]
+        [--conservativeness 0 0.5 1 2 4] [--keep-mt-margin off -0.5 0 0.5 inf]
+        [--keep-mt-risk 0 2 5 inf] [--beam 5]
 
 Each C costs one beam pass over the split, in which the gate scores every MT but
-keeps none (M = -inf); every M is then applied to those scores with the gate's own
-rule (``fairseq_sparse.ape.decoding.keeps_mt``), so the grid's outputs are those
-``fairseq-generate --conservativeness C --keep-mt-margin M`` gives (``--nbest 1``).
-The pair with the lowest TER wins (ties: the smaller C, then the larger M).
+keeps none (M = -inf) and lists what it weighed; every M is then applied to those
+scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``), and every R
+to the candidates' expected TER (``expected_ter`` and ``risk_choice``, the risk gate's
+own functions), so the grid's outputs are those ``fairseq-generate --conservativeness C
+--keep-mt-margin M`` (or ``--keep-mt-risk R``) gives (``--nbest 1``).  The setting
+with the lowest TER wins (ties: the smaller C, then the margin gate before the risk
+gate, then the larger M or R).
 
 Writes DIR/grid.md and grid.tsv (TER, BLEU, modified, improved, deteriorated and kept
-for every C x M), DIR/chosen.json, and DIR/tuning.png: TER against C without the
-gate, and against M at the chosen C, with doing nothing as a line.  Scoring is as
-in ape_experiment.py: TER (tercom settings) and BLEU ``-tok none`` with sacrebleu;
-with an uncased BERT every text (doing nothing included) on that BERT's spelling.
+for every C x M and C x R), DIR/chosen.json (the choice, and under ``by_gate`` the best
+setting without a gate, with the margin gate and with the risk gate, so that
+ape_experiment.py can compare the gates on test), and DIR/tuning.png: TER against C without
+the gate, against M and against R at the chosen C, with doing nothing as a line.
+Scoring is as in ape_experiment.py: TER (tercom settings) and BLEU ``-tok none`` with
+sacrebleu; with an uncased BERT every text (doing nothing included) on that BERT's
+spelling.
 """
 
 import argparse
@@ -26,7 +34,7 @@ import fairseq_sparse
 
 fairseq_sparse.load_plugin()
 from fairseq_sparse.ape.bert_dictionary import model_spelling  # noqa: E402
-from fairseq_sparse.ape.decoding import check_decoding_options, keeps_mt  # noqa: E402
+from fairseq_sparse.ape.decoding import check_decoding_options, expected_ter, keeps_mt, risk_choice  # noqa: E402
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
 from fairseq_sparse.ape.ter import ape_scores, edit_effects  # noqa: E402
 from fairseq_sparse.ape.triplets import read_triplets  # noqa: E402
@@ -34,6 +42,8 @@ from fairseq_sparse.modules.bert import load_bert_tokenizer  # noqa: E402
 
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
 DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, math.inf]
+# TER points: candidates of a 25-word sentence that differ by one word are 4 points apart.
+DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]
 
 
 def parse_margins(values):
@@ -55,8 +65,31 @@ def parse_margins(values):
     return margins
 
 
+def parse_risks(values):
+    """Floats >= 0 (inf allowed), refused as the task refuses them."""
+    risks = []
+    for value in values:
+        try:
+            risk = float(value)
+        except ValueError:
+            raise SystemExit(f"--keep-mt-risk {value}: not a number") from None
+        try:
+            check_decoding_options(0.0, None, risk)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        risks.append(risk)
+    return risks
+
+
 def margin_name(margin):
     return "off" if margin is None else f"{margin:g}"
+
+
+def setting_name(conservativeness, margin, risk=None):
+    """How a table names a decoding setting: 'C = 0, M = 0.1' or 'C = 0, R = 5'."""
+    if risk is not None:
+        return f"C = {conservativeness:g}, R = {risk:g}"
+    return f"C = {conservativeness:g}, M = {margin_name(margin)}"
 
 
 class Scorer:
@@ -82,9 +115,10 @@ class Scorer:
 
 
 def beam_pass(models, task, conservativeness, src, mt, beam, max_len_b=200):
-    """One beam pass with conservativeness C; the gate scores each MT but keeps none."""
+    """One beam pass with conservativeness C; the gate scores each MT but keeps none, and
+    lists the candidates it weighed."""
     editor = PostEditor(models, task, beam=beam, max_len_b=max_len_b, conservativeness=conservativeness,
-                        keep_mt_margin=-math.inf)
+                        keep_mt_margin=-math.inf, keep_mt_risk=None)
     return editor.postedits(src, mt)
 
 
@@ -98,13 +132,59 @@ def gated(edits, mts, margin):
     return outputs, kept
 
 
+def candidate_risks(edits):
+    """Per sentence, (its candidates, their expected TER, the MT's index): what the risk gate weighs."""
+    weighed = []
+    for edit in edits:
+        candidates = edit.candidates
+        risks = expected_ter([c.text for c in candidates], [c.log_prob for c in candidates])
+        weighed.append((candidates, risks, next(j for j, c in enumerate(candidates) if c.is_mt)))
+    return weighed
+
+
+def risk_gated(weighed, mts, risk):
+    """(outputs, how many are the MT) of one beam pass under the risk gate with this R."""
+    outputs, kept = [], 0
+    for (candidates, risks, mt_index), mt in zip(weighed, mts, strict=True):
+        chosen = risk_choice(risks, mt_index, risk)
+        keep = chosen == mt_index
+        outputs.append(mt if keep else candidates[chosen].text)
+        kept += keep
+    return outputs, kept
+
+
+def decoded(edits, mts, margin, risk, weighed=None):
+    """(outputs, kept) of one beam pass under one setting: the risk gate where R is given."""
+    if risk is None:
+        return gated(edits, mts, margin)
+    return risk_gated(weighed if weighed is not None else candidate_risks(edits), mts, risk)
+
+
 def load(path, data, device):
     editor = PostEditor.from_checkpoint(path, data=data, device=device, beam=1)
     return editor.models, editor.task
 
 
-def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200):
-    """Decode `split` at every C, apply every M, write the grid and plot, return the choice."""
+GATES = ("none", "margin", "risk")
+
+
+def gate_of(row):
+    """Which gate a grid row used: none, the margin gate (M) or the risk gate (R)."""
+    return "risk" if row["keep_mt_risk"] is not None else "none" if row["keep_mt_margin"] is None else "margin"
+
+
+def choose(rows):
+    """The row of lowest TER; ties to the smaller C, then no gate or the margin gate before the
+    risk gate, then the larger M or R (off below every margin).  None for no rows."""
+    if not rows:
+        return None
+    return min(rows, key=lambda r: (round(r["ter"], 6), r["conservativeness"], r["keep_mt_risk"] is not None,
+                                    -(r["keep_mt_risk"] if r["keep_mt_risk"] is not None else
+                                      -math.inf if r["keep_mt_margin"] is None else r["keep_mt_margin"])))
+
+
+def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200, grid_r=()):
+    """Decode `split` at every C, apply every M and every R, write the grid and plot, return the choice."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
@@ -114,25 +194,31 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b
     rows = []
     for c in grid_c:
         edits = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
-        for m in grid_m:
-            outputs, kept = gated(edits, texts["mt"], m)
+        weighed = candidate_risks(edits) if grid_r else None
+        for m, r in [(m, None) for m in grid_m] + [(None, r) for r in grid_r]:
+            outputs, kept = decoded(edits, texts["mt"], m, r, weighed)
             ter, bleu, effects = scorer.score(outputs)
-            rows.append({"conservativeness": c, "keep_mt_margin": m, "ter": ter, "bleu": bleu, "kept": kept,
-                         **{k: effects[k] for k in ("modified", "improved", "deteriorated")}})
-    # Lowest TER; ties to the smaller C, then the larger M (off below every margin).
-    best = min(rows, key=lambda r: (round(r["ter"], 6), r["conservativeness"],
-                                    -(-math.inf if r["keep_mt_margin"] is None else r["keep_mt_margin"])))
+            rows.append({"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "ter": ter, "bleu": bleu,
+                         "kept": kept, **{k: effects[k] for k in ("modified", "improved", "deteriorated")}})
+    best = choose(rows)
     chosen = {"conservativeness": best["conservativeness"], "keep_mt_margin": best["keep_mt_margin"],
-              "split": split, "ter": best["ter"], "do_nothing_ter": baseline[0], "checkpoint": str(path),
-              "beam": beam, "max_len_b": max_len_b}
+              "keep_mt_risk": best["keep_mt_risk"], "split": split, "ter": best["ter"],
+              "do_nothing_ter": baseline[0], "checkpoint": str(path), "beam": beam, "max_len_b": max_len_b,
+              # Each gate's own best, so that the two can be compared on a split tuning never saw.
+              "by_gate": {gate: {k: r[k] for k in ("conservativeness", "keep_mt_margin", "keep_mt_risk", "ter")}
+                          for gate, r in ((gate, choose([r for r in rows if gate_of(r) == gate]))
+                                          for gate in GATES) if r is not None}}
     (out / "chosen.json").write_text(json.dumps(chosen, indent=1) + "\n")
-    header = ["C", "M", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
-    cells = [[f"{r['conservativeness']:g}", margin_name(r["keep_mt_margin"]), f"{r['ter']:.2f}", f"{r['bleu']:.2f}",
-              str(r["modified"]), str(r["improved"]), str(r["deteriorated"]), str(r["kept"])] for r in rows]
+    header = ["C", "M", "R", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
+    cells = [[f"{r['conservativeness']:g}", margin_name(r["keep_mt_margin"]), margin_name(r["keep_mt_risk"]),
+              f"{r['ter']:.2f}", f"{r['bleu']:.2f}", str(r["modified"]), str(r["improved"]),
+              str(r["deteriorated"]), str(r["kept"])] for r in rows]
     (out / "grid.tsv").write_text("\n".join("\t".join(c) for c in [header, *cells]) + "\n")
+    name = setting_name(best["conservativeness"], best["keep_mt_margin"], best["keep_mt_risk"])
     md = [f"# Tuning on {split}: {len(texts['src'])} sentences, {path}, beam {beam}", "",
           f"Doing nothing: TER {baseline[0]:.2f}, BLEU {baseline[1]:.2f}. {scorer.spelling}. Chosen: "
-          f"C = {best['conservativeness']:g}, M = {margin_name(best['keep_mt_margin'])} (TER {best['ter']:.2f}).", "",
+          f"{name} (TER {best['ter']:.2f}). M: --keep-mt-margin (nats per token), R: --keep-mt-risk "
+          "(TER points); off: that gate not used.", "",
           "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in cells]
     (out / "grid.md").write_text("\n".join(md) + "\n")
@@ -146,45 +232,57 @@ def plot(rows, best, do_nothing, path, split):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (by_c, by_m) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    plain = [r for r in rows if r["keep_mt_margin"] is None]
+    at_best_c = [r for r in rows if r["conservativeness"] == best["conservativeness"]]
+    margins = [r for r in at_best_c if r["keep_mt_margin"] is not None and math.isfinite(r["keep_mt_margin"])]
+    risks = [r for r in at_best_c if r["keep_mt_risk"] is not None and math.isfinite(r["keep_mt_risk"])]
+    panels = 1 + bool(margins) + bool(risks)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), sharey=True, squeeze=False)
+    axes = list(axes[0])
+    by_c = axes.pop(0)
+    plain = [r for r in rows if r["keep_mt_margin"] is None and r["keep_mt_risk"] is None]
     by_c.plot([r["conservativeness"] for r in plain], [r["ter"] for r in plain], "o-", label="post-edits, no gate")
     by_c.set_xlabel("conservativeness C (nats per novel token)")
     by_c.set_ylabel(f"TER on {split} (lower is better)")
-    at_c = [r for r in rows if r["conservativeness"] == best["conservativeness"]
-            and r["keep_mt_margin"] is not None and math.isfinite(r["keep_mt_margin"])]
-    by_m.plot([r["keep_mt_margin"] for r in at_c], [r["ter"] for r in at_c], "o-",
-              label=f"post-edits, C = {best['conservativeness']:g}")
-    off = next((r for r in rows if r["conservativeness"] == best["conservativeness"] and r["keep_mt_margin"] is None),
-               None)
-    if off is not None:
-        by_m.axhline(off["ter"], color="tab:green", linestyle=":", label="no gate")
-    by_m.set_xlabel("keep-the-MT margin M (nats per token)")
-    for ax in (by_c, by_m):
+    off = next((r for r in plain if r["conservativeness"] == best["conservativeness"]), None)
+    for gated_rows, key, label in ((margins, "keep_mt_margin", "keep-the-MT margin M (nats per token)"),
+                                   (risks, "keep_mt_risk", "keep-the-MT risk R (expected TER points)")):
+        if not gated_rows:
+            continue
+        ax = axes.pop(0)
+        ax.plot([r[key] for r in gated_rows], [r["ter"] for r in gated_rows], "o-",
+                label=f"post-edits, C = {best['conservativeness']:g}")
+        if off is not None:
+            ax.axhline(off["ter"], color="tab:green", linestyle=":", label="no gate")
+        ax.set_xlabel(label)
+        axes.append(ax)
+    for ax in [by_c, *axes]:
         ax.axhline(do_nothing, color="grey", linestyle="--", label="doing nothing (MT as is)")
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Choosing C and M on {split}: C = {best['conservativeness']:g}, "
-                 f"M = {margin_name(best['keep_mt_margin'])}")
+    fig.suptitle(f"Choosing C and the gate on {split}: "
+                 f"{setting_name(best['conservativeness'], best['keep_mt_margin'], best['keep_mt_risk'])}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):
-    """Outputs of `split` for each named (C, M), one beam pass per distinct C; writes
-    NAME.txt for each and results.json (settings, kept, the training totals)."""
+    """Outputs of `split` for each named (C, M) or (C, M, R), one beam pass per distinct C;
+    writes NAME.txt for each and results.json (settings, kept, the training totals)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
     texts = read_triplets(data, split)
-    passes, runs = {}, {}
-    for name, (c, m) in settings.items():
+    passes, weighed, runs = {}, {}, {}
+    for name, setting in settings.items():
+        c, m, r = (*setting, None)[:3]
         if c not in passes:
             passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
-        outputs, kept = gated(passes[c], texts["mt"], m)
+        if r is not None and c not in weighed:
+            weighed[c] = candidate_risks(passes[c])
+        outputs, kept = decoded(passes[c], texts["mt"], m, r, weighed.get(c))
         (out / f"{name}.txt").write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
-        runs[name] = {"conservativeness": c, "keep_mt_margin": m, "kept": kept}
+        runs[name] = {"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "kept": kept}
     (out / "results.json").write_text(json.dumps({"split": split, "checkpoint": str(path), "beam": beam,
                                                   "max_len_b": max_len_b, "runs": runs, "trained": trained},
                                                  indent=1) + "\n")
@@ -201,6 +299,8 @@ def main(argv=None):
                         help="values of C tried (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=[margin_name(m) for m in DEFAULT_MARGINS],
                         help="values of M tried ('off': no gate; 'inf': keep every MT)")
+    parser.add_argument("--keep-mt-risk", nargs="*", default=[f"{r:g}" for r in DEFAULT_RISKS],
+                        help="values of R tried (TER points; 'inf': keep every MT); none: the risk gate not tried")
     parser.add_argument("--beam", type=int, default=5, help="beam size")
     parser.add_argument("--max-len-b", type=int, default=200,
                         help="longest post-edit in tokens, as fairseq-generate's --max-len-b (default: %(default)s)")
@@ -212,7 +312,7 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
     chosen = tune(args.path, args.data, args.split, args.conservativeness, parse_margins(args.keep_mt_margin),
-                  args.out, args.device, args.beam, args.max_len_b)
+                  args.out, args.device, args.beam, args.max_len_b, grid_r=parse_risks(args.keep_mt_risk))
     print((args.out / "grid.md").read_text())
     print(json.dumps(chosen))
 

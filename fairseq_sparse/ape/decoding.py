@@ -24,6 +24,23 @@ stands (a hypothesis that is the MT itself counts once, at its first place), so 
 keeps every MT (doing nothing); M = -inf returns the beam's own output but still
 scores the MT: each returned hypothesis carries ``mt_score`` and ``is_mt``, for tuning
 M afterwards with :func:`keeps_mt`, the same rule.
+
+``--keep-mt-risk R`` (a minimum-Bayes-risk gate; Kumar & Byrne, NAACL 2004): where the
+margin gate compares the best hypothesis with the MT alone, this one asks what the
+model believes about all of them.  The candidates are the beam's hypotheses and the
+MT (scored as above; once, where the beam found it), each weighted by its total
+log-probability as the beam scores it (C's penalty included), renormalised over the
+candidates; a candidate's risk is its expected sentence TER (percent, tercom settings)
+against the others taken as references (:func:`expected_ter`, on the WordPiece-merged
+text the model writes).  The candidate
+of least risk replaces the MT only when its risk is below the MT's by more than R
+points (:func:`risk_choice`).  An edit the beam's runners-up disagree with (an item
+dropped from a list that the others keep) leaves the MT the candidate nearest to
+them all, where the margin gate, comparing per-token scores, may prefer the shorter,
+broken output.  R = 0 is plain MBR with ties to the MT; R = inf keeps every MT.  Both
+gates at once are refused: choose one.  With either gate each returned hypothesis
+also carries ``candidates`` (tokens, total log-probability, ``is_mt``), from which
+tuning applies any M or R afterwards.
 """
 
 import logging
@@ -35,23 +52,54 @@ from fairseq.data import data_utils
 from fairseq.models import FairseqEncoderDecoderModel
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
+from .bert_dictionary import WordPieceDetokenizer
+from .ter import official_ter
 from .triplets import mt_segment
 
 logger = logging.getLogger(__name__)
 
 
-def check_decoding_options(conservativeness: float, keep_mt_margin: Optional[float]):
+def check_decoding_options(conservativeness: float, keep_mt_margin: Optional[float],
+                           keep_mt_risk: Optional[float] = None):
     """Refuse values that would make search meaningless, naming the option."""
     if not conservativeness >= 0:  # also NaN
         raise ValueError(f"--conservativeness {conservativeness}: must be a number >= 0 (0: plain beam search)")
     if keep_mt_margin is not None and math.isnan(keep_mt_margin):
         raise ValueError("--keep-mt-margin nan: must be a number (nats per token; leave it out to turn the "
                          "keep-the-MT gate off)")
+    if keep_mt_risk is not None and not keep_mt_risk >= 0:  # also NaN
+        raise ValueError(f"--keep-mt-risk {keep_mt_risk}: must be a number >= 0 (TER points; 0: plain minimum "
+                         "Bayes risk, inf: keep every MT; leave it out to turn this gate off)")
+    if keep_mt_margin is not None and keep_mt_risk is not None:
+        raise ValueError("--keep-mt-margin and --keep-mt-risk are two gates: give one of them")
 
 
 def keeps_mt(hypothesis_score: float, mt_score: float, margin: float) -> bool:
     """The gate's rule: the MT stays unless the hypothesis beats it by more than margin."""
     return not hypothesis_score - mt_score > margin
+
+
+def expected_ter(texts, log_probs):
+    """Each candidate's risk: its expected sentence TER (percent) against the candidates
+    as references, weighted by their probabilities renormalised over them,
+    risk_i = sum_j p_j TER(texts[i], texts[j]), p = softmax(log_probs).
+
+    Minimum Bayes risk over an n-best list (Kumar & Byrne, NAACL 2004) with the task's
+    own metric as the loss (tercom's settings, :func:`.ter.official_ter`)."""
+    if len(texts) != len(log_probs) or not texts:
+        raise ValueError(f"expected_ter: {len(texts)} texts and {len(log_probs)} log-probabilities")
+    weights = torch.softmax(torch.tensor(log_probs, dtype=torch.float64), 0).tolist()
+    ter = official_ter()
+    return [sum(w * ter.sentence_score(text, [reference]).score
+                for reference, w in zip(texts, weights) if reference != text)
+            for text in texts]
+
+
+def risk_choice(risks, mt_index: int, limit: float) -> int:
+    """The MBR gate's rule: the index of the candidate of least risk (ties to the MT, then
+    to the earlier), unless its risk is not below the MT's by more than limit: then mt_index."""
+    best = min(range(len(risks)), key=lambda i: (risks[i], i != mt_index, i))
+    return mt_index if keeps_mt(-risks[best], -risks[mt_index], limit) else best
 
 
 class ConservativeEnsemble(EnsembleModel):
@@ -106,12 +154,18 @@ def check_can_score_mt(models):
 
 class KeepMTGate:
     """Wraps a :class:`SequenceGenerator`: after its search, each sentence's MT competes
-    with the returned hypotheses (see the module docstring).  Everything else (``eos``,
-    the symbols fairseq-generate strips) is the wrapped generator's."""
+    with the returned hypotheses, by the margin rule or the risk rule (see the module
+    docstring; exactly one of ``margin`` and ``risk`` is given).  Everything else
+    (``eos``, the symbols fairseq-generate strips) is the wrapped generator's."""
 
-    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: float, log_kept=True):
+    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: Optional[float] = None,
+                 log_kept=True, risk: Optional[float] = None):
         check_can_score_mt(models)
-        self.generator, self.models, self.dictionary, self.margin = generator, models, dictionary, margin
+        if (margin is None) == (risk is None):
+            raise ValueError("KeepMTGate: give one of margin (--keep-mt-margin) and risk (--keep-mt-risk)")
+        self.generator, self.models, self.dictionary = generator, models, dictionary
+        self.margin, self.risk = margin, risk
+        self.detokenizer = WordPieceDetokenizer()
         self.log_kept = log_kept
         self.kept = self.sentences = 0
 
@@ -125,7 +179,8 @@ class KeepMTGate:
         rows, target, prev = mt_targets(net_input["src_tokens"], self.dictionary)
         positions = min(model.max_decoder_positions() for model in self.models)
         if target.size(1) > positions:
-            raise ValueError(f"--keep-mt-margin: an MT of {target.size(1)} tokens does not fit the model's "
+            option = "--keep-mt-margin" if self.risk is None else "--keep-mt-risk"
+            raise ValueError(f"{option}: an MT of {target.size(1)} tokens does not fit the model's "
                              f"{positions} target positions; lower --max-segment-tokens")
         lprobs = []
         for model in self.models:
@@ -143,41 +198,66 @@ class KeepMTGate:
             scores = scores / lengths.float() ** self.generator.len_penalty
         return rows, [(s, token_scores[i, :n]) for i, (s, n) in enumerate(zip(scores, lengths.tolist()))]
 
+    def text(self, tokens):
+        """The WordPiece-merged text of a token row, as the risk rule compares candidates."""
+        return self.detokenizer.decode(self.dictionary.string(tokens.int()))
+
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):
         if prefix_tokens is not None or constraints is not None:
-            raise ValueError("--keep-mt-margin cannot be combined with --prefix-size or --constraints: the MT "
-                             "would compete with hypotheses forced to another start")
+            raise ValueError("--keep-mt-margin and --keep-mt-risk cannot be combined with --prefix-size or "
+                             "--constraints: the MT would compete with hypotheses forced to another start")
         finalized = self.generator.generate(models, sample, **kwargs)
         rows, scored = self.mt_scores(sample)
         for i, hypos in enumerate(finalized):
             mt_score, positional = scored[i]
             mt = {"tokens": rows[i], "score": mt_score, "attention": torch.empty(0), "alignment": torch.empty(0),
                   "positional_scores": positional}
-            # The MT goes before the first hypothesis that does not beat it by more than the
-            # margin; where the beam found the MT itself, only its first place counts.
-            at = next((j for j, hypo in enumerate(hypos)
-                       if keeps_mt(float(hypo["score"]), float(mt_score), self.margin)), len(hypos))
-            ranked, seen_mt = [], False
-            for hypo in hypos[:at] + [mt] + hypos[at:]:
+            # Every candidate once: the beam's hypotheses, then the MT unless the beam found it.
+            candidates, seen_mt = [], False
+            for hypo in hypos + [mt]:
                 is_mt = torch.equal(hypo["tokens"], rows[i])
                 if not (is_mt and seen_mt):
-                    ranked.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
+                    candidates.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
                 seen_mt |= is_mt
-            finalized[i] = ranked[:max(len(hypos), 1)]
+            if self.risk is None:
+                # The MT goes before the first hypothesis that does not beat it by more than the
+                # margin; where the beam found the MT itself, only its first place counts.
+                at = next((j for j, hypo in enumerate(hypos)
+                           if keeps_mt(float(hypo["score"]), float(mt_score), self.margin)), len(hypos))
+                ranked, seen_mt = [], False
+                for hypo in hypos[:at] + [mt] + hypos[at:]:
+                    is_mt = torch.equal(hypo["tokens"], rows[i])
+                    if not (is_mt and seen_mt):
+                        ranked.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
+                    seen_mt |= is_mt
+            else:
+                mt_at = next(j for j, c in enumerate(candidates) if c["is_mt"])
+                risks = expected_ter([self.text(c["tokens"]) for c in candidates],
+                                     [float(c["positional_scores"].sum()) for c in candidates])
+                for candidate, risk in zip(candidates, risks):
+                    candidate.update(risk=risk, mt_risk=risks[mt_at])
+                # The chosen one first, then the rest by risk (ties in the beam's order).
+                first = risk_choice(risks, mt_at, self.risk)
+                ranked = [candidates[first]] + sorted((c for j, c in enumerate(candidates) if j != first),
+                                                      key=lambda c: c["risk"])
+            listed = [{"tokens": c["tokens"], "log_prob": float(c["positional_scores"].sum()), "is_mt": c["is_mt"]}
+                      for c in candidates]
+            finalized[i] = [dict(c, candidates=listed) for c in ranked[:max(len(hypos), 1)]]
             self.kept += finalized[i][0]["is_mt"]
         self.sentences += len(finalized)
         if self.log_kept:  # fairseq-generate and -interactive show their counts; PostEditor returns them
-            logger.info(f"keep-the-MT gate (--keep-mt-margin {self.margin}): {self.kept} of {self.sentences} "
-                        "sentences so far kept their MT")
+            gate = (f"--keep-mt-margin {self.margin}" if self.risk is None else f"--keep-mt-risk {self.risk}")
+            logger.info(f"keep-the-MT gate ({gate}): {self.kept} of {self.sentences} sentences so far kept their MT")
         return finalized
 
 
 def build_ape_generator(generator, models, dictionary, conservativeness: float = 0.0,
-                        keep_mt_margin: Optional[float] = None, log_kept: bool = True):
+                        keep_mt_margin: Optional[float] = None, log_kept: bool = True,
+                        keep_mt_risk: Optional[float] = None):
     """fairseq's generator made conservative and/or gated (see the module docstring).
     A :class:`fairseq.sequence_scorer.SequenceScorer` (``--score-reference``) is returned
     as is: it scores given targets and searches nothing."""
-    check_decoding_options(conservativeness, keep_mt_margin)
+    check_decoding_options(conservativeness, keep_mt_margin, keep_mt_risk)
     if not isinstance(generator, SequenceGenerator):
         return generator
     # Wrapped at C = 0 too, so that plain search goes through the same code (tested to be
@@ -188,6 +268,6 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
     elif conservativeness > 0:
         raise ValueError(f"--conservativeness: not available with {type(generator.model).__name__} "
                          "(--print-alignment); leave one of them out")
-    if keep_mt_margin is not None:
-        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept)
+    if keep_mt_margin is not None or keep_mt_risk is not None:
+        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept, risk=keep_mt_risk)
     return generator

@@ -10,13 +10,14 @@ WordPiece-merged text, as ``fairseq-generate`` prints on its ``D-`` lines, excep
 where the output is the MT itself (kept by the gate, or copied by the beam): there it
 is the MT's own text, with the case and accents an uncased BERT drops.
 
-``conservativeness`` and ``keep_mt_margin`` are the ape task's ``--conservativeness``
-and ``--keep-mt-margin`` (:mod:`fairseq_sparse.ape.decoding`); by default the values
-the checkpoint's task was given (0 and off unless set in training).
+``conservativeness``, ``keep_mt_margin`` and ``keep_mt_risk`` are the ape task's
+``--conservativeness``, ``--keep-mt-margin`` and ``--keep-mt-risk``
+(:mod:`fairseq_sparse.ape.decoding`); by default the values the checkpoint's task was
+given (0 and off unless set in training).
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -32,28 +33,43 @@ _TASKS = object()  # "the task's value" (None already means "gate off")
 
 
 @dataclass
+class Candidate:
+    """What a gate weighed: a beam hypothesis or the MT, as the WordPiece-merged ``text`` the
+    model writes, with its total ``log_prob`` as the beam scores it."""
+    text: str
+    log_prob: float
+    is_mt: bool
+
+
+@dataclass
 class PostEdit:
     """One sentence's output: ``text`` (the MT's own text where ``is_mt``), its
     length-normalised ``score``, and ``mt_score``, the MT's score under the same
-    normalisation (None when the gate is off)."""
+    normalisation; with the risk gate its ``risk`` and the MT's ``mt_risk`` (expected TER);
+    with either gate the ``candidates`` it weighed (None where the gate is off)."""
     text: str
     score: float
     is_mt: bool
     mt_score: Optional[float] = None
+    risk: Optional[float] = None
+    mt_risk: Optional[float] = None
+    candidates: Optional[List[Candidate]] = None
 
 
 class PostEditor:
     def __init__(self, models, task, beam=5, max_len_b=200, batch_size=32, conservativeness=_TASKS,
-                 keep_mt_margin=_TASKS):
+                 keep_mt_margin=_TASKS, keep_mt_risk=_TASKS):
         self.models, self.task = models, task
         for model in models:
             model.eval()
         conservativeness = task.cfg.conservativeness if conservativeness is _TASKS else conservativeness
         keep_mt_margin = task.cfg.keep_mt_margin if keep_mt_margin is _TASKS else keep_mt_margin
+        # Checkpoints from before the risk gate have no such option (off).
+        keep_mt_risk = getattr(task.cfg, "keep_mt_risk", None) if keep_mt_risk is _TASKS else keep_mt_risk
         # fairseq's own generator, then the ape task's options as given here, not as the task has them.
         generator = FairseqTask.build_generator(task, models, GenerationConfig(beam=beam, max_len_b=max_len_b))
         self.generator = build_ape_generator(generator, models, task.target_dictionary, conservativeness,
-                                             keep_mt_margin, log_kept=False)
+                                             keep_mt_margin, log_kept=False, keep_mt_risk=keep_mt_risk)
         self.batch_size = batch_size
         self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
         self.detokenizer = WordPieceDetokenizer()
@@ -106,7 +122,11 @@ class PostEditor:
                 mt_tokens = source[mt_segment(source[None], dictionary.eos(), dictionary.pad())[0].bool()]
                 is_mt = torch.equal(tokens, mt_tokens)  # mt [SEP]
                 text = mt_sentences[sample_id] if is_mt else self.detokenizer.decode(dictionary.string(tokens.int()))
-                mt_score = best.get("mt_score")
-                outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt,
-                                              None if mt_score is None else float(mt_score))
+                optional = {key: None if best.get(key) is None else float(best[key])
+                            for key in ("mt_score", "risk", "mt_risk")}
+                if "candidates" in best:
+                    optional["candidates"] = [
+                        Candidate(self.detokenizer.decode(dictionary.string(c["tokens"].int())), c["log_prob"],
+                                  c["is_mt"]) for c in best["candidates"]]
+                outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt, **optional)
         return outputs

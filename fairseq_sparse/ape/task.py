@@ -65,6 +65,13 @@ class APEConfig(FairseqDataclass):
         metadata={"help": "generation: score the MT itself by forced decoding and keep it unless the best "
                           "post-edit beats it by more than this many nats per token (same length normalisation "
                           "as the beam); inf keeps every MT; default: off"})
+    keep_mt_risk: Optional[float] = field(
+        default=None,
+        metadata={"help": "generation: minimum-Bayes-risk gate, instead of --keep-mt-margin: the beam's "
+                          "hypotheses and the MT, weighted by the model's probabilities renormalised over them, "
+                          "each get their expected sentence TER against the others; the MT is kept unless the "
+                          "least-risk candidate's is lower by more than this many TER points; 0: plain MBR, inf "
+                          "keeps every MT; default: off"})
 
 
 def keep_tokenizer(tokenizer, stored):
@@ -94,7 +101,8 @@ class APETask(FairseqTask):
 
     def __init__(self, cfg, tokenizer):
         super().__init__(cfg)
-        check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin)
+        # A checkpoint saved before the risk gate has no keep_mt_risk in its stored options (off).
+        check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin, getattr(cfg, "keep_mt_risk", None))
         self.tokenizer = tokenizer
         self.dictionary = BertDictionary(tokenizer)
 
@@ -143,10 +151,10 @@ class APETask(FairseqTask):
         return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        """fairseq's generator with --conservativeness and --keep-mt-margin (see .decoding)."""
+        """fairseq's generator with --conservativeness and --keep-mt-margin or --keep-mt-risk (see .decoding)."""
         generator = super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         return build_ape_generator(generator, models, self.dictionary, self.cfg.conservativeness,
-                                   self.cfg.keep_mt_margin)
+                                   self.cfg.keep_mt_margin, keep_mt_risk=getattr(self.cfg, "keep_mt_risk", None))
 
     def build_bpe(self, args):
         """fairseq-generate's detokeniser: WordPieces merged back into words."""

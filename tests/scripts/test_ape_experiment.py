@@ -1,5 +1,5 @@
 """The APE experiment script end to end, at toy size on a slice of the real corpus:
-three systems trained, C and M tuned on dev, the test split reported, resumed."""
+three systems trained, C and the gates (M, R) tuned on dev, the test split reported, resumed."""
 
 import json
 import re
@@ -18,7 +18,8 @@ def run_experiment(out, corpus, tiny_bert, updates, *extra):
     proc = run_script("ape_experiment.py", "--out", out, "--corpus", corpus, "--held-out", "20", "--bert-model",
                       tiny_bert, "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
                       "--max-update", updates, "--lr", "1e-3", "--warmup", "2", "--beam", "2", "--max-len-b", "30",
-                      "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf", *extra)
+                      "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf", "--keep-mt-risk", "0",
+                      "inf", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text(encoding="utf-8")
     rows = {name: cells.split(" | ") for name, cells in re.findall(r"^\| ([^|]+?) \| (\d.*) \|$", results, re.M)}
@@ -31,11 +32,14 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
     results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 6)
     assert "Train 200 triplets, dev 20 (the 20 before the last 20), test 20 (the last)." in results
     assert "on the uncased BERT's spelling" in results
-    assert len(rows) == 7 and "do nothing (MT as is)" in rows
+    assert "do nothing (MT as is)" in rows
     for label in LABELS:
         assert f"{label}, plain beam search" in rows
         tuned = [name for name in rows if name.startswith(f"{label}, C = ")]
-        assert len(tuned) == 1
+        assert sum(name.endswith("(chosen on dev)") for name in tuned) == 1
+        # The gate not chosen is reported too, at its own best on dev (unless it is the same setting).
+        assert len(tuned) <= 2 and all("best on dev, not chosen" in name for name in tuned
+                                      if not name.endswith("(chosen on dev)"))
     # Doing nothing, on the spelling every row is scored on.
     data = out / "data"
     tokenizer = load_bert_tokenizer(data / "tokenizer")
@@ -50,12 +54,14 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
         assert chosen["split"] == "valid" and chosen["conservativeness"] in (0, 2)
         assert (out / system / "tuning" / "tuning.png").stat().st_size > 10_000
         grid = (out / system / "tuning" / "grid.tsv").read_text().splitlines()
-        assert len(grid) == 1 + 2 * 3, "every C x M"
-        assert min(float(line.split("\t")[2]) for line in grid[1:]) == pytest.approx(chosen["ter"], abs=0.005)
+        assert len(grid) == 1 + 2 * (3 + 2), "every C x M and C x R"
+        assert min(float(line.split("\t")[3]) for line in grid[1:]) == pytest.approx(chosen["ter"], abs=0.005)
         done = json.loads((out / system / "test" / "results.json").read_text())
         assert done["split"] == "test" and done["trained"]["updates"] == 6 and done["trained"]["tokens"] > 0
-        for name in ("plain", "tuned"):
+        assert set(chosen["by_gate"]) == {"none", "margin", "risk"}
+        for name in done["runs"]:
             assert len((out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()) == 20
+        assert {"plain", "tuned"} <= set(done["runs"]) <= {"plain", "tuned", "best_margin", "best_risk"}
     for name, cells in rows.items():
         if name != "do nothing (MT as is)":
             modified, improved, deteriorated, kept = (int(x) for x in cells[2:6])

@@ -17,17 +17,19 @@ def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_train
     out = tmp_path / "tuning"
     proc = run_script("tune_ape_decoding.py", "--path", checkpoint,
                       "--data", ape_raw, "--out", out, "--conservativeness", "0", "1.5", "--beam", "2",
-                      "--max-len-b", "30", "--keep-mt-margin", "off", "-1", "0", "0.5", "inf")
+                      "--max-len-b", "30", "--keep-mt-margin", "off", "-1", "0", "0.5", "inf",
+                      "--keep-mt-risk", "0", "5", "inf")
     assert proc.returncode == 0, proc.stderr[-3000:]
     chosen = json.loads((out / "chosen.json").read_text())
     grid = [line.split("\t") for line in (out / "grid.tsv").read_text().splitlines()]
-    assert grid[0] == ["C", "M", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"] and len(grid) == 11
+    assert grid[0] == ["C", "M", "R", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
+    assert len(grid) == 1 + 2 * (5 + 3)
     assert (out / "tuning.png").stat().st_size > 10_000 and "Chosen: C = " in (out / "grid.md").read_text()
-    assert chosen["split"] == "valid" and chosen["max_len_b"] == 30
-    # M = inf keeps every MT: doing nothing, whatever C.
+    assert chosen["split"] == "valid" and chosen["max_len_b"] == 30 and "keep_mt_risk" in chosen
+    # M = inf and R = inf keep every MT: doing nothing, whatever C.
     for row in grid[1:]:
-        if row[1] == "inf":
-            assert row[2] == f"{chosen['do_nothing_ter']:.2f}" and row[4] == "0" and row[7] == "30"
+        if "inf" in row[1:3]:
+            assert row[3] == f"{chosen['do_nothing_ter']:.2f}" and row[5] == "0" and row[8] == "30"
     # The simulated grid cell equals real generation with the gate at that C and M.
     texts = tuning.read_triplets(ape_raw, "valid")
     models, task = tuning.load(checkpoint, ape_raw, "cpu")
@@ -37,6 +39,12 @@ def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_train
         real = PostEditor(models, task, beam=2, max_len_b=30, conservativeness=1.5,
                           keep_mt_margin=margin).postedits(texts["src"], texts["mt"])
         assert [e.text for e in real] == simulated and sum(e.is_mt for e in real) == kept
+    weighed = tuning.candidate_risks(edits)
+    for risk in (0.0, 5.0):
+        simulated, kept = tuning.risk_gated(weighed, texts["mt"], risk)
+        real = PostEditor(models, task, beam=2, max_len_b=30, conservativeness=1.5,
+                          keep_mt_risk=risk).postedits(texts["src"], texts["mt"])
+        assert [e.text for e in real] == simulated and sum(e.is_mt for e in real) == kept
     spread = [e.score - e.mt_score for e in edits]
     assert min(spread) < 0.5 < max(spread) or min(spread) < -1 < max(spread), "the margins tried split the dev set"
 
@@ -44,7 +52,9 @@ def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_train
 def test_bad_grid_values_are_named(tmp_path):
     for option, value, message in (("--keep-mt-margin", "nan", "--keep-mt-margin nan: must be a number"),
                                    ("--keep-mt-margin", "big", "--keep-mt-margin big: not a number or 'off'"),
-                                   ("--conservativeness", "-2", "--conservativeness -2.0: must be a number >= 0")):
+                                   ("--conservativeness", "-2", "--conservativeness -2.0: must be a number >= 0"),
+                                   ("--keep-mt-risk", "-1", "--keep-mt-risk -1.0: must be a number >= 0"),
+                                   ("--keep-mt-risk", "lots", "--keep-mt-risk lots: not a number")):
         proc = run_script("tune_ape_decoding.py", "--path", "x", "--data",
                           tmp_path, "--out", tmp_path / "o", option, value)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
