@@ -116,21 +116,20 @@ def train(args, data, work):
 
 
 def choose_decoding(data, checkpoint, work):
-    print("\n== 3. conservative decoding: C (--conservativeness) and the keep-the-MT gate, M (--keep-mt-margin) "
-          "or R (--keep-mt-risk), chosen on the validation split ==", flush=True)
+    print("\n== 3. conservative decoding: C (--conservativeness) and M (--keep-mt-margin) chosen on the "
+          "validation split ==", flush=True)
     chosen = tune_ape_decoding.tune(checkpoint, data, "valid", [0.0, 1.0], tune_ape_decoding.DEFAULT_MARGINS,
-                                    work / "tuning", beam=4, grid_r=tune_ape_decoding.DEFAULT_RISKS)
-    c, m, r = chosen["conservativeness"], chosen["keep_mt_margin"], chosen["keep_mt_risk"]
-    print(f"   valid: doing nothing {chosen['do_nothing_ter']:.2f} TER; chosen "
-          f"{tune_ape_decoding.setting_name(c, m, r)}: {chosen['ter']:.2f} TER (grid and plot: {work / 'tuning'})")
-    return c, m, r
+                                    work / "tuning", beam=4)
+    c, m = chosen["conservativeness"], chosen["keep_mt_margin"]
+    print(f"   valid: doing nothing {chosen['do_nothing_ter']:.2f} TER; chosen C = {c:g}, "
+          f"M = {tune_ape_decoding.margin_name(m)}: {chosen['ter']:.2f} TER (grid and plot: {work / 'tuning'})")
+    return c, m
 
 
-def post_edit(data, checkpoint, work, conservativeness, margin, risk=None):
-    gate = (["--keep-mt-risk", risk] if risk is not None else [] if margin is None else ["--keep-mt-margin", margin])
+def post_edit(data, checkpoint, work, conservativeness, margin):
+    gate = [] if margin is None else ["--keep-mt-margin", margin]
     print(f"\n== 4. fairseq-generate --scoring ter --conservativeness {conservativeness:g} "
-          + (" ".join(f"{x:g}" if isinstance(x, float) else x for x in gate) if gate else "(gate off)")
-          + " (test split) ==", flush=True)
+          + (f"--keep-mt-margin {margin:g}" if gate else "(gate off)") + " (test split) ==", flush=True)
     proc = run_logged([BIN / "fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
                 "--path", checkpoint, "--gen-subset", "test", "--beam", "4", "--cpu", "--scoring", "ter",
                 "--max-tokens", "4000", "--conservativeness", conservativeness, *gate], work / "generate.log")

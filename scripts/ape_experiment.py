@@ -249,8 +249,8 @@ def main(argv=None):
     parser.add_argument("--keep-mt-margin", nargs="+", default=None,
                         help="margins tried on dev ('off' for no gate; default: tune_ape_decoding.py's)")
     parser.add_argument("--keep-mt-risk", nargs="*", default=None,
-                        help="risk limits (TER points) of the minimum-Bayes-risk gate tried on dev (none given: "
-                             "that gate not tried; default: tune_ape_decoding.py's)")
+                        help="risk limits (TER points) of the minimum-Bayes-risk gate tried on dev; the option "
+                             "alone tries tune_ape_decoding.py's; left out, that gate is not tried")
     args = parser.parse_args(argv)
     if args.max_update == "auto":
         if args.stop_time_hours <= 0:
@@ -275,7 +275,7 @@ def main(argv=None):
     data = args.out / "data"
     sizes = split_corpus(args.corpus, data, args.held_out)
     margins = tuning.parse_margins(args.keep_mt_margin) if args.keep_mt_margin else tuning.DEFAULT_MARGINS
-    risks = tuning.DEFAULT_RISKS if args.keep_mt_risk is None else tuning.parse_risks(args.keep_mt_risk)
+    risks = tuning.risk_grid(args.keep_mt_risk)
     for system in args.systems:
         totals = train(system, data, args)
         save = args.out / system

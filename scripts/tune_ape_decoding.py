@@ -8,10 +8,11 @@
 
 Each C costs one beam pass over the split, in which the gate scores every MT but
 keeps none (M = -inf) and lists what it weighed; every M is then applied to those
-scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``), and every R
-to the candidates' expected TER (``expected_ter`` and ``risk_choice``, the risk gate's
-own functions), so the grid's outputs are those ``fairseq-generate --conservativeness C
---keep-mt-margin M`` (or ``--keep-mt-risk R``) gives (``--nbest 1``).  The setting
+scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``), and, when
+--keep-mt-risk asks, every R to the candidates' expected TER (``expected_ter`` and
+``risk_choice``, the risk gate's own functions), so the grid's outputs are those
+``fairseq-generate --conservativeness C --keep-mt-margin M`` (or ``--keep-mt-risk R``)
+gives (``--nbest 1``).  The setting
 with the lowest TER wins (ties: the smaller C, then the margin gate before the risk
 gate, then the larger M or R).
 
@@ -79,6 +80,14 @@ def parse_risks(values):
             raise SystemExit(str(e)) from None
         risks.append(risk)
     return risks
+
+
+def risk_grid(values):
+    """--keep-mt-risk's values: none when the option is left out, DEFAULT_RISKS when given
+    alone, else those given."""
+    if values is None:
+        return []
+    return parse_risks(values) if values else list(DEFAULT_RISKS)
 
 
 def margin_name(margin):
@@ -299,8 +308,10 @@ def main(argv=None):
                         help="values of C tried (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=[margin_name(m) for m in DEFAULT_MARGINS],
                         help="values of M tried ('off': no gate; 'inf': keep every MT)")
-    parser.add_argument("--keep-mt-risk", nargs="*", default=[f"{r:g}" for r in DEFAULT_RISKS],
-                        help="values of R tried (TER points; 'inf': keep every MT); none: the risk gate not tried")
+    parser.add_argument("--keep-mt-risk", nargs="*", default=None,
+                        help="values of R tried (TER points; 'inf': keep every MT); the option alone tries "
+                             f"{' '.join(f'{r:g}' for r in DEFAULT_RISKS)}; left out, the risk gate is not tried (on "
+                             "IT it lost to the margin gate: docs/results.md)")
     parser.add_argument("--beam", type=int, default=5, help="beam size")
     parser.add_argument("--max-len-b", type=int, default=200,
                         help="longest post-edit in tokens, as fairseq-generate's --max-len-b (default: %(default)s)")
@@ -312,7 +323,7 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
     chosen = tune(args.path, args.data, args.split, args.conservativeness, parse_margins(args.keep_mt_margin),
-                  args.out, args.device, args.beam, args.max_len_b, grid_r=parse_risks(args.keep_mt_risk))
+                  args.out, args.device, args.beam, args.max_len_b, grid_r=risk_grid(args.keep_mt_risk))
     print((args.out / "grid.md").read_text())
     print(json.dumps(chosen))
 

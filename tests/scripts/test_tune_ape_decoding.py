@@ -58,3 +58,9 @@ def test_bad_grid_values_are_named(tmp_path):
         proc = run_script("tune_ape_decoding.py", "--path", "x", "--data",
                           tmp_path, "--out", tmp_path / "o", option, value)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_risk_gate_is_tried_only_when_asked():
+    assert tuning.risk_grid(None) == [], "left out: the margin gate alone, as before the risk gate"
+    assert tuning.risk_grid([]) == tuning.DEFAULT_RISKS, "the option alone: the default limits"
+    assert tuning.risk_grid(["0", "2.5", "inf"]) == [0.0, 2.5, float("inf")]
