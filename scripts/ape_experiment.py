@@ -9,10 +9,10 @@ Domains (../shared/data/ape): ``pharma``, WMT17 APE de-en (25K triplets, good MT
 data, phrase-based MT).  The last --held-out (1,000) triplets are the test split, the
 --held-out before them the dev split (``valid``), the rest train.  Tuning sees dev
 only (scripts/tune_ape_decoding.py: one beam pass per --conservativeness value, the
-margin gate's margins and the risk gate's limits applied to what it scored); the test
-split is decoded with plain beam search, with the chosen values and with the best
-values of the gate not chosen (so that the two gates are compared where no choice was
-made), never used to choose.
+margin gate's margins and, with --keep-mt-risk, the risk gate's limits applied to what
+it scored); the test split is decoded with plain beam search, with the chosen values
+and with the best values of a gate not chosen (so that the gates are compared where no
+choice was made), never used to choose.
 
 Scoring: TER (tercom settings) and BLEU (``-tok none``), with sacrebleu's signatures;
 modified / improved / deteriorated count test sentences whose output differs from the

@@ -12,18 +12,17 @@ scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``), and,
 --keep-mt-risk asks, every R to the candidates' expected TER (``expected_ter`` and
 ``risk_choice``, the risk gate's own functions), so the grid's outputs are those
 ``fairseq-generate --conservativeness C --keep-mt-margin M`` (or ``--keep-mt-risk R``)
-gives (``--nbest 1``).  The setting
-with the lowest TER wins (ties: the smaller C, then the margin gate before the risk
-gate, then the larger M or R).
+gives (``--nbest 1``).  The setting with the lowest TER wins (ties: the smaller C,
+then the margin gate before the risk gate, then the larger M or R).
 
 Writes DIR/grid.md and grid.tsv (TER, BLEU, modified, improved, deteriorated and kept
-for every C x M and C x R), DIR/chosen.json (the choice, and under ``by_gate`` the best
-setting without a gate, with the margin gate and with the risk gate, so that
-ape_experiment.py can compare the gates on test), and DIR/tuning.png: TER against C without
-the gate, against M and against R at the chosen C, with doing nothing as a line.
-Scoring is as in ape_experiment.py: TER (tercom settings) and BLEU ``-tok none`` with
-sacrebleu; with an uncased BERT every text (doing nothing included) on that BERT's
-spelling.
+for every C x M and C x R), DIR/chosen.json (the choice, and under ``by_gate`` the
+best setting without a gate, with the margin gate and with the risk gate, so that
+ape_experiment.py can compare the gates on test), and DIR/tuning.png: TER against C
+without a gate, against M and against R at the chosen C, with doing nothing as a
+line.  Scoring is as in ape_experiment.py: TER (tercom settings) and BLEU ``-tok
+none`` with sacrebleu; with an uncased BERT every text (doing nothing included) on
+that BERT's spelling.
 """
 
 import argparse

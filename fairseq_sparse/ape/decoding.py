@@ -32,17 +32,16 @@ MT (scored as above; once, where the beam found it), each weighted by its total
 log-probability as the beam scores it (C's penalty included), renormalised over the
 candidates; a candidate's risk is its expected sentence TER (percent, tercom settings)
 against the others taken as references (:func:`expected_ter`, on the WordPiece-merged
-text the model writes).  The candidate
-of least risk replaces the MT only when its risk is below the MT's by more than R
-points (:func:`risk_choice`).  Tried for edits the beam's runners-up do not share
-(an item dropped from a list the others keep), which should leave the MT nearest to
-them all; measured on WMT APE IT it lost to the margin gate, because a candidate's
-risk advantage can hardly exceed its distance from the MT, so the limit passes large
-edits and stops small ones (docs/results.md).  R = 0 is plain MBR with ties to the
-MT; R = inf keeps every MT.  Both
-gates at once are refused: choose one.  With either gate each returned hypothesis
-also carries ``candidates`` (tokens, total log-probability, ``is_mt``), from which
-tuning applies any M or R afterwards.
+text the model writes).  The candidate of least risk replaces the MT only when its
+risk is below the MT's by more than R points (:func:`risk_choice`).  R = 0 is plain
+MBR with ties to the MT; R = inf keeps every MT.  Tried for edits the beam's
+runners-up do not share (an item dropped from a list the others keep), which should
+leave the MT nearest to them all; measured on WMT APE IT it lost to the margin gate:
+a candidate's risk advantage can hardly exceed its distance from the MT, so the limit
+passes large edits and stops small ones (docs/results.md).  Both gates at once are
+refused.  With either gate each returned hypothesis also carries ``candidates``
+(tokens, total log-probability, ``is_mt``), from which tuning applies any M or R
+afterwards.
 """
 
 import logging
