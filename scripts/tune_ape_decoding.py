@@ -46,39 +46,30 @@ DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2
 DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]
 
 
+def grid_value(value, option, check, off=False):
+    """One value of a grid option as a float (``off`` is None where allowed), refused as
+    the task refuses it (``check`` raises the task's ValueError)."""
+    if off and str(value).lower() == "off":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise SystemExit(f"{option} {value}: not a number" + (" or 'off'" if off else "")) from None
+    try:
+        check(number)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    return number
+
+
 def parse_margins(values):
     """'off' is no gate (None); anything else a float, NaN refused as the task refuses it."""
-    margins = []
-    for value in values:
-        if str(value).lower() == "off":
-            margins.append(None)
-            continue
-        try:
-            margin = float(value)
-        except ValueError:
-            raise SystemExit(f"--keep-mt-margin {value}: not a number or 'off'") from None
-        try:
-            check_decoding_options(0.0, margin)
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
-        margins.append(margin)
-    return margins
+    return [grid_value(v, "--keep-mt-margin", lambda m: check_decoding_options(0.0, m), off=True) for v in values]
 
 
 def parse_risks(values):
     """Floats >= 0 (inf allowed), refused as the task refuses them."""
-    risks = []
-    for value in values:
-        try:
-            risk = float(value)
-        except ValueError:
-            raise SystemExit(f"--keep-mt-risk {value}: not a number") from None
-        try:
-            check_decoding_options(0.0, None, risk)
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
-        risks.append(risk)
-    return risks
+    return [grid_value(v, "--keep-mt-risk", lambda r: check_decoding_options(0.0, None, r)) for v in values]
 
 
 def risk_grid(values):
@@ -161,11 +152,10 @@ def risk_gated(weighed, mts, risk):
     return outputs, kept
 
 
-def decoded(edits, mts, margin, risk, weighed=None):
-    """(outputs, kept) of one beam pass under one setting: the risk gate where R is given."""
-    if risk is None:
-        return gated(edits, mts, margin)
-    return risk_gated(weighed if weighed is not None else candidate_risks(edits), mts, risk)
+def decoded(edits, mts, margin, risk, weighed):
+    """(outputs, kept) of one beam pass under one setting: the risk gate, on the pass's
+    ``candidate_risks``, where R is given."""
+    return gated(edits, mts, margin) if risk is None else risk_gated(weighed, mts, risk)
 
 
 def load(path, data, device):
@@ -241,29 +231,27 @@ def plot(rows, best, do_nothing, path, split):
     import matplotlib.pyplot as plt
 
     at_best_c = [r for r in rows if r["conservativeness"] == best["conservativeness"]]
-    margins = [r for r in at_best_c if r["keep_mt_margin"] is not None and math.isfinite(r["keep_mt_margin"])]
-    risks = [r for r in at_best_c if r["keep_mt_risk"] is not None and math.isfinite(r["keep_mt_risk"])]
-    panels = 1 + bool(margins) + bool(risks)
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), sharey=True, squeeze=False)
-    axes = list(axes[0])
-    by_c = axes.pop(0)
     plain = [r for r in rows if r["keep_mt_margin"] is None and r["keep_mt_risk"] is None]
+    off = next((r for r in plain if r["conservativeness"] == best["conservativeness"]), None)
+    # One panel per gate tried: TER against its finite values at the chosen C.
+    gates = []
+    for key, label in (("keep_mt_margin", "keep-the-MT margin M (nats per token)"),
+                       ("keep_mt_risk", "keep-the-MT risk R (expected TER points)")):
+        finite = [r for r in at_best_c if r[key] is not None and math.isfinite(r[key])]
+        if finite:
+            gates.append((finite, key, label))
+    fig, axes = plt.subplots(1, 1 + len(gates), figsize=(5 * (1 + len(gates)), 4), sharey=True, squeeze=False)
+    by_c, *by_gate = axes[0]
     by_c.plot([r["conservativeness"] for r in plain], [r["ter"] for r in plain], "o-", label="post-edits, no gate")
     by_c.set_xlabel("conservativeness C (nats per novel token)")
     by_c.set_ylabel(f"TER on {split} (lower is better)")
-    off = next((r for r in plain if r["conservativeness"] == best["conservativeness"]), None)
-    for gated_rows, key, label in ((margins, "keep_mt_margin", "keep-the-MT margin M (nats per token)"),
-                                   (risks, "keep_mt_risk", "keep-the-MT risk R (expected TER points)")):
-        if not gated_rows:
-            continue
-        ax = axes.pop(0)
+    for ax, (gated_rows, key, label) in zip(by_gate, gates):
         ax.plot([r[key] for r in gated_rows], [r["ter"] for r in gated_rows], "o-",
                 label=f"post-edits, C = {best['conservativeness']:g}")
         if off is not None:
             ax.axhline(off["ter"], color="tab:green", linestyle=":", label="no gate")
         ax.set_xlabel(label)
-        axes.append(ax)
-    for ax in [by_c, *axes]:
+    for ax in axes[0]:
         ax.axhline(do_nothing, color="grey", linestyle="--", label="doing nothing (MT as is)")
         ax.legend()
         ax.grid(alpha=0.3)
@@ -275,15 +263,14 @@ def plot(rows, best, do_nothing, path, split):
 
 
 def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):
-    """Outputs of `split` for each named (C, M) or (C, M, R), one beam pass per distinct C;
-    writes NAME.txt for each and results.json (settings, kept, the training totals)."""
+    """Outputs of `split` for each named (C, M, R), one beam pass per distinct C; writes
+    NAME.txt for each and results.json (settings, kept, the training totals)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
     texts = read_triplets(data, split)
     passes, weighed, runs = {}, {}, {}
-    for name, setting in settings.items():
-        c, m, r = (*setting, None)[:3]
+    for name, (c, m, r) in settings.items():
         if c not in passes:
             passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
         if r is not None and c not in weighed:

@@ -153,6 +153,18 @@ def check_can_score_mt(models):
                              "cannot score the MT by forced decoding; leave the option out")
 
 
+def marked_once(hypotheses, mt_tokens, mt_score):
+    """The hypotheses in order, each marked ``is_mt`` and given ``mt_score``; the MT counts at
+    its first place only."""
+    marked, seen_mt = [], False
+    for hypo in hypotheses:
+        is_mt = torch.equal(hypo["tokens"], mt_tokens)
+        if not (is_mt and seen_mt):
+            marked.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
+        seen_mt |= is_mt
+    return marked
+
+
 class KeepMTGate:
     """Wraps a :class:`SequenceGenerator`: after its search, each sentence's MT competes
     with the returned hypotheses, by the margin rule or the risk rule (see the module
@@ -213,36 +225,27 @@ class KeepMTGate:
             mt_score, positional = scored[i]
             mt = {"tokens": rows[i], "score": mt_score, "attention": torch.empty(0), "alignment": torch.empty(0),
                   "positional_scores": positional}
-            # Every candidate once: the beam's hypotheses, then the MT unless the beam found it.
-            candidates, seen_mt = [], False
-            for hypo in hypos + [mt]:
-                is_mt = torch.equal(hypo["tokens"], rows[i])
-                if not (is_mt and seen_mt):
-                    candidates.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
-                seen_mt |= is_mt
+            # Every candidate once, with what either rule and the tuning weigh: the beam's
+            # hypotheses, then the MT unless the beam found it.
+            candidates = marked_once(hypos + [mt], rows[i], mt_score)
+            for c in candidates:
+                c.update(text=self.text(c["tokens"]), log_prob=float(c["positional_scores"].sum()))
             if self.risk is None:
                 # The MT goes before the first hypothesis that does not beat it by more than the
                 # margin; where the beam found the MT itself, only its first place counts.
                 at = next((j for j, hypo in enumerate(hypos)
                            if keeps_mt(float(hypo["score"]), float(mt_score), self.margin)), len(hypos))
-                ranked, seen_mt = [], False
-                for hypo in hypos[:at] + [mt] + hypos[at:]:
-                    is_mt = torch.equal(hypo["tokens"], rows[i])
-                    if not (is_mt and seen_mt):
-                        ranked.append(dict(hypo, is_mt=is_mt, mt_score=mt_score))
-                    seen_mt |= is_mt
+                ranked = marked_once(hypos[:at] + [mt] + hypos[at:], rows[i], mt_score)
             else:
                 mt_at = next(j for j, c in enumerate(candidates) if c["is_mt"])
-                risks = expected_ter([self.text(c["tokens"]) for c in candidates],
-                                     [float(c["positional_scores"].sum()) for c in candidates])
+                risks = expected_ter([c["text"] for c in candidates], [c["log_prob"] for c in candidates])
                 for candidate, risk in zip(candidates, risks):
                     candidate.update(risk=risk, mt_risk=risks[mt_at])
                 # The chosen one first, then the rest by risk (ties in the beam's order).
                 first = risk_choice(risks, mt_at, self.risk)
                 ranked = [candidates[first]] + sorted((c for j, c in enumerate(candidates) if j != first),
                                                       key=lambda c: c["risk"])
-            listed = [{"tokens": c["tokens"], "log_prob": float(c["positional_scores"].sum()), "is_mt": c["is_mt"]}
-                      for c in candidates]
+            listed = [{k: c[k] for k in ("tokens", "text", "log_prob", "is_mt")} for c in candidates]
             finalized[i] = [dict(c, candidates=listed) for c in ranked[:max(len(hypos), 1)]]
             self.kept += finalized[i][0]["is_mt"]
         self.sentences += len(finalized)

@@ -125,8 +125,7 @@ class PostEditor:
                 optional = {key: None if best.get(key) is None else float(best[key])
                             for key in ("mt_score", "risk", "mt_risk")}
                 if "candidates" in best:
-                    optional["candidates"] = [
-                        Candidate(self.detokenizer.decode(dictionary.string(c["tokens"].int())), c["log_prob"],
-                                  c["is_mt"]) for c in best["candidates"]]
+                    optional["candidates"] = [Candidate(c["text"], c["log_prob"], c["is_mt"])
+                                              for c in best["candidates"]]
                 outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt, **optional)
         return outputs
