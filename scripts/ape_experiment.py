@@ -112,6 +112,7 @@ def fairseq_train(system, data, args, save, max_update, warmup, extra=()):
             "--adam-eps", args.adam_eps, "--weight-decay", args.weight_decay, "--clip-norm", args.clip_norm,
             "--lr", args.lr, *schedule, "--warmup-updates", warmup,
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens,
+            "--mt-mask-prob", args.mt_mask_prob,
             "--update-freq", args.update_freq, "--max-update", max_update, "--seed", "1", *device,
             *(["--amp"] if args.amp else []), "--num-workers", "0", "--save-dir", save, "--log-format", "simple",
             *extra]
@@ -236,6 +237,9 @@ def main(argv=None):
     parser.add_argument("--adam-eps", type=float, default=1e-6, help="Adam's epsilon")
     parser.add_argument("--weight-decay", type=float, default=0.01, help="decoupled weight decay")
     parser.add_argument("--clip-norm", type=float, default=1.0, help="gradient norm clipping (0: none)")
+    parser.add_argument("--mt-mask-prob", type=float, default=0.0,
+                        help="training: the ape task's --mt-mask-prob, the probability of masking each MT WordPiece "
+                             "of a training input (0: off)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="train and decode here")
     parser.add_argument("--amp", action="store_true",
                         help="train in fairseq's mixed precision (float16 products, float32 weights; needs "

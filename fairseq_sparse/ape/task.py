@@ -31,11 +31,12 @@ from fairseq.data import LanguagePairDataset, data_utils
 from fairseq.data.list_dataset import ListDataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II
 
 from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist, VocabularyCheck
 from .bert_dictionary import BertDictionary, WordPieceDetokenizer
 from .decoding import build_ape_generator, check_decoding_options
-from .triplets import build_source, encode_segments, encode_triplets, read_triplets
+from .triplets import MaskedMTDataset, build_source, encode_segments, encode_triplets, read_triplets
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,13 @@ class APEConfig(FairseqDataclass):
                           "for [CLS] src [SEP] mt [SEP]); how many were cut is logged per split"})
     max_source_positions: int = field(default=512, metadata={"help": "max tokens of [CLS] src [SEP] mt [SEP]"})
     max_target_positions: int = field(default=512, metadata={"help": "max tokens of a post-edit"})
+    mt_mask_prob: float = field(
+        default=0.0,
+        metadata={"help": "training: replace each WordPiece of the mt segment of a training input by [MASK] with "
+                          "this probability, drawn afresh each epoch (seeded by --seed), so that the model must read "
+                          "the src to recover the masked words rather than copy the MT; valid and test inputs are "
+                          "never masked; 0: off"})
+    seed: int = II("common.seed")
     conservativeness: float = field(
         default=0.0,
         metadata={"help": "generation: subtract this from the log-probability of every candidate token that "
@@ -103,6 +111,12 @@ class APETask(FairseqTask):
         super().__init__(cfg)
         # A checkpoint saved before the risk gate has no keep_mt_risk in its stored options (off).
         check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin, getattr(cfg, "keep_mt_risk", None))
+        # Checkpoints from before MT masking have no such option (off).
+        mt_mask_prob = getattr(cfg, "mt_mask_prob", 0.0)
+        if not 0.0 <= mt_mask_prob < 1.0:  # NaN fails this too
+            raise ValueError(f"--mt-mask-prob {mt_mask_prob}: must be in [0, 1) (1 would mask every MT word)")
+        if mt_mask_prob > 0 and tokenizer.mask_token_id is None:
+            raise ValueError(f"--mt-mask-prob {mt_mask_prob}: the tokenizer has no [MASK] token")
         self.tokenizer = tokenizer
         self.dictionary = BertDictionary(tokenizer)
 
@@ -180,10 +194,15 @@ class APETask(FairseqTask):
                                  np.array([len(s) for s in sources]))
             target = ListDataset([torch.tensor(t, dtype=torch.long) for t in targets],
                                  np.array([len(t) for t in targets]))
-        self.datasets[split] = LanguagePairDataset(
+        dataset = LanguagePairDataset(
             source, source.sizes, self.dictionary, target, target.sizes, self.dictionary,
             left_pad_source=False, left_pad_target=False, shuffle=(split == "train"),
         )
+        mt_mask_prob = getattr(self.cfg, "mt_mask_prob", 0.0)
+        if split == "train" and mt_mask_prob > 0:
+            dataset = MaskedMTDataset(dataset, self.tokenizer.mask_token_id, self.dictionary.eos(), mt_mask_prob,
+                                      self.cfg.seed)
+        self.datasets[split] = dataset
 
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """Every triplet is kept or the run stops: fairseq skips training examples longer than

@@ -8,7 +8,9 @@ pipelines and the experiment scripts all use it from here.
 
 from pathlib import Path
 
+import numpy as np
 import torch
+from fairseq.data import BaseWrapperDataset, data_utils
 
 from .bert_dictionary import wordpiece_ids
 
@@ -76,3 +78,46 @@ def encode_triplets(tokenizer, texts, max_tokens):
     sources = [build_source(cls, sep, s, m) for s, m in zip(encoded["src"], encoded["mt"])]
     targets = [p + [sep] for p in encoded["pe"]]
     return sources, targets, cut
+
+
+class MaskedMTDataset(BaseWrapperDataset):
+    """Training examples whose mt segment has each WordPiece replaced by ``[MASK]`` with
+    probability ``prob``, drawn afresh for every epoch from (seed, epoch, example index),
+    so that an interrupted run resumes with the same masks.
+
+    Why: the MT is most of the post-edit, so a decoder that copies it already reaches a low
+    loss, and the models trained here learned to ignore the source entirely (the loss of
+    the post-edits did not change when each sentence's src was swapped for another's;
+    docs/ape.md).  A masked MT word can only be recovered from the source and the context,
+    so the encoder's src segment has to be read.  ``[CLS]``, the src segment, both
+    ``[SEP]`` and the target are never touched."""
+
+    def __init__(self, dataset, mask_index, sep_index, prob, seed):
+        super().__init__(dataset)
+        self.mask_index, self.sep_index, self.prob, self.seed = mask_index, sep_index, prob, seed
+        self.epoch = 1
+
+    def set_epoch(self, epoch):
+        super().set_epoch(epoch)
+        self.epoch = epoch
+
+    @property
+    def tgt(self):
+        return self.dataset.tgt
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        return True  # the batches do not change with the epoch, only the masks drawn in __getitem__
+
+    def __getitem__(self, index):
+        item = dict(self.dataset[index])
+        source = item["source"]
+        first_sep = int(source.eq(self.sep_index).nonzero()[0])
+        mt = torch.arange(first_sep + 1, len(source) - 1)  # between the two [SEP]
+        with data_utils.numpy_seed(self.seed, self.epoch, index):
+            masked = mt[torch.from_numpy(np.random.random(len(mt)) < self.prob)]
+        if len(masked):
+            source = source.clone()
+            source[masked] = self.mask_index
+            item["source"] = source
+        return item

@@ -310,3 +310,68 @@ def test_half_precision_without_a_gpu_is_a_plain_error(ape_raw, tiny_bert, tmp_p
     assert proc.returncode != 0
     assert f"{option}: half-precision training and generation need a CUDA GPU, and --cpu is given" in proc.stderr
     assert not list(tmp_path.glob("*.pt"))
+
+
+def test_mt_masking_touches_only_the_mt_words_of_training_inputs(ape_raw, tiny_bert):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    def task(prob, seed=1):
+        t = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert), mt_mask_prob=prob, seed=seed))
+        t.load_dataset("train")
+        t.load_dataset("valid")
+        return t
+
+    plain, masked = task(0.0), task(0.3)
+    d = masked.source_dictionary
+    mask = masked.tokenizer.mask_token_id
+    train = masked.dataset("train")
+    changed = mt_words = 0
+    for i in range(200):
+        clean, item = plain.dataset("train")[i], train[i]
+        assert item["target"].tolist() == clean["target"].tolist()
+        source, original = item["source"], clean["source"]
+        first_sep = original.tolist().index(d.eos())
+        # [CLS] src [SEP] and the closing [SEP] as they were; within mt only [MASK] is written
+        assert source[:first_sep + 1].tolist() == original[:first_sep + 1].tolist()
+        assert source[-1] == d.eos() and len(source) == len(original)
+        differs = source.ne(original)
+        assert source[differs].eq(mask).all()
+        changed += int(differs.sum())
+        mt_words += len(original) - first_sep - 2
+    assert 0.25 < changed / mt_words < 0.35, changed / mt_words
+    for i in range(30):  # validation inputs are never masked
+        assert masked.dataset("valid")[i]["source"].tolist() == plain.dataset("valid")[i]["source"].tolist()
+
+    # The masks are a function of (seed, epoch, example): a resumed run draws the same ones,
+    # and each epoch draws new ones.
+    again = task(0.3).dataset("train")
+    assert all(again[i]["source"].tolist() == train[i]["source"].tolist() for i in range(20))
+    assert any(task(0.3, seed=2).dataset("train")[i]["source"].tolist() != train[i]["source"].tolist()
+               for i in range(20))
+    first = [train[i]["source"].tolist() for i in range(20)]
+    train.set_epoch(2)
+    assert any(train[i]["source"].tolist() != first[i] for i in range(20))
+    again.set_epoch(2)
+    assert all(again[i]["source"].tolist() == train[i]["source"].tolist() for i in range(20))
+
+
+@pytest.mark.parametrize("prob", [-0.1, 1.0, float("nan")])
+def test_an_mt_mask_probability_outside_0_1_is_refused(ape_raw, tiny_bert, prob):
+    from fairseq_sparse.ape.task import APEConfig, APETask
+
+    with pytest.raises(ValueError, match=rf"--mt-mask-prob {prob}: must be in \[0, 1\)"):
+        APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert), mt_mask_prob=prob, seed=1))
+
+
+def test_fairseq_train_masks_the_mt_of_its_batches(tmp_path, ape_raw, tiny_bert):
+    """The option reaches fairseq-train's batches: with the same seed, masked inputs train other
+    weights (training is deterministic here: see the resume check above)."""
+    weights = {}
+    for prob in ("0", "0.2"):
+        proc = run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--max-update", "2",
+                       "--disable-validation", "--save-dir", tmp_path / prob, "--mt-mask-prob", prob)
+        assert f"'mt_mask_prob': {float(prob)}" in proc.stdout + proc.stderr
+        state = torch.load(tmp_path / prob / "checkpoint_last.pt")
+        assert state["cfg"]["task"]["mt_mask_prob"] == float(prob)
+        weights[prob] = state["model"]
+    assert any(not torch.equal(w, weights["0.2"][name]) for name, w in weights["0"].items())
