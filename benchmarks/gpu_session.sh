@@ -20,7 +20,8 @@
 # 1,350 target tokens at 8.9 updates/s, a pace set by the host rather than the GPU (float32
 # runs, two sharing the GPU, had made 10.5 each), so 2,508 updates saw 3.4M target tokens
 # and post-edited worse than the 4,000-update run; four times the batch should cost little
-# time an update.  It tunes C and M on dev and decodes the test split there, and sends
+# time an update.  It tunes C and M on dev, decodes the test split there, measures what the
+# German source is worth to the model (scripts/ape_source_ablation.py, into ape.log), and sends
 # back ape.log, results.md and ape-pharma.tgz (train and probe logs, tuning grid and plot,
 # test outputs; no checkpoints).  The weights travel in float16 (the 64 MiB limit) and are
 # widened to float32 there: a relative rounding of at most 2^-11 of the initialisation.
@@ -145,6 +146,9 @@ ape)
         echo "== rc $? after $((SECONDS - start)) s"
     } 2>&1 | tee "$OUT/ape.log"
     cp /tmp/ape-pharma/results.md "$OUT/" 2>/dev/null
+    # Whether the model reads its German source (the CPU models did not: docs/ape.md): seconds here.
+    timeout 25 python3 scripts/ape_source_ablation.py --path /tmp/ape-pharma/bert/checkpoint_last.pt \
+        --data /tmp/ape-pharma/data --out /tmp/ape-pharma/source_ablation --device cuda 2>&1 | tail -12 >> "$OUT/ape.log"
     tar -C /tmp -czf "$OUT/ape-pharma.tgz" --exclude='*.pt' --exclude='ape-pharma/data' --exclude='tensorboard' \
         ape-pharma
     ;;
