@@ -28,11 +28,11 @@ from cli_helpers import read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]
-CONDITIONS = {  # name suffix: (target, source)
-    "": ("post-edit", "its own"),
-    "_src_swapped": ("post-edit", "another sentence's"),
-    "_mt_as_target": ("MT", "its own"),
-    "_src_swapped_mt_as_target": ("MT", "another sentence's"),
+CONDITIONS = {  # split name suffix: (the target, whether each src is another sentence's)
+    "": ("pe", False),
+    "_src_swapped": ("pe", True),
+    "_mt_as_target": ("mt", False),
+    "_src_swapped_mt_as_target": ("mt", True),
 }
 
 
@@ -54,13 +54,10 @@ def swap_partners(lengths):
 
 def ablation_splits(texts, split):
     """{split name: {field: lines}} of the four conditions."""
-    src, mt, pe = texts["src"], texts["mt"], texts["pe"]
-    partner = swap_partners([len(line.split()) for line in src])
-    swapped = [src[j] for j in partner]
-    return {f"{split}": {"src": src, "mt": mt, "pe": pe},
-            f"{split}_src_swapped": {"src": swapped, "mt": mt, "pe": pe},
-            f"{split}_mt_as_target": {"src": src, "mt": mt, "pe": mt},
-            f"{split}_src_swapped_mt_as_target": {"src": swapped, "mt": mt, "pe": mt}}
+    partner = swap_partners([len(line.split()) for line in texts["src"]])
+    swapped = [texts["src"][j] for j in partner]
+    return {split + suffix: {"src": swapped if swap else texts["src"], "mt": texts["mt"], "pe": texts[target]}
+            for suffix, (target, swap) in CONDITIONS.items()}
 
 
 def validate_losses(log_text):
@@ -107,7 +104,8 @@ def main(argv=None):
               "source_worth_bits_per_mt_token": round(losses[f"{s}_src_swapped_mt_as_target"]
                                                       - losses[f"{s}_mt_as_target"], 4)}
     (args.out / "ablation.json").write_text(json.dumps(result, indent=1) + "\n")
-    rows = [f"| {target} | {source} | {losses[s + suffix]:.4f} |" for suffix, (target, source) in CONDITIONS.items()]
+    rows = [f"| {'MT' if target == 'mt' else 'post-edit'} | {'another sentence' if swap else 'its own'} | "
+            f"{losses[s + suffix]:.4f} |" for suffix, (target, swap) in CONDITIONS.items()]
     (args.out / "ablation.md").write_text("\n".join([
         f"Source ablation of {args.path} on {len(texts['src'])} {s} triplets of {args.data} (fairseq-validate's "
         "nll_loss, bits per target token):", "",

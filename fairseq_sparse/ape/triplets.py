@@ -86,11 +86,13 @@ class MaskedMTDataset(BaseWrapperDataset):
     so that an interrupted run resumes with the same masks.
 
     Why: the MT is most of the post-edit, so a decoder that copies it already reaches a low
-    loss, and the models trained here learned to ignore the source entirely (the loss of
-    the post-edits did not change when each sentence's src was swapped for another's;
-    docs/ape.md).  A masked MT word can only be recovered from the source and the context,
-    so the encoder's src segment has to be read.  ``[CLS]``, the src segment, both
-    ``[SEP]`` and the target are never touched."""
+    loss, and an IT model trained on CPU learned to ignore its source (its post-edits cost
+    it 0.003 bits a token more when each sentence's src was swapped for another's:
+    scripts/ape_source_ablation.py).  A masked MT word can only be recovered from the source
+    and the context, so the src segment has to be read.  ``[CLS]``, the src segment, both
+    ``[SEP]`` and the target are never touched.  Measured there (docs/results.md): at 0.2 the
+    model read its source ten times more and post-edited far worse after the same 750
+    updates, so the task's default is off."""
 
     def __init__(self, dataset, mask_index, sep_index, prob, seed):
         super().__init__(dataset)
