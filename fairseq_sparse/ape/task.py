@@ -112,11 +112,11 @@ class APETask(FairseqTask):
         # A checkpoint saved before the risk gate has no keep_mt_risk in its stored options (off).
         check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin, getattr(cfg, "keep_mt_risk", None))
         # Checkpoints from before MT masking have no such option (off).
-        mt_mask_prob = getattr(cfg, "mt_mask_prob", 0.0)
-        if not 0.0 <= mt_mask_prob < 1.0:  # NaN fails this too
-            raise ValueError(f"--mt-mask-prob {mt_mask_prob}: must be in [0, 1) (1 would mask every MT word)")
-        if mt_mask_prob > 0 and tokenizer.mask_token_id is None:
-            raise ValueError(f"--mt-mask-prob {mt_mask_prob}: the tokenizer has no [MASK] token")
+        self.mt_mask_prob = getattr(cfg, "mt_mask_prob", 0.0)
+        if not 0.0 <= self.mt_mask_prob < 1.0:  # NaN fails this too
+            raise ValueError(f"--mt-mask-prob {self.mt_mask_prob}: must be in [0, 1) (1 would mask every MT word)")
+        if self.mt_mask_prob > 0 and tokenizer.mask_token_id is None:
+            raise ValueError(f"--mt-mask-prob {self.mt_mask_prob}: the tokenizer has no [MASK] token")
         self.tokenizer = tokenizer
         self.dictionary = BertDictionary(tokenizer)
 
@@ -198,9 +198,8 @@ class APETask(FairseqTask):
             source, source.sizes, self.dictionary, target, target.sizes, self.dictionary,
             left_pad_source=False, left_pad_target=False, shuffle=(split == "train"),
         )
-        mt_mask_prob = getattr(self.cfg, "mt_mask_prob", 0.0)
-        if split == "train" and mt_mask_prob > 0:
-            dataset = MaskedMTDataset(dataset, self.tokenizer.mask_token_id, self.dictionary.eos(), mt_mask_prob,
+        if split == "train" and self.mt_mask_prob > 0:
+            dataset = MaskedMTDataset(dataset, self.tokenizer.mask_token_id, self.dictionary.eos(), self.mt_mask_prob,
                                       self.cfg.seed)
         self.datasets[split] = dataset
 

@@ -114,8 +114,8 @@ class MaskedMTDataset(BaseWrapperDataset):
     def __getitem__(self, index):
         item = dict(self.dataset[index])
         source = item["source"]
-        first_sep = int(source.eq(self.sep_index).nonzero()[0])
-        mt = torch.arange(first_sep + 1, len(source) - 1)  # between the two [SEP]
+        # The mt segment's WordPieces: mt_segment's positions less the closing [SEP].
+        mt = mt_segment(source[None], self.sep_index, self.dataset.src_dict.pad())[0].nonzero().squeeze(1)[:-1]
         with data_utils.numpy_seed(self.seed, self.epoch, index):
             masked = mt[torch.from_numpy(np.random.random(len(mt)) < self.prob)]
         if len(masked):
