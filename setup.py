@@ -17,7 +17,9 @@ else:
         CppExtension(
             "fairseq_sparse.entmax._C",
             ["fairseq_sparse/entmax/csrc/entmax_cpu.cpp"],
-            extra_compile_args=["-O3", "-fopenmp", "-fno-trapping-math"],
+            # -g0 overrides the -g of Python's own build flags: debug information for
+            # torch's headers doubled the compile time (31 s against 16 on 2 cores).
+            extra_compile_args=["-O3", "-fopenmp", "-fno-trapping-math", "-g0"],
             extra_link_args=["-fopenmp"],
         )
     ]

@@ -16,7 +16,7 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parent / "csrc" / "entmax_cpu.cpp"
 # Same flags as setup.py's build.  Non-trapping maths lets the compiler vectorise the
 # threshold loops; -ffast-math is not used, since it would drop the NaN/inf handling.
-CFLAGS = ["-O3", "-fopenmp", "-fno-trapping-math"]
+CFLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-g0"]
 LDFLAGS = ["-fopenmp"]
 
 _kernel = None

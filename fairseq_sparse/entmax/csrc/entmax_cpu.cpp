@@ -14,7 +14,10 @@
 // fewer power evaluations than its selection cost).  The Newton sums are
 // accumulated in double.  The backward pass gathers the support first, so its
 // transcendentals also run over the support alone.
-#include <torch/extension.h>
+// ATen and torch's pybind casters only, not <torch/extension.h>: that header also pulls in the
+// whole C++ frontend (nn, optim, data), which made this file take twice as long to compile.
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -303,7 +306,7 @@ WIDEST_SIMD void backward_rows(const scalar_t* y, const scalar_t* dy, const scal
     }
 }
 
-void check_rows(const torch::Tensor& t, const char* name) {
+void check_rows(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
   TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble,
@@ -313,11 +316,11 @@ void check_rows(const torch::Tensor& t, const char* name) {
 }  // namespace
 
 // x: (rows, d); alpha: (rows,) in (1, 2].  Returns y of the shape and dtype of x.
-torch::Tensor entmax_forward(torch::Tensor x, torch::Tensor alpha, double tol) {
+at::Tensor entmax_forward(at::Tensor x, at::Tensor alpha, double tol) {
   check_rows(x, "x");
   check_rows(alpha, "alpha");
   TORCH_CHECK(x.dim() == 2 && alpha.numel() == x.size(0), "x must be (rows, d) and alpha (rows,)");
-  auto y = torch::empty_like(x);
+  auto y = at::empty_like(x);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "entmax_forward", [&] {
     const scalar_t *xp = x.data_ptr<scalar_t>(), *ap = alpha.data_ptr<scalar_t>();
     scalar_t* yp = y.data_ptr<scalar_t>();
@@ -330,14 +333,13 @@ torch::Tensor entmax_forward(torch::Tensor x, torch::Tensor alpha, double tol) {
 }
 
 // Returns (dx, dalpha); dalpha is (rows,) or an empty tensor when not requested.
-std::vector<torch::Tensor> entmax_backward(torch::Tensor y, torch::Tensor dy,
-                                           torch::Tensor alpha, bool alpha_grad) {
+std::vector<at::Tensor> entmax_backward(at::Tensor y, at::Tensor dy, at::Tensor alpha, bool alpha_grad) {
   check_rows(y, "y");
   check_rows(dy, "grad_output");
   check_rows(alpha, "alpha");
   TORCH_CHECK(y.sizes() == dy.sizes() && alpha.numel() == y.size(0), "shape mismatch");
-  auto dx = torch::empty_like(y);
-  auto dalpha = alpha_grad ? torch::empty_like(alpha) : torch::Tensor();
+  auto dx = at::empty_like(y);
+  auto dalpha = alpha_grad ? at::empty_like(alpha) : at::Tensor();
   AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "entmax_backward", [&] {
     const scalar_t *yp = y.data_ptr<scalar_t>(), *dyp = dy.data_ptr<scalar_t>(), *ap = alpha.data_ptr<scalar_t>();
     scalar_t* dxp = dx.data_ptr<scalar_t>();
