@@ -61,10 +61,11 @@ def plot(runs, path, chance=None, title=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    for run, points in runs.items():
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for k, (run, points) in enumerate(runs.items()):
         epochs, hoyer, accuracy = zip(*points)
-        (line,) = ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run)
+        # Past the colour cycle's 10 colours, dashes tell a run from the one that shares its colour.
+        (line,) = ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run, linestyle="-" if k < 10 else "--")
         for i in range(len(points)):
             ax.annotate(str(epochs[i]), (hoyer[i], accuracy[i]), textcoords="offset points", xytext=(4, 4),
                         fontsize=6, color=line.get_color())
@@ -73,7 +74,7 @@ def plot(runs, path, chance=None, title=None):
     ax.set_xlabel("average Hoyer (validation; higher is sparser)")
     ax.set_ylabel("frozen-encoder accuracy, test (%)")
     ax.set_title(title or "accuracy against sparsity, epoch by epoch (numbers: epochs)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: never over a point
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     drawn = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()
