@@ -6,6 +6,8 @@ use against the torch that is installed (``fairseq_sparse/entmax/cpp_kernel.py``
 The README's set-up script builds it here instead:  pip install --no-build-isolation -e .
 """
 
+import importlib.util
+
 from setuptools import setup
 
 try:
@@ -13,14 +15,17 @@ try:
 except ImportError:  # pip's isolated build environment
     ext_modules, cmdclass = [], {}
 else:
+    # The compile flags are cpp_kernel.py's, which compiles the same file on first use; it is
+    # loaded by path because importing the package would import fairseq.
+    spec = importlib.util.spec_from_file_location("cpp_kernel", "fairseq_sparse/entmax/cpp_kernel.py")
+    cpp_kernel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cpp_kernel)
     ext_modules = [
         CppExtension(
             "fairseq_sparse.entmax._C",
             ["fairseq_sparse/entmax/csrc/entmax_cpu.cpp"],
-            # -g0 overrides the -g of Python's own build flags: debug information for
-            # torch's headers doubled the compile time (31 s against 16 on 2 cores).
-            extra_compile_args=["-O3", "-fopenmp", "-fno-trapping-math", "-g0"],
-            extra_link_args=["-fopenmp"],
+            extra_compile_args=cpp_kernel.CFLAGS,
+            extra_link_args=cpp_kernel.LDFLAGS,
         )
     ]
     cmdclass = {"build_ext": BuildExtension}

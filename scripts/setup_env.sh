@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-stamp_inputs=(scripts/setup_env.sh requirements.txt setup.py pyproject.toml fairseq_sparse/entmax/csrc/*.cpp)
+stamp_inputs=(scripts/setup_env.sh requirements.txt setup.py pyproject.toml fairseq_sparse/entmax/cpp_kernel.py
+              fairseq_sparse/entmax/csrc/*.cpp)
 want=$(cat "${stamp_inputs[@]}" | sha256sum | cut -d' ' -f1)
 if [[ -f "$VENV/.fairseq_sparse_stamp" && "$(cat "$VENV/.fairseq_sparse_stamp")" == "$want" ]]; then
   exit 0
@@ -27,7 +28,7 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # Without bytecode every Python process would compile its imports again (PYTHONDONTWRITEBYTECODE
 # is common, and the tests start hundreds). One file of torch's own tests is Python 3.12 syntax
 # and fails here as it did silently under pip, hence -qq and the `|| true`.
-"$VENV/bin/python" -m compileall -qq -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+"$VENV/bin/python" -m compileall -qq -j 0 "$VENV/lib" || true
 # The C++ kernel compiles against the torch just installed, hence no build isolation.
 "${pip[@]}" install --no-build-isolation --no-deps -e .
 "$VENV/bin/python" -c "import fairseq_sparse.entmax._C" || { echo "[setup] the C++ entmax kernel failed to build" >&2; exit 1; }

@@ -14,8 +14,10 @@ import warnings
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "entmax_cpu.cpp"
-# Same flags as setup.py's build.  Non-trapping maths lets the compiler vectorise the
+# Also setup.py's build flags.  Non-trapping maths lets the compiler vectorise the
 # threshold loops; -ffast-math is not used, since it would drop the NaN/inf handling.
+# -g0 overrides the -g of Python's own flags, which setup.py's build inherits: debug
+# information for torch's headers doubled the compile time (31 s against 16 on 2 cores).
 CFLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-g0"]
 LDFLAGS = ["-fopenmp"]
 
