@@ -12,7 +12,7 @@ Runs:
 - baselines (``--baselines``): ``vae``, ``vae_l1``, ``vae_l2`` with their KL weight psi
   and, for the penalties, the penalty's weight (``vae_l1,0.01,0.1``).
 Every run has the authors' optimiser unless told otherwise: Adam, ``--lr`` 8e-4,
-``--batch-size`` 256.
+``--batch-size`` 256; and, as in their code, no dropout unless ``--dropout`` (every run's).
 
 The paper's claim: HSVAE's sparsity follows (alpha, beta) and is steady across
 seeds; MAT-VAE's is erratic across settings.  Writes ``DIR/stability.png`` (validation
@@ -68,6 +68,16 @@ def pair(text):
     return values[0]
 
 
+def dropout(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a probability in [0, 1)")
+    return value
+
+
 def baselines(text):
     """"vae,1 vae_l1,0.01,0.1" -> [("vae", (1.0,)), ("vae_l1", (0.01, 0.1))]"""
     runs = []
@@ -97,7 +107,8 @@ def train_command(args, objective, setting, seed, save_dir):
                 *shlex.split(args.hsvae_options)]
     return cmd + [
         "--latent-dim", str(args.latent_dim), "--embed-dim", str(args.embed_dim), "--hidden-dim",
-        str(args.hidden_dim), "--optimizer", "adam", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
+        str(args.hidden_dim), "--dropout", str(args.dropout), "--optimizer", "adam", "--lr", str(args.lr),
+        "--batch-size", str(args.batch_size),
         "--max-epoch", str(args.epochs), "--seed", str(seed), "--num-workers", "0", "--no-epoch-checkpoints",
         "--log-format", "simple", "--log-interval", "1000", *(["--cpu"] if args.cpu else []),
         "--save-dir", str(save_dir)]
@@ -244,6 +255,9 @@ def main(argv=None):
                         help="word embedding width (default: %(default)s)")
     parser.add_argument("--hidden-dim", type=at_least(1), default=512,
                         help="GRU encoder and decoder width (default: %(default)s)")
+    parser.add_argument("--dropout", type=dropout, default=0.0,
+                        help="dropout on the word embeddings and decoder states of every run, against overfitting a "
+                             "small training set; the authors' code has none (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=8e-4, help="Adam's learning rate (default: %(default)s)")
     parser.add_argument("--batch-size", type=at_least(1), default=256,
                         help="sentences per update (default: %(default)s)")
