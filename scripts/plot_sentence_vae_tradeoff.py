@@ -54,6 +54,15 @@ def read_table(path):
     return {run: sorted(points) for run, points in runs.items()}
 
 
+def styles(count):
+    """A distinct (colour, line style) for each of ``count`` runs: matplotlib's 10 default colours
+    while they suffice, else tab20's 20 (light and dark of 10 hues), dashed past the 20th."""
+    from matplotlib import colormaps
+
+    palette = colormaps["tab10" if count <= 10 else "tab20"].colors
+    return [(palette[k % len(palette)], "-" if k < len(palette) else "--") for k in range(count)]
+
+
 def plot(runs, path, chance=None, title=None):
     """Writes the figure; returns {run: (x, y)} as drawn, read back from the figure's lines."""
     import matplotlib
@@ -62,10 +71,9 @@ def plot(runs, path, chance=None, title=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 5))
-    for k, (run, points) in enumerate(runs.items()):
+    for (run, points), (colour, style) in zip(runs.items(), styles(len(runs))):
         epochs, hoyer, accuracy = zip(*points)
-        # Past the colour cycle's 10 colours, dashes tell a run from the one that shares its colour.
-        (line,) = ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run, linestyle="-" if k < 10 else "--")
+        (line,) = ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run, color=colour, linestyle=style)
         for i in range(len(points)):
             ax.annotate(str(epochs[i]), (hoyer[i], accuracy[i]), textcoords="offset points", xytext=(4, 4),
                         fontsize=6, color=line.get_color())

@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import REPO, run_script
 
 sys.path.insert(0, str(REPO / "scripts"))
-from plot_sentence_vae_tradeoff import plot, read_table  # noqa: E402
+from plot_sentence_vae_tradeoff import plot, read_table, styles  # noqa: E402
 
 HEADER = "run\tepoch\taverage_hoyer\taccuracy\n"
 
@@ -22,6 +22,14 @@ def test_each_run_is_drawn_through_its_epochs_in_order(tmp_path):
     drawn = plot(runs, tmp_path / "f.png", chance=10)
     assert drawn == {"vae": ([0.233, 0.236], [26.06, 29.04]), "hsvae": ([0.5, 0.42, 0.36], [21.0, 25.5, 28.4])}
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("count", [3, 12, 25])
+def test_every_run_gets_its_own_colour_and_style(count):
+    # The default cycle has 10 colours: the 11th run used to share the first one's.
+    drawn = styles(count)
+    assert len(drawn) == count and len(set(drawn)) == count
+    assert [style for _, style in drawn] == ["-"] * min(count, 20) + ["--"] * max(0, count - 20)
 
 
 @pytest.mark.parametrize("body, message", [
