@@ -73,10 +73,10 @@ def plot(runs, path, chance=None, title=None):
     fig, ax = plt.subplots(figsize=(10, 5))
     for (run, points), (colour, style) in zip(runs.items(), styles(len(runs))):
         epochs, hoyer, accuracy = zip(*points)
-        (line,) = ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run, color=colour, linestyle=style)
+        ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run, color=colour, linestyle=style)
         for i in range(len(points)):
             ax.annotate(str(epochs[i]), (hoyer[i], accuracy[i]), textcoords="offset points", xytext=(4, 4),
-                        fontsize=6, color=line.get_color())
+                        fontsize=6, color=colour)
     if chance is not None:
         ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance ({chance:g}%)")
     ax.set_xlabel("average Hoyer (validation; higher is sparser)")
