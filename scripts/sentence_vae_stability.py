@@ -25,7 +25,9 @@ the majority class's, the length probe's R^2, the active units and, for HSVAE, t
 of its spike pattern the sentence decides against the pattern's entropy).  A run keeps its
 last checkpoint, so an interrupted grid resumes each run where it stopped (its log
 is appended to), and a grid rerun with more ``--epochs`` trains its runs on; runs and
-analyses already finished are collected, not rerun.
+analyses already finished are collected, not rerun.  Each analysis is written to
+``DIR/analysis/RUN/epochN/`` for the epoch N its checkpoint had reached, so the analysis
+of a shorter run is kept when the grid trains it on.
 """
 
 import argparse
@@ -127,10 +129,8 @@ def run_one(args, objective, setting, seed):
     log = args.out / "logs" / f"{name}.log"
     save_dir = args.out / "checkpoints" / name
     env = job_env(args.jobs)
-    result = args.out / "analysis" / name / "analysis.json"
     if not training_done(log, args.epochs):
         log.parent.mkdir(parents=True, exist_ok=True)
-        result.unlink(missing_ok=True)  # an analysis of the shorter run, if any, is stale
         # Appended: a resumed run (fairseq reads checkpoint_last.pt in its save dir) keeps the
         # epochs logged before the interruption.
         with open(log, "a", encoding="utf-8") as out:
@@ -141,6 +141,9 @@ def run_one(args, objective, setting, seed):
     valid = last_per_epoch(epoch_metrics(log.read_text(encoding="utf-8")).get("valid", []))
     analysis = None
     if args.analyse:
+        # One directory per epoch the checkpoint had reached: a run trained on later is analysed
+        # again into its own, and the shorter run's analysis stays where it was, not overwritten.
+        result = args.out / "analysis" / name / f"epoch{int(valid[-1]['epoch'])}" / "analysis.json"
         if not result.is_file():
             cmd = [sys.executable, str(REPO / "scripts" / "sentence_vae_analysis.py"),
                    str(save_dir / "checkpoint_last.pt"), str(args.data), "--out", str(result.parent),

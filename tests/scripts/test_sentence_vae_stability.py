@@ -85,15 +85,17 @@ def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
     assert text.count("done training") == 1 and "Loaded checkpoint" in text
     valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
     assert [epoch["epoch"] for epoch in valid] == [1, 2]
-    # Rerun with more epochs, a finished run trains on from its checkpoint and its analysis,
-    # now stale, is made again.
-    analysis = out / "analysis" / "hsvae" / "10_1_seed1" / "analysis.json"
-    analysed_at = analysis.stat().st_mtime_ns
+    # Rerun with more epochs, a finished run trains on from its checkpoint and is analysed
+    # again into a directory of its own; the shorter run's analysis is kept as it was.
+    analyses = out / "analysis" / "hsvae" / "10_1_seed1"
+    analysed_at = (analyses / "epoch2" / "analysis.json").stat().st_mtime_ns
     run(data, out, "--seeds", "1", "--mat-vae-settings", "", "--analyse", epochs=3)
     assert log.read_text().count("done training") == 2
-    valid = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]["valid"]
-    assert [epoch["epoch"] for epoch in valid] == [1, 2, 3]
-    assert analysis.stat().st_mtime_ns != analysed_at
+    run_3 = json.loads((out / "stability.json").read_text())["hsvae"]["10,1"][0]
+    assert [epoch["epoch"] for epoch in run_3["valid"]] == [1, 2, 3]
+    assert sorted(p.name for p in analyses.iterdir()) == ["epoch2", "epoch3"]
+    assert (analyses / "epoch2" / "analysis.json").stat().st_mtime_ns == analysed_at
+    assert run_3["analysis"] == json.loads((analyses / "epoch3" / "analysis.json").read_text())
     # A seed added to the grid later trains alone; asked for both, the grid collects both
     # and trains neither again.
     run(data, out, "--seeds", "1", "--first-seed", "2", "--mat-vae-settings", "", epochs=3)
