@@ -30,7 +30,8 @@
 # VAE at psi 0.01, seeds 1 to 3 each, six runs at once (scripts/sentence_vae_stability.py --gpu:
 # the 2 CPU cores' settings of docs/results.md, batch 64), one epoch at a time for as many epochs as
 # fit 540 s, each analysed on the device's CPU (frozen-encoder accuracy, Hoyer, spike pattern); sends
-# back vae.log, table_eE.md per epoch and vae.tgz (logs, stability.json and plots; no checkpoints).
+# back vae.log, table_eE.md per epoch and vae.tgz (logs, stability.json, plots and every epoch's
+# analysis, analysis/RUN/epochE/; no checkpoints).
 #
 # `run` installs the wheels, then runs the step groups asked (all without any), each step's
 # output in $OUT (at most 8 files come back):
