@@ -204,6 +204,7 @@ def table(results, analysed):
     header = ["objective", "setting", "seeds", "reconstruction", "KL", "average Hoyer"]
     if analysed:
         header += ["KL terms (test)", "frozen-encoder accuracy (test)", "the same on posterior means",
+                   "the two on valid (to choose on)",
                    "majority class", "length probe R^2 (means)", "active units",
                    "spike pattern: bits the sentence decides / entropy"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -221,6 +222,9 @@ def table(results, analysed):
                         # Analyses written before the column existed lack it.
                         mean_spread([run["analysis"]["frozen_encoder_accuracy_means"] for run in runs
                                      if "frozen_encoder_accuracy_means" in run["analysis"]], 2),
+                        " / ".join(mean_spread([run["analysis"][key] for run in runs
+                                                if run["analysis"].get(key) is not None], 2)
+                                   for key in ("frozen_encoder_accuracy_valid", "frozen_encoder_accuracy_means_valid")),
                         f"{runs[0]['analysis']['majority_class_accuracy']:.2f}",
                         mean_spread([run["analysis"]["length_probe_r2_means"] for run in runs
                                      if "length_probe_r2_means" in run["analysis"]], 3),

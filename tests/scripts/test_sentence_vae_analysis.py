@@ -24,6 +24,9 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     (data / "train.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in lines), encoding="utf-8")
     (data / "train_labels.txt").write_text("".join(line.split(" ", 1)[0] + "\n" for line in lines[:200])
                                            + "-1\n" * 100)
+    # Valid is test's sentences and labels, so the posterior means (no sampling) must score the
+    # same on both: the valid figures are the same heads on valid's labelled sentences.
+    (data / "valid.txt").write_text((data / "test.txt").read_text(encoding="utf-8"), encoding="utf-8")
     run_cli("fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch",
             "sentence_vae", "--criterion", "hsvae", "--latent-dim", "6", "--embed-dim", "32", "--hidden-dim", "48",
             "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu", "--num-workers", "0",
@@ -34,6 +37,9 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     for key in ("frozen_encoder_accuracy", "frozen_encoder_accuracy_means", "end_to_end_accuracy",
                 "majority_class_accuracy"):
         assert 0 <= results[key] <= 100
+    assert results["valid_labelled_sentences"] == 100
+    assert results["frozen_encoder_accuracy_means_valid"] == results["frozen_encoder_accuracy_means"]
+    assert 0 <= results["frozen_encoder_accuracy_valid"] <= 100
     assert 0 <= results["average_hoyer_samples"] <= 1
     assert 0 <= results["active_units"] <= 6
     pattern = results["spike_pattern"]
@@ -51,7 +57,8 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     assert sum(pattern["per_dimension"]["entropy_bits"]) == pytest.approx(pattern["entropy_bits"], abs=1e-3)
     for png in ("gamma_class.png", "class_kl.png", "spike_pattern.png"):
         assert (out / png).stat().st_size > 5000
-    assert "frozen_encoder_accuracy:" in printed and "active_units:" in printed
+    assert "frozen_encoder_accuracy:" in printed and "frozen_encoder_accuracy_valid:" in printed
+    assert "active_units:" in printed
     # Test sentences are what the classifiers are scored on: one without a class is an error.
     test = (data / "test.txt").read_text(encoding="utf-8").splitlines()
     (data / "test.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in test), encoding="utf-8")

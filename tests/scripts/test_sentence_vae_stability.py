@@ -7,6 +7,7 @@ option and the commands it makes."""
 import argparse
 import json
 import re
+import statistics
 import sys
 
 import pytest
@@ -51,7 +52,13 @@ def test_stability_grid(tmp_path):
     analysis = runs[0]["analysis"]
     assert analysis["objective"] == "hsvae" and 0 <= analysis["frozen_encoder_accuracy"] <= 100
     assert 0 <= analysis["frozen_encoder_accuracy_means"] <= 100
-    assert "| the same on posterior means |" in proc.stdout
+    assert "| the same on posterior means | the two on valid (to choose on) |" in proc.stdout
+    # The valid column: mean ± std over the two seeds of each figure on valid's labelled sentences.
+    on_valid = [[r["analysis"][key] for r in runs]
+                for key in ("frozen_encoder_accuracy_valid", "frozen_encoder_accuracy_means_valid")]
+    assert analysis["valid_labelled_sentences"] == 60
+    assert (" | " + " / ".join(f"{statistics.mean(v):.2f} ± {statistics.stdev(v):.2f}" for v in on_valid) + " | "
+            in proc.stdout.split("| hsvae |")[1].split("\n")[0])
     # Which dimensions the codes use at all, and how much of HSVAE's spike pattern the sentence decides.
     assert 0 <= analysis["active_units"] <= 6
     assert "| active units | spike pattern: bits the sentence decides / entropy |" in proc.stdout
