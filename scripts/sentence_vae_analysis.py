@@ -338,7 +338,8 @@ def main(argv=None):
         value = results[key]
         if key == "spike_pattern":  # its sums; the per-dimension bits are in the JSON and the plot
             value = {name: bits for name, bits in value.items() if name != "per_dimension"}
-        print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {'not run' if value is None else value}")
+        missing = "no labelled valid sentence" if key.endswith("_valid") else "not run"
+        print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {missing if value is None else value}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")
 
 
