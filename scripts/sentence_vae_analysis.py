@@ -149,6 +149,12 @@ def monte_carlo_accuracy(head, codes, labels):
     return 100 * (probs.argmax(-1) == labels).float().mean().item()
 
 
+def accuracies(head, mean_head, codes, means, labels):
+    """The frozen-encoder classifier's accuracy on codes (N, K, d) and the posterior-means
+    classifier's on means (N, d)."""
+    return monte_carlo_accuracy(head, codes, labels), monte_carlo_accuracy(mean_head, means[:, None], labels)
+
+
 class EndToEndClassifier(nn.Module):
     def __init__(self, vocabulary, embed_dim, hidden_dim, classes, pad):
         super().__init__()
@@ -269,7 +275,7 @@ def main(argv=None):
     classes = task.num_classes
     if classes < 2:
         raise SystemExit(f"{args.data}/train.txt has no class labels: frozen-encoder classification needs them")
-    for split in ("train", "test"):
+    for split in ("train", "valid", "test"):
         task.load_dataset(split)
     unlabelled_test = len(task.datasets["test"]) - len(labelled(task.datasets["test"]))
     if unlabelled_test:
@@ -287,19 +293,18 @@ def main(argv=None):
                                         args.seed)
     # Valid is encoded after test, so that test's draws, and every figure read on test before
     # valid was scored, stay what they were.
-    task.load_dataset("valid")
     valid_rows = labelled(task.datasets["valid"])
     valid_accuracy = valid_accuracy_means = None
     if valid_rows:
         valid_codes, valid_means, _, valid_labels, _, _ = encode(model, criterion, task.datasets["valid"],
                                                                  args.samples, valid_rows)
-        valid_accuracy = monte_carlo_accuracy(head, valid_codes, valid_labels)
-        valid_accuracy_means = monte_carlo_accuracy(mean_head, valid_means[:, None], valid_labels)
+        valid_accuracy, valid_accuracy_means = accuracies(head, mean_head, valid_codes, valid_means, valid_labels)
+    test_accuracy, test_accuracy_means = accuracies(head, mean_head, test_codes, test_means, test_labels)
     results = {
         "objective": cfg.criterion._name, "latent_dim": test_codes.shape[-1], "classes": classes,
         "samples_per_sentence": args.samples,
-        "frozen_encoder_accuracy": monte_carlo_accuracy(head, test_codes, test_labels),
-        "frozen_encoder_accuracy_means": monte_carlo_accuracy(mean_head, test_means[:, None], test_labels),
+        "frozen_encoder_accuracy": test_accuracy,
+        "frozen_encoder_accuracy_means": test_accuracy_means,
         # The same two on valid's labelled sentences (None: valid has none), to choose settings on.
         "frozen_encoder_accuracy_valid": valid_accuracy,
         "frozen_encoder_accuracy_means_valid": valid_accuracy_means,
