@@ -12,7 +12,8 @@ Runs:
 - baselines (``--baselines``): ``vae``, ``vae_l1``, ``vae_l2`` with their KL weight psi
   and, for the penalties, the penalty's weight (``vae_l1,0.01,0.1``).
 Every run has the authors' optimiser unless told otherwise: Adam, ``--lr`` 8e-4,
-``--batch-size`` 256; and, as in their code, no dropout unless ``--dropout`` (every run's).
+``--batch-size`` 256; and, as in their code, no dropout unless ``--dropout`` or ``--word-dropout``
+(every run's).
 
 The paper's claim: HSVAE's sparsity follows (alpha, beta) and is steady across
 seeds; MAT-VAE's is erratic across settings.  Writes ``DIR/stability.png`` (validation
@@ -70,14 +71,19 @@ def pair(text):
     return values[0]
 
 
-def dropout(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a probability in [0, 1)")
-    return value
+def probability(high_included):
+    """An argparse type: a float in [0, 1) or, with ``high_included``, in [0, 1]."""
+    interval = "[0, 1]" if high_included else "[0, 1)"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not (0 <= value <= 1 if high_included else 0 <= value < 1):
+            raise argparse.ArgumentTypeError(f"{text!r}: a probability in {interval}")
+        return value
+    return parse
 
 
 def baselines(text):
@@ -109,8 +115,8 @@ def train_command(args, objective, setting, seed, save_dir):
                 *shlex.split(args.hsvae_options)]
     return cmd + [
         "--latent-dim", str(args.latent_dim), "--embed-dim", str(args.embed_dim), "--hidden-dim",
-        str(args.hidden_dim), "--dropout", str(args.dropout), "--optimizer", "adam", "--lr", str(args.lr),
-        "--batch-size", str(args.batch_size),
+        str(args.hidden_dim), "--dropout", str(args.dropout), "--word-dropout", str(args.word_dropout),
+        "--optimizer", "adam", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
         "--max-epoch", str(args.epochs), "--seed", str(seed), "--num-workers", "0", "--no-epoch-checkpoints",
         "--log-format", "simple", "--log-interval", "1000", *(["--cpu"] if args.cpu else []),
         "--save-dir", str(save_dir)]
@@ -262,9 +268,13 @@ def main(argv=None):
                         help="word embedding width (default: %(default)s)")
     parser.add_argument("--hidden-dim", type=at_least(1), default=512,
                         help="GRU encoder and decoder width (default: %(default)s)")
-    parser.add_argument("--dropout", type=dropout, default=0.0,
+    parser.add_argument("--dropout", type=probability(high_included=False), default=0.0,
                         help="dropout on the word embeddings and decoder states of every run, against overfitting a "
                              "small training set; the authors' code has none (default: %(default)s)")
+    parser.add_argument("--word-dropout", type=probability(high_included=True), default=0.0,
+                        help="every run's decoder reads each input word as <unk> with this probability in training "
+                             "(Bowman et al. 2016), so that it leans on the code; the authors' code has none "
+                             "(default: %(default)s)")
     parser.add_argument("--lr", type=float, default=8e-4, help="Adam's learning rate (default: %(default)s)")
     parser.add_argument("--batch-size", type=at_least(1), default=256,
                         help="sentences per update (default: %(default)s)")

@@ -40,6 +40,10 @@ class SentenceVAEModelConfig(FairseqDataclass):
     hidden_dim: int = field(default=512, metadata={"help": "GRU state size of encoder and decoder"})
     latent_dim: int = field(default=32, metadata={"help": "dimension of the code z (the paper: 32 and 768)"})
     dropout: float = field(default=0.0, metadata={"help": "dropout on the embeddings and decoder states"})
+    word_dropout: float = field(default=0.0, metadata={
+        "help": "in training, the probability that each word of the decoder's input (the start symbol excepted) "
+                "is replaced by <unk>, so that the decoder must lean on the code (Bowman et al. 2016, Sec. 3.1); "
+                "1: the decoder sees no words"})
 
 
 @register_model("sentence_vae", dataclass=SentenceVAEModelConfig)
@@ -47,6 +51,8 @@ class SentenceVAEModel(BaseFairseqModel):
     def __init__(self, cfg, dictionary):
         super().__init__()
         self.pad = dictionary.pad()
+        self.unk = dictionary.unk()
+        self.word_dropout = cfg.word_dropout
         self.latent_dim = cfg.latent_dim
         self.embed = nn.Embedding(len(dictionary), cfg.embed_dim, padding_idx=self.pad)
         self.encoder, encoded_dim = self.build_encoder(cfg)
@@ -66,6 +72,8 @@ class SentenceVAEModel(BaseFairseqModel):
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(cfg, option)}: must be at least 1")
         if not 0 <= cfg.dropout < 1:
             raise ValueError(f"--dropout {cfg.dropout}: must lie in [0, 1)")
+        if not 0 <= cfg.word_dropout <= 1:
+            raise ValueError(f"--word-dropout {cfg.word_dropout}: must lie in [0, 1]")
         return cls(cfg, task.dictionary)
 
     def build_encoder(self, cfg):
@@ -89,9 +97,20 @@ class SentenceVAEModel(BaseFairseqModel):
 
     def decode(self, z, prev_output_tokens):
         """Next-word logits (B, T, vocabulary) given codes z (B, latent_dim)."""
-        words = self.dropout(self.embed(prev_output_tokens))
+        words = self.dropout(self.embed(self.drop_words(prev_output_tokens)))
         states, _ = self.decoder(torch.cat([words, z[:, None].expand(-1, words.shape[1], -1)], -1))
         return self.output(self.dropout(states))
+
+    def drop_words(self, prev_output_tokens):
+        """In training, each input word but the first (the start symbol, which tells the
+        decoder where the sentence begins) becomes <unk> with probability ``word_dropout``;
+        padding stays padding.  A decoder that cannot read the previous words must take
+        them from z, which keeps an autoregressive decoder from ignoring the code."""
+        if not self.training or self.word_dropout == 0:
+            return prev_output_tokens
+        drop = torch.rand(prev_output_tokens.shape, device=prev_output_tokens.device) < self.word_dropout
+        drop[:, 0] = False
+        return prev_output_tokens.masked_fill(drop & prev_output_tokens.ne(self.pad), self.unk)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **encoder_inputs):
         """The Gaussian posterior's mean code and the logits given it (what a plain

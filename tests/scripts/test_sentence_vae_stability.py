@@ -114,10 +114,12 @@ def test_an_interrupted_run_resumes_and_keeps_its_earlier_epochs(tmp_path):
     assert (out / "logs" / "hsvae" / "10_1_seed2.log").read_text().count("done training") == 1
 
 
-@pytest.mark.parametrize("value", ["1", "-0.1", "x"])
-def test_a_dropout_outside_0_1_is_an_error_naming_the_option(tmp_path, value):
-    proc = run_script("sentence_vae_stability.py", tmp_path, "--out", tmp_path / "out", f"--dropout={value}")
-    message = f"argument --dropout: {value!r}: a probability in [0, 1)"
+@pytest.mark.parametrize("option, value, interval", [
+    ("--dropout", "1", "[0, 1)"), ("--dropout", "-0.1", "[0, 1)"), ("--dropout", "x", "[0, 1)"),
+    ("--word-dropout", "1.5", "[0, 1]"), ("--word-dropout", "-0.1", "[0, 1]")])
+def test_a_dropout_outside_0_1_is_an_error_naming_the_option(tmp_path, option, value, interval):
+    proc = run_script("sentence_vae_stability.py", tmp_path, "--out", tmp_path / "out", f"{option}={value}")
+    message = f"argument {option}: {value!r}: a probability in {interval}"
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
@@ -132,7 +134,7 @@ def test_a_count_of_zero_is_an_error_naming_the_option(tmp_path, option):
 def test_baselines_and_their_commands(tmp_path):
     args = argparse.Namespace(
         data=tmp_path, hsvae_weights=(0.01, 0.01), hsvae_options="--hard-slab", latent_dim=6, embed_dim=16,
-        hidden_dim=32, dropout=0.3, lr=1e-3, batch_size=32, epochs=2, cpu=True)
+        hidden_dim=32, dropout=0.3, word_dropout=1.0, lr=1e-3, batch_size=32, epochs=2, cpu=True)
     runs = stability.baselines("vae,1 vae_l1,0.01,0.1 vae_l2,0.5")
     assert runs == [("vae", (1.0,)), ("vae_l1", (0.01, 0.1)), ("vae_l2", (0.5,))]
     cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
@@ -142,6 +144,7 @@ def test_baselines_and_their_commands(tmp_path):
     assert cmd[cmd.index("--criterion") + 1] == "vae_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
     assert cmd[cmd.index("--kl-weight") + 1] == "0.01" and cmd[cmd.index("--regularization-weight") + 1] == "0.1"
     assert cmd[cmd.index("--dropout") + 1] == "0.3"  # every run's, baselines' too
+    assert cmd[cmd.index("--word-dropout") + 1] == "1.0"
     assert stability.run_name(*runs[1], 2) == "vae_l1/0.01_0.1_seed2"
     assert stability.knob_names("vae_l1") == "(psi, penalty)"
     for bad in ("hsvae,1", "vae", "vae_l1,1,2,3", "vae,x"):

@@ -138,14 +138,47 @@ def test_hsvae_refuses_a_bad_spike_std(spike_std):
         hsvae_criterion(spike_std=spike_std)
 
 
-def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradients():
+def tiny_sentence_vae(latent=4, word_dropout=0.0):
     from types import SimpleNamespace
 
-    from fairseq_sparse.vae.sentence_vae import BETA_PARAMETER_RANGE, SentenceVAEModel
+    from fairseq_sparse.vae.sentence_vae import SentenceVAEModel
+
+    dictionary = type("Dictionary", (), {"pad": lambda self: 1, "unk": lambda self: 3, "__len__": lambda self: 10})()
+    return SentenceVAEModel(SimpleNamespace(embed_dim=8, hidden_dim=8, latent_dim=latent, dropout=0.0,
+                                            word_dropout=word_dropout), dictionary)
+
+
+def test_word_dropout_replaces_decoder_input_words_by_unk_in_training_only():
+    """Bowman et al.'s word dropout: the start symbol and padding stay, the rest become
+    <unk> (id 3 here) at the rate asked for, and only in training."""
+    torch.manual_seed(0)
+    words = torch.randint(4, 10, (50, 40))
+    words[:, 0] = 2  # the start symbol (fairseq's eos)
+    words[:10, 30:] = 1  # padding
+    real = words.ne(1)
+    real[:, 0] = False
+    model = tiny_sentence_vae(word_dropout=1.0)
+    dropped = model.drop_words(words)
+    assert (dropped[:, 0] == 2).all() and (dropped[words.eq(1)] == 1).all() and (dropped[real] == 3).all()
+    # At p = 1 the decoder reads no words: other words in the same places give the same logits.
+    other = words.masked_scatter(real, torch.randint(4, 10, (int(real.sum()),)))
+    assert not torch.equal(other, words)
+    z = torch.randn(50, 4)
+    torch.testing.assert_close(model.decode(z, words), model.decode(z, other))
+    model.eval()  # validation and the analysis see every word
+    assert torch.equal(model.drop_words(words), words)
+    half = tiny_sentence_vae(word_dropout=0.5).drop_words(words)
+    assert (half[~real] == words[~real]).all()
+    share = half[real].eq(3).float().mean().item()
+    assert 0.47 < share < 0.53, share  # 1,850 words: the binomial's std is 0.012
+    assert torch.equal(tiny_sentence_vae(word_dropout=0.0).drop_words(words), words)
+
+
+def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradients():
+    from fairseq_sparse.vae.sentence_vae import BETA_PARAMETER_RANGE
 
     latent = 4
-    model = SentenceVAEModel(SimpleNamespace(embed_dim=8, hidden_dim=8, latent_dim=latent, dropout=0.0),
-                             type("Dictionary", (), {"pad": lambda self: 1, "__len__": lambda self: 10})())
+    model = tiny_sentence_vae(latent)
     # Pre-activations set through the bias: softplus(-5) = 0.0067 lies below the range, softplus(200) above it.
     raw_a, raw_b = torch.full((latent,), -5.0), torch.full((latent,), 200.0)
     with torch.no_grad():

@@ -92,8 +92,10 @@ def test_text_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
     ("--latent-dim", "0", "--latent-dim 0: must be at least 2"),
     ("--latent-dim", "-3", "--latent-dim -3: must be at least 2"),
     ("--hidden-dim", "0", "--hidden-dim 0: must be at least 1"),
+    ("--word-dropout", "1.5", "--word-dropout 1.5: must lie in [0, 1]"),
+    ("--word-dropout", "-0.1", "--word-dropout -0.1: must lie in [0, 1]"),
 ])
-def test_model_sizes_are_checked_before_training(tmp_path, option, value, message):
+def test_model_options_are_checked_before_training(tmp_path, option, value, message):
     """--latent-dim 1 trained a whole epoch, then failed in validation with nothing saved;
     0 or negative gave raw tracebacks."""
     for split in ("train", "valid", "test"):
