@@ -55,12 +55,14 @@ def read_table(path):
 
 
 def styles(count):
-    """A distinct (colour, line style) for each of ``count`` runs: matplotlib's 10 default colours
-    while they suffice, else tab20's 20 (light and dark of 10 hues), dashed past the 20th."""
+    """A distinct (colour, line style, marker) for each of ``count`` runs: matplotlib's 10 default
+    colours while they suffice, else tab20's 20 (light and dark of 10 hues); past the 20th the colours
+    come round again, dashed and with square markers (a legend's short lines hide the dashes)."""
     from matplotlib import colormaps
 
     palette = colormaps["tab10" if count <= 10 else "tab20"].colors
-    return [(palette[k % len(palette)], "-" if k < len(palette) else "--") for k in range(count)]
+    return [(palette[k % len(palette)], "-" if k < len(palette) else "--", "o" if k < len(palette) else "s")
+            for k in range(count)]
 
 
 def plot(runs, path, chance=None, title=None):
@@ -71,9 +73,9 @@ def plot(runs, path, chance=None, title=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 5))
-    for (run, points), (colour, style) in zip(runs.items(), styles(len(runs))):
+    for (run, points), (colour, style, marker) in zip(runs.items(), styles(len(runs))):
         epochs, hoyer, accuracy = zip(*points)
-        ax.plot(hoyer, accuracy, marker="o", markersize=4, label=run, color=colour, linestyle=style)
+        ax.plot(hoyer, accuracy, marker=marker, markersize=4, label=run, color=colour, linestyle=style)
         for i in range(len(points)):
             ax.annotate(str(epochs[i]), (hoyer[i], accuracy[i]), textcoords="offset points", xytext=(4, 4),
                         fontsize=6, color=colour)

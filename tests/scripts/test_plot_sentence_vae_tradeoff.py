@@ -29,7 +29,8 @@ def test_every_run_gets_its_own_colour_and_style(count):
     # The default cycle has 10 colours: the 11th run used to share the first one's.
     drawn = styles(count)
     assert len(drawn) == count and len(set(drawn)) == count
-    assert [style for _, style in drawn] == ["-"] * min(count, 20) + ["--"] * max(0, count - 20)
+    assert [style for _, style, _ in drawn] == ["-"] * min(count, 20) + ["--"] * max(0, count - 20)
+    assert [marker for _, _, marker in drawn] == ["o"] * min(count, 20) + ["s"] * max(0, count - 20)
 
 
 @pytest.mark.parametrize("body, message", [
