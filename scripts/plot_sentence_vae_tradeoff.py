@@ -61,8 +61,8 @@ def styles(count):
     from matplotlib import colormaps
 
     palette = colormaps["tab10" if count <= 10 else "tab20"].colors
-    return [(palette[k % len(palette)], "-" if k < len(palette) else "--", "o" if k < len(palette) else "s")
-            for k in range(count)]
+    first_round, second_round = ("-", "o"), ("--", "s")
+    return [(palette[k % len(palette)], *(first_round if k < len(palette) else second_round)) for k in range(count)]
 
 
 def plot(runs, path, chance=None, title=None):
