@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up the environment if needed, then run the whole test suite, or the tests/ paths named.
+# Set up the environment if needed, then run the whole test suite, or the test paths named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
@@ -9,10 +9,5 @@ bash scripts/setup_env.sh
 # cores and spin-wait (measured on 2 cores: 19 min with 2 threads each, 14 with 1).
 workers=${PYTEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# Paths under tests/ select what runs (pytest would otherwise collect tests/ beside them);
-# only that spelling counts, so that an option's value such as `-k docs` is never taken for one.
-target=tests
-for arg in "$@"; do
-    case "$arg" in tests/*) target= ;; esac
-done
-exec .venv/bin/python -m pytest $target -n "$workers" "$@"
+# No path here: pytest.ini's testpaths runs tests/ unless the arguments name paths of their own.
+exec .venv/bin/python -m pytest -n "$workers" "$@"
