@@ -9,8 +9,9 @@ metric over training.
         --warm-start-epochs 100 --epochs '{"ssvae": 200}' --fairseq-args "--lr 5e-4 --latent-dim 8"  # the paper's protocol
 
 A run whose log already ends its training, at ``--epochs``, is collected, not rerun; one
-logged with fewer epochs is trained again, to the new count (``--collect-only`` never
-trains, and collects every finished run).  Metrics are the last epoch's on the test
+logged with fewer epochs, or interrupted, is trained again, to the new count: from its
+checkpoint with ``--keep-checkpoints``, its log appended to, otherwise from the start
+(``--collect-only`` never trains, and collects every finished run).  Metrics are the last epoch's on the test
 split; decoder calls are per training example, averaged over all of training (as the
 paper counts them) and in the last epoch (where the support of sparse marginalisation
 has shrunk).
@@ -121,7 +122,7 @@ def train(args, experiment, estimator, seed, name, log, warm_log):
                                         str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]
             if args.tensorboard:
                 warm_cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / f"{name}.warm")]
-            run_logged(warm_cmd, warm_log, env=env)
+            run_logged(warm_cmd, warm_log, env=env, append=resuming(warm_dir))
         finetune = ["--finetune-from-model", str(warm_dir / "checkpoint_last.pt")]
     # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
     # or concurrent runs delete each other's probe.
@@ -130,7 +131,13 @@ def train(args, experiment, estimator, seed, name, log, warm_log):
             str(save_dir), *finetune]
     if args.tensorboard:
         cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
-    run_logged(cmd, log, env=env)
+    run_logged(cmd, log, env=env, append=resuming(save_dir))
+
+
+def resuming(save_dir):
+    """Whether fairseq-train will go on from a checkpoint in ``save_dir`` (kept with
+    --keep-checkpoints), so that its log is appended to and keeps the epochs before."""
+    return (save_dir / "checkpoint_last.pt").is_file()
 
 
 def mean_spread(values, digits=2):
@@ -248,7 +255,8 @@ def main(argv=None):
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each run's last checkpoint, as OUT/checkpoints/RUN/checkpoint_last.pt where "
                              "OUT/logs/RUN.log is its log (e.g. for scripts/bitvector_code_use.py; fairseq also "
-                             "keeps checkpoint_best.pt, best on the first --valid-subset); default: save none")
+                             "keeps checkpoint_best.pt, best on the first --valid-subset); a run trained again goes on "
+                             "from it; default: save none")
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
     parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")
     args = parser.parse_args(argv)

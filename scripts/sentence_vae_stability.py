@@ -122,14 +122,6 @@ def train_command(args, objective, setting, seed, save_dir):
         "--save-dir", str(save_dir)]
 
 
-def last_per_epoch(entries):
-    """A resumed run logs again the epoch it was interrupted in: keep each epoch's last entry."""
-    by_epoch = {}
-    for entry in entries:
-        by_epoch[int(entry.get("epoch", len(by_epoch) + 1))] = entry
-    return [by_epoch[e] for e in sorted(by_epoch)]
-
-
 def run_one(args, objective, setting, seed):
     name = run_name(objective, setting, seed)
     log = args.out / "logs" / f"{name}.log"
@@ -144,7 +136,7 @@ def run_one(args, objective, setting, seed):
                                   stderr=subprocess.STDOUT, text=True, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"{name} failed; log in {log}:\n{log.read_text(encoding='utf-8')[-2000:]}")
-    valid = last_per_epoch(epoch_metrics(log.read_text(encoding="utf-8")).get("valid", []))
+    valid = epoch_metrics(log.read_text(encoding="utf-8")).get("valid", [])  # a repeated epoch once
     analysis = None
     if args.analyse:
         # One directory per epoch the checkpoint had reached: a run trained on later is analysed

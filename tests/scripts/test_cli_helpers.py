@@ -9,8 +9,8 @@ from fairseq_sparse.ape.triplets import write_triplets
 from tests.conftest import REPO, run_script, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import (at_least, epoch_metrics, find_corpus, held_out, interval_metrics, job_env,  # noqa: E402
-                         read_corpus, run_logged)
+from cli_helpers import (MALLOC_KEEP, at_least, epoch_metrics, find_corpus, held_out, interval_metrics,  # noqa: E402
+                         job_env, read_corpus, run_logged)
 
 
 def test_at_least_names_the_option_and_its_floor():
@@ -41,6 +41,15 @@ def test_job_env_keeps_the_users_threads_and_otherwise_shares_the_cores(monkeypa
     assert [job_env(jobs)["OMP_NUM_THREADS"] for jobs in (1, 6, 32)] == ["16", "2", "1"]
 
 
+def test_job_env_keeps_freed_memory_unless_the_user_tunes_malloc(monkeypatch):
+    for name in MALLOC_KEEP:
+        monkeypatch.delenv(name, raising=False)
+    assert {name: job_env(1)[name] for name in MALLOC_KEEP} == {
+        "MALLOC_TRIM_THRESHOLD_": "1073741824", "MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TOP_PAD_": "268435456"}
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    assert job_env(1)["MALLOC_TRIM_THRESHOLD_"] == "0"
+
+
 def test_epoch_metrics_reads_every_subset_and_exponents():
     log = "\n".join([
         "2026-11-22 13:49:29 | INFO | train | epoch 001 | loss 1578.69 | gnorm 2.08011e+06 | lr 2e-05 | wps 55.3",
@@ -52,6 +61,21 @@ def test_epoch_metrics_reads_every_subset_and_exponents():
     assert found["train"] == [{"epoch": 1.0, "loss": 1578.69, "gnorm": 2.08011e6, "lr": 2e-5, "wps": 55.3}]
     assert found["valid"][0]["decoder_calls"] == 1.0
     assert found["test"][0] == {"epoch": 1.0, "nll_bits_per_dim": 1.7926, "x": -3.5e-3}
+
+
+def test_epoch_metrics_keeps_the_later_entry_of_an_epoch_a_resumed_run_logs_again():
+    # Killed after epoch 2 was logged and before it was saved: the resumed run (appended to
+    # the same log) trains epoch 2 again.
+    log = "\n".join([
+        "2026-11-29 12:15:14 | INFO | train | epoch 001 | loss 0.9 | decoder_calls 256",
+        "2026-11-29 12:17:03 | INFO | train | epoch 002 | loss 0.8 | decoder_calls 256",
+        "2026-11-29 12:20:10 | INFO | fairseq.trainer | Loaded checkpoint checkpoint_last.pt (epoch 2 @ 782 updates)",
+        "2026-11-29 12:22:03 | INFO | train | epoch 002 | loss 0.7 | decoder_calls 256",
+        "2026-11-29 12:22:05 | INFO | test | epoch 002 | valid on 'test' subset | success 61.5",
+    ])
+    found = epoch_metrics(log)
+    assert [(row["epoch"], row["loss"]) for row in found["train"]] == [(1, 0.9), (2, 0.7)]
+    assert found["test"] == [{"epoch": 2.0, "success": 61.5}]
 
 
 def test_interval_metrics_reads_train_inner_lines_and_keeps_a_resumed_update_once():
@@ -77,6 +101,15 @@ def test_run_logged_streams_stdout_to_the_log_while_the_command_runs(tmp_path):
     proc = run_logged([sys.executable, "-c", check, log], log)
     assert proc.stdout == "epoch 1\n" and proc.stderr == "a warning"
     assert log.read_text() == "epoch 1\na warning"
+
+
+def test_run_logged_appends_for_a_resumed_run_and_returns_its_output_alone(tmp_path):
+    log = tmp_path / "train.log"
+    run_logged([sys.executable, "-c", "print('epoch 1 ü')"], log)
+    proc = run_logged([sys.executable, "-c", "print('epoch 2')"], log, append=True)
+    assert proc.stdout == "epoch 2\n" and log.read_text(encoding="utf-8") == "epoch 1 ü\nepoch 2\n"
+    run_logged([sys.executable, "-c", "print('anew')"], log)  # not resuming: a fresh log
+    assert log.read_text() == "anew\n"
 
 
 def test_run_logged_stops_with_the_log_tail_when_the_command_fails(tmp_path):

@@ -63,6 +63,20 @@ def test_ssvae_warm_start_then_the_whole_objective_from_its_checkpoint(tmp_path)
     assert 0 <= results["warm_start"]["test"]["accuracy"] <= 100
 
 
+def test_a_grid_trained_on_keeps_the_epochs_of_its_first_run(tmp_path):
+    # --keep-checkpoints: rerun with more epochs, each run goes on from its checkpoint, and
+    # its log, appended to, still holds the first run's epochs.
+    out = tmp_path / "on"
+    common = ["--out", out, "--experiments", "ssvae", "--estimators", "sparsemax", "--seeds", "1",
+              "--keep-checkpoints"]
+    run(*common, "--epochs", '{"ssvae": 1}')
+    run(*common, "--epochs", '{"ssvae": 2}')
+    log = (out / "logs" / "ssvae" / "sparsemax_seed1.log").read_text()
+    assert log.count("done training") == 2 and "Loaded checkpoint" in log and "(epoch 2 @" in log
+    results = json.loads((out / "results.json").read_text())["ssvae"]["sparsemax"][0]
+    assert len(results["train_calls"]) == 2 and [row["epoch"] for row in results["test_curve"]] == [1, 2]
+
+
 def test_warm_start_is_refused_without_ssvae(tmp_path):
     proc = run_script("latent_results.py", "--out", tmp_path, "--experiments", "signaling_game",
                       "--warm-start-epochs", "2", timeout=300)
