@@ -11,10 +11,10 @@ metric over training.
 A run whose log already ends its training, at ``--epochs``, is collected, not rerun; one
 logged with fewer epochs, or interrupted, is trained again, to the new count: from its
 checkpoint with ``--keep-checkpoints``, its log appended to, otherwise from the start
-(``--collect-only`` never trains, and collects every finished run).  Metrics are the last epoch's on the test
-split; decoder calls are per training example, averaged over all of training (as the
-paper counts them) and in the last epoch (where the support of sparse marginalisation
-has shrunk).
+(``--collect-only`` never trains, and collects every finished run).  Metrics are the
+last epoch's on the test split; decoder calls are per training example, averaged over
+all of training (as the paper counts them) and in the last epoch (where the support of
+sparse marginalisation has shrunk).
 """
 
 import argparse
