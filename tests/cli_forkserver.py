@@ -8,10 +8,10 @@ and about 35 runs of the experiment scripts, which import the same. This server 
 them once and forks a child per call. The child is the process a fresh start would be
 from that point on: it takes the caller's working directory, environment, argv and
 output files, runs the console script's entry point (or, for `python SCRIPT.py ...` and
-`python -m MODULE ...`, the script or module as __main__), and exits through the
-interpreter's own shutdown (atexit handlers and non-daemon threads included), with the
-exit status a fresh process would have. The
-commands a script starts (fairseq-train, ...) are forked the same way, from a copy of
+`python -m MODULE ...`, the script or module as __main__), and exits as the
+interpreter's own shutdown would (non-daemon threads joined, atexit handlers run, stdout
+and stderr flushed; only the module teardown after them is skipped, see finish()), with
+the exit status a fresh process would have. The commands a script starts (fairseq-train, ...) are forked the same way, from a copy of
 the script's child made before the script runs (fork_commands_here).
 
 What a child inherits that a fresh process would not have is only the state those
@@ -86,23 +86,67 @@ def become(argv, cwd, env, stdio, root_logging):
         os.dup2(fd, target)
     for fd in set(stdio) - {0, 1, 2}:
         os.close(fd)
-    # SystemExit unwinds out of the server's loop, so the interpreter shuts down as a fresh
-    # process's would (an uncaught exception too: traceback on stderr, status 1).
+    try:
+        run_main(argv, root_logging)
+        status = 0
+    except SystemExit as exit:
+        status = exit_status(exit.code)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())  # as the interpreter reports an uncaught exception
+        status = 1
+    finish(status)
+
+
+def run_main(argv, root_logging):
+    """Run `argv` in this process as a fresh interpreter runs it, up to its SystemExit."""
     if argv[0] == sys.executable and argv[1] == "-m":  # `python -m MODULE ARGS` (scripts/ape_experiment.py)
         sys.argv = list(argv[2:])
         sys.path[0] = os.getcwd()
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-        sys.exit(0)
+        return
     if argv[0] == sys.executable:  # `python SCRIPT.py ARGS`, as the interpreter runs it
         sys.argv = list(argv[1:])
         sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
         # The commands the script starts are forked as well (fork_commands_here).
         fork_commands_here(root_logging)
         runpy.run_path(argv[1], run_name="__main__")
-        sys.exit(0)
+        return
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(argv[0])  # where a console script's own sys.path starts
     sys.exit(console_script(os.path.basename(argv[0])).load()())  # as the console-script wrapper does
+
+
+def exit_status(code):
+    """The status the interpreter exits with on an uncaught SystemExit(code)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def finish(status):
+    """Exit with `status` as the interpreter's own shutdown would, but for its last part.
+
+    The interpreter first waits for non-daemon threads, runs the atexit handlers (logging's
+    flush, fairseq's tensorboard writers, tempfile's and multiprocessing's clean-ups) and
+    flushes stdout and stderr; that is done here. It then tears down every module and
+    collects what they held, which takes 2.5 to 3 s after these imports on 2 cores (most
+    of a short fairseq-train call) and can be seen only through the __del__ of objects
+    still alive at exit: that part is skipped (os._exit)."""
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except OSError:
+            status = 120  # what the interpreter exits with when it cannot flush them
+    os._exit(status)
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,7 +162,7 @@ def forkable(argv, executable, env, base_env):
     """Whether Popen(argv, executable=executable, env=env) can be forked rather than
     executed: this environment's console scripts, `python SCRIPT.py` and `python -m
     MODULE`, in `base_env` (the calling script's, which run_cli checked is the one the
-    server imported under) but for the thread count (see become())."""
+    server imported under) but for the variables ignored() names."""
     if not argv or executable not in (None, argv[0]):
         return False
     if argv[0] == sys.executable:
@@ -128,9 +172,16 @@ def forkable(argv, executable, env, base_env):
     elif (os.path.dirname(argv[0]) != os.path.dirname(sys.executable)
           or console_script(os.path.basename(argv[0])) is None):
         return False
-    ignored = {"PYTEST_CURRENT_TEST", "OMP_NUM_THREADS"}
-    return {k: v for k, v in env.items() if k not in ignored} == \
-        {k: v for k, v in base_env.items() if k not in ignored}
+    return {k: v for k, v in env.items() if not ignored(k)} == {k: v for k, v in base_env.items() if not ignored(k)}
+
+
+def ignored(variable):
+    """Whether forkable() lets a command's environment differ from its script's in
+    `variable`: the thread count, which become() sets, and glibc's malloc tunables (the
+    experiment scripts set them, scripts/cli_helpers.job_env), which a process reads at
+    its start, so that a forked child keeps the server's: they change how fast it runs,
+    not what it computes."""
+    return variable in ("PYTEST_CURRENT_TEST", "OMP_NUM_THREADS") or variable.startswith("MALLOC_")
 
 
 def fork_commands_here(root_logging):

@@ -1,0 +1,69 @@
+"""tests/cli_forkserver.py: a forked call ends as a fresh interpreter's run of the same
+program does (the status, what it printed, its atexit handlers and threads), though it
+skips the interpreter's module teardown."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import _run
+
+ENDINGS = {
+    "returns": "",
+    "exits with a status": "sys.exit(3)",
+    "exits with a message": "sys.exit('stopped: no data')",
+    "raises": "raise ValueError('bad input')",
+}
+
+PROGRAM = """
+import atexit, sys, threading, time
+
+# Buffered whatever PYTHONUNBUFFERED says: what is left in it at the end is flushed on exit.
+sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 16, closefd=False)
+print("forked" if "torch" in sys.modules else "fresh")  # the server imported torch
+
+def late_line():
+    time.sleep(0.3)
+    print("from the thread", flush=True)
+
+atexit.register(lambda: print("atexit handler"))
+threading.Thread(target=late_line).start()  # not a daemon: the exit waits for it
+print("buffered, never flushed by the program", end="")
+sys.stderr.write("on stderr ")
+{ending}
+"""
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_forked_run_ends_as_a_fresh_one(tmp_path, ending):
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM.format(ending=ENDINGS[ending]), encoding="utf-8")
+    fresh = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    forked = _run([sys.executable, str(script)], True, tmp_path, False, 60)
+    assert forked.returncode == fresh.returncode == {"returns": 0, "exits with a status": 3}.get(ending, 1)
+    lines = "buffered, never flushed by the programfrom the thread\natexit handler\n"
+    assert (forked.stdout, fresh.stdout) == ("forked\n" + lines, "fresh\n" + lines)
+    # A traceback names the server's frames too; its last line is the same.
+    assert forked.stderr.startswith("on stderr ") and forked.stderr.splitlines()[-1] == fresh.stderr.splitlines()[-1]
+
+
+SCRIPT = """
+import os, subprocess, sys
+child = sys.argv[1]
+for extra in ({{}}, {{"MALLOC_TOP_PAD_": "268435456"}}, {{"OMP_NUM_THREADS": "1"}}, {{"SOME_SETTING": "1"}}):
+    env = {{**os.environ, **extra}}
+    print(subprocess.run([sys.executable, child], env=env, capture_output=True, text=True).stdout.strip())
+"""
+
+
+def test_a_scripts_commands_are_forked_unless_their_environment_says_otherwise(tmp_path):
+    """What experiment scripts start (here `python CHILD.py`) is forked too, with malloc
+    tunables or a thread count of its own; another variable changes what the server's
+    imports would have done, so that command is started fresh."""
+    child = tmp_path / "child.py"
+    child.write_text('import sys\nprint("forked" if "torch" in sys.modules else "fresh")\n', encoding="utf-8")
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(), encoding="utf-8")
+    proc = _run([sys.executable, str(script), str(child)], True, tmp_path, True, 120)
+    assert proc.stdout.split() == ["forked", "forked", "forked", "fresh"]
