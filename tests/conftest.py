@@ -185,8 +185,8 @@ def _run(cmd, forkable, cwd, check, timeout):
 
 def assert_two_gloo_workers_equal_one(common, tmp_path):
     """fairseq-train `common` (3 updates) on two gloo CPU ranks, one process each as fairseq
-    needs on CPU, and on one process with --update-freq 2: the same total batch, so the
-    same updates and parameters."""
+    needs on CPU (run at once by tests/run_together.py), and on one process with
+    --update-freq 2: the same total batch, so the same updates and parameters."""
     import socket
 
     import fairseq_sparse
@@ -195,18 +195,13 @@ def assert_two_gloo_workers_equal_one(common, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    workers = [
-        subprocess.Popen(
-            [str(BIN / "fairseq-train"), *map(str, common), "--save-dir", str(tmp_path / "two"),
-             "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-backend", "gloo",
-             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for rank in (0, 1)
-    ]
-    for w in workers:
-        out, _ = w.communicate(timeout=300)
-        assert w.returncode == 0, out[-3000:]
+    ranks = [[str(BIN / "fairseq-train"), *map(str, common), "--save-dir", str(tmp_path / "two"),
+              "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-backend", "gloo",
+              "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"] for rank in (0, 1)]
+    # Both at once, each forked from the server (tests/run_together.py).
+    together = _run([sys.executable, str(Path(__file__).with_name("run_together.py")), *map(json.dumps, ranks)],
+                    True, None, False, 300)
+    assert together.returncode == 0, together.stdout[-3500:] + together.stderr[-2000:]
     run_cli("fairseq-train", *common, "--save-dir", tmp_path / "one", "--update-freq", "2")
     two = torch.load(tmp_path / "two" / "checkpoint_last.pt")
     one = torch.load(tmp_path / "one" / "checkpoint_last.pt")
