@@ -161,10 +161,13 @@ def run_cli(name, *args, cwd=None, check=True, timeout=600):
 
 
 def run_script(name, *args, cwd=None, check=False, timeout=900):
-    """`python scripts/NAME ARGS` and return it, as subprocess.run(capture_output=True,
-    text=True) would. The script's own fairseq commands and `python scripts/...` runs are
-    forked too (tests/cli_forkserver.py, fork_commands_here)."""
-    return _run([sys.executable, str(REPO / "scripts" / name), *map(str, args)], True, cwd, check, timeout)
+    """`python scripts/NAME ARGS` (or `python NAME ARGS` where NAME is a path under the
+    repository, such as data_prep/hsvae_sets.py) and return it, as
+    subprocess.run(capture_output=True, text=True) would. The script's own fairseq
+    commands and `python scripts/...` runs are forked too (tests/cli_forkserver.py,
+    fork_commands_here)."""
+    script = REPO / name if "/" in name else REPO / "scripts" / name
+    return _run([sys.executable, str(script), *map(str, args)], True, cwd, check, timeout)
 
 
 def _run(cmd, forkable, cwd, check, timeout):

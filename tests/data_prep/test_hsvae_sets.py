@@ -1,19 +1,16 @@
 """The HSVAE paper's Yahoo and DBpedia sets: labels read from their own files, the
 paper's valid set split into train and a held-out valid, and fairseq-train reading it."""
 
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 
 from fairseq_sparse.vae.task import read_corpus
-from tests.conftest import REPO, run_cli, shared_data, valid_metrics
+from tests.conftest import REPO, run_cli, run_script, shared_data, valid_metrics
 
 
 def prepare(source, out, *extra):
-    return subprocess.run([sys.executable, str(REPO / "data_prep" / "hsvae_sets.py"), str(source), str(out), *extra],
-                          capture_output=True, text=True)
+    return run_script("data_prep/hsvae_sets.py", source, out, *extra)
 
 
 @pytest.mark.parametrize("name,classes", [("hsvae-yahoo10", 10), ("hsvae-dbpedia14", 14)])

@@ -11,6 +11,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from timing import interleaved_ms, paired_ratio  # noqa: E402
 
+from tests.conftest import run_script  # noqa: E402
+
 # The training benchmark's model at one layer each side, 32 wide, 2 heads.
 SMALL_MODEL = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
                "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 "
@@ -58,13 +60,9 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     its row, the stock transformer's ratio to itself 1.00 (CPU times mean nothing; the GPU
     runs give the figures); --profile gives each a row of its own, the top host ops of the
     stock and the alpha-entmax models, and the time of one attention call per path."""
-    import subprocess
-
-    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training_gpu.py"
-    proc = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--steps", "2", "--warmup", "0",
-                           "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", SMALL_MODEL,
-                           "--profile", "1", "--tiles", "16,16,1"],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_script("benchmarks/bench_training_gpu.py", "--device", "cpu", "--steps", "2", "--warmup", "0",
+                      "--tokens", "64", "--length", "8", "--vocab", "64", "--model-args", SMALL_MODEL,
+                      "--profile", "1", "--tiles", "16,16,1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     timed, profiled = proc.stdout.split("Profiled, 1 steps")
     profiled, calls = profiled.split("One attention call")
@@ -125,18 +123,15 @@ def test_attention_op_count_runs_with_stubs_shaped_like_the_kernels():
     attention reads nothing back to the host (on a GPU: waits for it), on either path,
     but to check a CPU alpha's range; over a training step, only fairseq's own remain."""
     import inspect
-    import subprocess
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import count_attention_ops
     from fairseq_sparse.entmax import attention_kernel
 
     forward, backward = count_attention_ops.stub_kernels([0])
     assert list(inspect.signature(forward).parameters) == list(inspect.signature(attention_kernel.forward).parameters)
     assert list(inspect.signature(backward).parameters) == list(inspect.signature(attention_kernel.backward).parameters)
-    script = Path(count_attention_ops.__file__)
-    proc = subprocess.run([sys.executable, str(script), "--length", "6", "--batch", "3", "--embed-dim", "16",
-                           "--heads", "2", "--step"], capture_output=True, text=True, timeout=300)
+    proc = run_script("benchmarks/count_attention_ops.py", "--length", "6", "--batch", "3", "--embed-dim", "16",
+                      "--heads", "2", "--step", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [[cell.strip() for cell in line.strip("| ").split(" | ")] for line in proc.stdout.splitlines()
             if line.startswith("| ") and "---" not in line]
