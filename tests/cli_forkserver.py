@@ -11,8 +11,9 @@ output files, runs the console script's entry point (or, for `python SCRIPT.py .
 `python -m MODULE ...`, the script or module as __main__), and exits as the
 interpreter's own shutdown would (non-daemon threads joined, atexit handlers run, stdout
 and stderr flushed; only the module teardown after them is skipped, see finish()), with
-the exit status a fresh process would have. The commands a script starts (fairseq-train, ...) are forked the same way, from a copy of
-the script's child made before the script runs (fork_commands_here).
+the exit status a fresh process would have. The commands a script starts (fairseq-train,
+...) are forked the same way, from a copy of the script's child made before the script
+runs (fork_commands_here).
 
 What a child inherits that a fresh process would not have is only the state those
 imports leave (see serve()), with one correction: importing fairseq configures the root

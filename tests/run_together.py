@@ -47,6 +47,7 @@ def main(commands, timeout):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("commands", nargs="+", type=json.loads, help="a command line as a JSON list")
-    parser.add_argument("--timeout", type=float, default=280, help="seconds before the commands still running are killed")
+    parser.add_argument("--timeout", type=float, default=280,
+                        help="seconds before the commands still running are killed")
     args = parser.parse_args()
     sys.exit(main(args.commands, args.timeout))

@@ -2,12 +2,16 @@
 program does (the status, what it printed, its atexit handlers and threads), though it
 skips the interpreter's module teardown."""
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import _run
+
+pytestmark = pytest.mark.skipif(os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK") == "0",
+                                reason="FAIRSEQ_SPARSE_TESTS_FORK=0: nothing is forked")
 
 ENDINGS = {
     "returns": "",
@@ -51,8 +55,8 @@ def test_a_forked_run_ends_as_a_fresh_one(tmp_path, ending):
 SCRIPT = """
 import os, subprocess, sys
 child = sys.argv[1]
-for extra in ({{}}, {{"MALLOC_TOP_PAD_": "268435456"}}, {{"OMP_NUM_THREADS": "1"}}, {{"SOME_SETTING": "1"}}):
-    env = {{**os.environ, **extra}}
+for extra in ({}, {"MALLOC_TOP_PAD_": "268435456"}, {"OMP_NUM_THREADS": "1"}, {"SOME_SETTING": "1"}):
+    env = {**os.environ, **extra}
     print(subprocess.run([sys.executable, child], env=env, capture_output=True, text=True).stdout.strip())
 """
 
@@ -64,6 +68,6 @@ def test_a_scripts_commands_are_forked_unless_their_environment_says_otherwise(t
     child = tmp_path / "child.py"
     child.write_text('import sys\nprint("forked" if "torch" in sys.modules else "fresh")\n', encoding="utf-8")
     script = tmp_path / "script.py"
-    script.write_text(SCRIPT.format(), encoding="utf-8")
+    script.write_text(SCRIPT, encoding="utf-8")
     proc = _run([sys.executable, str(script), str(child)], True, tmp_path, True, 120)
     assert proc.stdout.split() == ["forked", "forked", "forked", "fresh"]
