@@ -42,10 +42,7 @@ def _interpret_helpers_without_repatching():
         return
     if not triton.__version__.startswith("3.9."):  # requirements.txt's; checked on it
         return
-    launch = getattr(interpreter.GridExecutor, "__call__", None)
-    helper_call = getattr(interpreter.InterpretedFunction, "__call__", None)
-    if launch is None or helper_call is None or not hasattr(interpreter.InterpretedFunction, "rewrite"):
-        return
+    launch, helper_call = interpreter.GridExecutor.__call__, interpreter.InterpretedFunction.__call__
     patched = set()
 
     def launch_once(self, *args, **kwargs):

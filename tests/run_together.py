@@ -22,20 +22,17 @@ def main(commands, timeout):
         logs = [files.enter_context(open(f"{tmp}/{i}.log", "w+", encoding="utf-8")) for i in range(len(commands))]
         procs = [subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT) for cmd, log in zip(commands, logs)]
         deadline = time.monotonic() + timeout
-        while True:
-            codes = [p.poll() for p in procs]
-            # A rank that fails leaves the other waiting in a collective: stop it, not wait.
-            failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
-            late = failed is None and None in codes and time.monotonic() > deadline
-            if failed is not None or late or None not in codes:
-                break
+        codes = [p.poll() for p in procs]
+        # A rank that fails leaves the other waiting in a collective: stop it, not wait.
+        while None in codes and not any(codes) and time.monotonic() < deadline:
             time.sleep(0.1)
+            codes = [p.poll() for p in procs]
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-        if late:
-            failed = codes.index(None)
+        late = not any(codes) and None in codes
+        failed = codes.index(None) if late else next((i for i, code in enumerate(codes) if code), None)
         if failed is None:
             return 0
         logs[failed].seek(0)
