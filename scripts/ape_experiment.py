@@ -43,8 +43,9 @@ On a leased GPU, whose time is capped, ``--max-update auto --stop-time-hours H``
 fits the schedule to the cap: a probe of --probe-updates (100; same model, batch
 and precision; nothing saved) measures the device's updates per second, and the linear
 decay is set to reach 0 after the updates that 90% of H allows (checkpoint saves and
-validation, which the probe does not time, take part of the rest).  ``--warmup 10%``
-then warms up over a tenth of them.  The size is chosen once per system and kept in
+validation, which the probe does not time, take part of the rest: they are made about
+every 90 s of training at the probe's pace, and where training stops, rather than at
+every epoch's end).  ``--warmup 10%`` then warms up over a tenth of them.  The size is chosen once per system and kept in
 ``trained.json``, so a resumed run keeps its schedule.  ``--amp`` trains in fairseq's
 mixed precision (float16 products, float32 weights; CUDA only); the checkpoint's weights
 stay float32 and decoding is float32.
@@ -74,6 +75,17 @@ SYSTEMS = {  # name: (table label, fairseq-train arguments of its own)
 # first fifth holds the start-up and the first kernels' compilation), and the sized
 # schedule is planned to fill this share of the time cap.
 AUTO_SHARE = 0.9
+# --max-update auto: a checkpoint (and a dev validation) about every this many seconds of
+# training, counted in updates at the probe's pace, instead of at every epoch's end and
+# every 250 updates.  At a GPU's large batches (16,384 tokens) an epoch of pharma lasts
+# about 110 updates (some 12 s on an H100), and each save writes the weights and Adam's
+# state twice (checkpoint_last and the interval's file: about 2 s there); per epoch, saves
+# and validations would take about a quarter of the cap, which the probe does not time, so
+# the cap would stop training well before the schedule's end.  An interrupted run loses at
+# most this much.
+AUTO_SAVE_SECONDS = 90
+# fairseq's --save-interval and --validate-interval count epochs: one no run reaches.
+NO_EPOCH_INTERVAL = 10**6
 
 
 def split_corpus(corpus, data, held):
@@ -158,8 +170,8 @@ def train(system, data, args):
     stop = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours > 0 else []
     started = time.time()
     proc = run_logged(fairseq_train(system, data, args, save, max_update, warmup, [
-        *stop, "--no-epoch-checkpoints", "--save-interval-updates", "250", "--keep-interval-updates", "1",
-        "--log-interval", "50", "--tensorboard-logdir", args.out / "tensorboard" / system]), save / "train.log")
+        *stop, *saving(args, totals), "--no-epoch-checkpoints", "--keep-interval-updates", "1", "--log-interval", "50",
+        "--tensorboard-logdir", args.out / "tensorboard" / system]), save / "train.log")
     seconds = time.time() - started
     epochs = epoch_metrics(proc.stdout).get("train", [])
     previous = totals["updates"]
@@ -172,6 +184,17 @@ def train(system, data, args):
     totals["device"] = args.device_name
     record.write_text(json.dumps(totals, indent=1) + "\n")
     return totals
+
+
+def saving(args, totals):
+    """fairseq-train's checkpoint and validation intervals: with --max-update auto, every
+    AUTO_SAVE_SECONDS of training at the probe's pace and where training stops; otherwise at
+    every epoch's end and every 250 updates."""
+    rate = totals.get("probe_updates_per_second")
+    if args.max_update != "auto" or rate is None:
+        return ["--save-interval-updates", "250"]
+    return ["--save-interval-updates", max(1, round(rate * AUTO_SAVE_SECONDS)), "--save-interval", NO_EPOCH_INTERVAL,
+            "--validate-interval", NO_EPOCH_INTERVAL]
 
 
 def max_update_option(text):

@@ -95,7 +95,10 @@ def test_training_cap_stops_early_and_is_recorded(tmp_path, tiny_bert):
                              "--stop-time-hours", "1e-9")
     assert json.loads((out / "bert" / "trained.json").read_text())["updates"] == 1
     assert all(cells[6] == "1" for name, cells in rows.items() if name.startswith("bert_ape"))
-    assert "'stop_time_hours': 1e-09" in (out / "bert" / "train.log").read_text()
+    log = (out / "bert" / "train.log").read_text()
+    assert "'stop_time_hours': 1e-09" in log
+    # A schedule not sized by the probe saves at every epoch's end and every 250 updates.
+    assert "'save_interval_updates': 250," in log and "'save_interval': 1," in log
 
 
 @pytest.mark.parametrize("options, message", [
@@ -132,6 +135,15 @@ def test_auto_budget_fits_the_schedule_to_the_time_cap(tmp_path, tiny_bert):
         f"'total_num_update': {trained['max_update']}" in log
     assert f"'warmup_updates': {round(trained['max_update'] / 10)}" in log
     assert 1 <= trained["updates"] <= trained["max_update"]
+    # Saves and validations on the probe's clock, not at every epoch's end: here the interval
+    # outlasts the run, so training, over several epochs, validates and saves once, where it stops.
+    interval = max(1, round(rate * 90))
+    assert f"'save_interval_updates': {interval}," in log and "'save_interval': 1000000," in log
+    assert "'validate_interval': 1000000," in log
+    epochs = re.findall(r"end of epoch (\d+)", log)
+    if interval > trained["updates"]:
+        assert len(epochs) > 1, "the toy run spans several epochs"
+        assert log.count('begin validation on "valid" subset') == 1 and log.count("Saved checkpoint") == 1
 
     # Resumed with another cap: the schedule sized by the first run stays.
     run_experiment(out, tmp_path / "slice", tiny_bert, "auto", "--systems", "bert", "--stop-time-hours", "1",
