@@ -19,7 +19,18 @@ model (``--step``: 2 + 2 layers, fairseq's stock ``transformer`` against our
 ``entmax_transformer`` per normaliser and path; the optimiser is left out, as Adam's
 step counter lives on the host on CUDA).
 
+``--step-host N`` times the host's work in a training step (forward, loss, backward),
+per model, the Triton kernels stubbed: bench_training_gpu.py's models at their depth (6 +
+6 layers, 4 heads) but 64 wide, on 16 sentences of 4 tokens, so that the arithmetic is
+next to nothing and what is timed is Python, dispatch and autograd, the host's share of a
+GPU step (the stubs leave out the Triton launches themselves, and the CUDA launches that a
+GPU adds to every op).  N rounds, each timing every model once in a rotating order
+(``timing.interleaved_ms``); a ratio to the stock transformer is the median of the rounds'
+ratios, with its quartiles.  A model whose GPU steps were paced by the host alone would
+train at the inverse of its ratio.
+
     python benchmarks/count_attention_ops.py [--length 45] [--batch 96] [--embed-dim 512] [--heads 4] [--step]
+    python benchmarks/count_attention_ops.py --step-host 15    # the tables above, then the host's time
 """
 
 import argparse
@@ -120,6 +131,41 @@ def step_read_backs():
     return counts
 
 
+def step_host_ms(rounds):
+    """{model: list of host milliseconds per training step, one per round} for each of
+    bench_training_gpu.py's models at its depth, 64 wide, on a tiny batch, kernels stubbed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_training_gpu as bench
+    from timing import interleaved_ms
+
+    narrow = ("--encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 "
+              "--decoder-ffn-embed-dim 128").split()
+    models = bench.build_variants(narrow, 100)
+    dictionary = next(iter(models.values())).decoder.dictionary
+    pad = dictionary.pad()
+    src, src_len, prev, tgt = bench.batches(1, 64, 4, len(dictionary), pad, dictionary.eos(),
+                                            torch.Generator().manual_seed(0), "cpu")[0]
+
+    def step(model):
+        def run():
+            logits = model(src, src_len, prev)[0]
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad,
+                                   label_smoothing=0.1)
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+        return run
+
+    # One thread: a GPU's host dispatches from one, and at this size more threads only add
+    # their own start-up to every op.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with stubbed():
+            return interleaved_ms({name: step(model) for name, model in models.items()}, rounds, min_ms=250.0)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=45, help="tokens per sentence")
@@ -128,6 +174,8 @@ def main():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--step", action="store_true",
                         help="also count the read-backs of a training step's forward and backward pass, per model")
+    parser.add_argument("--step-host", type=int, default=0, metavar="N",
+                        help="also time the host's work in a training step, per model, over N rounds (see above)")
     args = parser.parse_args()
     torch.manual_seed(0)
     x = torch.randn(args.length, args.batch, args.embed_dim, requires_grad=True)
@@ -164,6 +212,23 @@ def main():
         print("| --- | --- |")
         for name, read_backs in step_read_backs().items():
             print(f"| {name} | {read_backs} |")
+    if args.step_host:
+        print()
+        report_step_host(args.step_host)
+
+
+def report_step_host(rounds):
+    from timing import paired_ratio  # step_host_ms put benchmarks/ on the path
+
+    times = step_host_ms(rounds)
+    stock = next(iter(times))
+    print(f"host time of a training step (forward, loss, backward), one CPU thread, Triton kernels stubbed; "
+          f"6 + 6 layers, 64 wide, 16 sentences of 4 tokens; {rounds} rounds\n")
+    print("| model | host ms per step (median) | / stock: median (quartiles) |")
+    print("| --- | --- | --- |")
+    for name, runs in times.items():
+        ratio, q1, q3 = paired_ratio(runs, times[stock])
+        print(f"| {name} | {sorted(runs)[len(runs) // 2]:.1f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) |")
 
 
 if __name__ == "__main__":

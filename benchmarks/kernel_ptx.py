@@ -88,13 +88,19 @@ def variants(tiles=None):
             masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
             common = dict(FIXED=fixed, **masks, **tile)
             forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
-                           TILE_START=True)
+                           TILE_START=True, ONE_TILE=False)
             starts = [attention_kernel.KEPT] + ([attention_kernel.KEPT_CANDIDATE] if dtype == "bf16" and not suffix
                                                 else [])
             for kept in starts:
                 start = "" if kept == attention_kernel.KEPT else " kept {},{}".format(*kept)
                 yield (f"attention_forward {name} {dtype}{suffix}{start}", attention_kernel._forward_kernel, dtype,
                        dict(forward, KEPT_PER_TILE=kept[0], KEPT_SLOTS=kept[1]), warps)
+            if dtype == "bf16" and tiles is None:
+                # Keys that fit one tile, as wide as the package makes it for them (ONE_TILE_KEYS).
+                one = attention_kernel.ONE_TILE_KEYS
+                yield (f"attention_forward {name} {dtype}{suffix} one tile of {one}", attention_kernel._forward_kernel,
+                       dtype, dict(forward, BLOCK_N=one, ONE_TILE=True, KEPT_PER_TILE=attention_kernel.KEPT[0],
+                                   KEPT_SLOTS=attention_kernel.KEPT[1]), warps)
             yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, common, warps)
             yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
                    dict(common, ALPHA_GRAD=fixed == GENERIC), warps)
@@ -155,7 +161,7 @@ def main():
     target = GPUTarget("cuda", args.arch, 32)
     print(f"Triton {triton.__version__}, target sm_{args.arch}"
           + (" (attention tiles {}x{}, {} warps)".format(*args.tiles) if args.tiles else ""))
-    print(f"{'kernel':48s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}"
+    print(f"{'kernel':58s} {'PTX instructions':>16s} {'ex2':>5s} {'lg2':>5s} {'rcp':>5s} {'sqrt':>5s} {'products':>8s}"
           f" {'registers':>9s} {'spill B':>7s}")
     failed = []
     for label, kernel, dtype, constexprs, warps in variants(args.tiles):
@@ -167,12 +173,12 @@ def main():
         except Exception as e:  # a kernel the GPU compiler refuses: name it, go on, fail at the end
             failed.append(label)
             cause = e.__cause__ or e
-            print(f"{label:48s} FAILED: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}",
+            print(f"{label:58s} FAILED: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}",
                   flush=True)
             continue
         n, special, products = count(compiled.asm["ptx"])
         used, spilled = registers(compiled.asm["ptx"], args.arch)
-        print(f"{label:48s} {n:16d} {special['ex2']:5d} {special['lg2']:5d} {special['rcp']:5d} "
+        print(f"{label:58s} {n:16d} {special['ex2']:5d} {special['lg2']:5d} {special['rcp']:5d} "
               f"{special['sqrt'] + special['rsqrt']:5d} {products:8d} {used:9d} {spilled:7d}", flush=True)
     if failed:
         sys.exit(f"{len(failed)} kernel variant(s) did not compile for sm_{args.arch}: {', '.join(failed)}")

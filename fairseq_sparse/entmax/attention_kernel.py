@@ -6,7 +6,9 @@ For one query row (Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, 
     p_j = [z_j - tau]_+^(1 / (alpha - 1)),    sum_j p_j = 1,     o = sum_j p_j v_j.
 
 A program holds BLOCK_M query rows of one (batch, head) and walks the key tiles,
-recomputing each tile's scores from q and k on every pass (as FlashAttention does):
+recomputing each tile's scores from q and k on every pass (as FlashAttention does), unless
+every key fits one tile (ONE_TILE: short sentences), whose scores it computes once and
+keeps in registers:
 
 1. the row maxima, keeping some of each row's largest scores on the way (KEPT: by
    default its 8 largest tile maxima);
@@ -96,6 +98,14 @@ SUBSET_MARGIN = tl.constexpr(2e-6)
 CERTIFY = True
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
+# Keys that fit one tile have their scores computed once and kept in registers for every
+# pass of the forward kernel (ONE_TILE; ``one_tile(False)`` recomputes them, to compare).
+# On CUDA the forward takes up to ONE_TILE_KEYS keys in one tile, as wide as the next power
+# of two (at least 16, tl.dot's least): training batches of sentences (15 to 45 tokens in
+# bench_training_gpu.py) then read q and k once, where with the default tiles (32 keys at
+# head dim 128) they made five to seven passes over two tiles (counted under the interpreter).
+ONE_TILE = True
+ONE_TILE_KEYS = 64
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
 STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C = (
@@ -120,6 +130,18 @@ def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, sca
                  mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
     s = _dot(q, kt, PRECISION) * scale
     return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, CAUSAL)
+
+
+@triton.jit
+def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
+          HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr, ONE_TILE: tl.constexpr):
+    """A key tile's scores in a forward pass: with ONE_TILE (every key in the first tile) the
+    ones the kernel computed once, else recomputed from q and k."""
+    if ONE_TILE:
+        return s_one
+    else:
+        return _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                       PRECISION)
 
 
 @triton.jit
@@ -268,7 +290,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
                     TILE_START: tl.constexpr, KEPT_PER_TILE: tl.constexpr, KEPT_SLOTS: tl.constexpr,
-                    PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                    ONE_TILE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_m = pid_m * BLOCK_M
@@ -281,6 +304,13 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     v_base = V + b * svb + h * svh
     kpm_base = KPM + b * skpb
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    # Keys that all fit one tile (short sentences, as in training): their scores are computed
+    # once, here, and every pass below reads them from registers instead of recomputing them
+    # from q and k (``_tile``), so q and k are read once.
+    s_one = 0.0
+    if ONE_TILE:
+        s_one = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_nb, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                        PRECISION)
 
     # 1. Row maxima, and the scores kept for Newton's start: the KEPT_PER_TILE largest of
     # each key tile (taken one at a time, each masked out of the tile once taken) go into
@@ -293,8 +323,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     spill = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
-        s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                    PRECISION)
+        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                  PRECISION, ONE_TILE)
         if TILE_START:
             for r in tl.static_range(KEPT_PER_TILE):
                 if KEPT_PER_TILE > 1:
@@ -341,8 +371,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         least_gap = tl.full([BLOCK_M], 2.0, tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
             offs_n = start_n + offs_nb
-            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                    PRECISION)
+            s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                      CAUSAL, PRECISION, ONE_TILE)
             gap = _gap(s, row_max, tau, am1)
             gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)  # gap^k and gap^(k - 1)
             power += tl.sum(gk, axis=1)
@@ -373,8 +403,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             z_sq = tl.zeros([BLOCK_M], tl.float32)
             for start_n in range(0, n_end, BLOCK_N):
                 offs_n = start_n + offs_nb
-                s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                            CAUSAL, PRECISION)
+                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                          CAUSAL, PRECISION, ONE_TILE)
                 z = am1 * (s - row_max[:, None]) + 1.0
                 on = z > tau[:, None]
                 # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
@@ -402,8 +432,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     n_on = tl.zeros([BLOCK_M], tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
-        s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                    PRECISION)
+        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                  PRECISION, ONE_TILE)
         gap = _gap(s, row_max, tau, am1)
         if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
             p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -446,8 +476,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             acc_c = tl.zeros([BLOCK_M], tl.float32)
             for start_n in range(0, n_end, BLOCK_N):
                 offs_n = start_n + offs_nb
-                s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                            CAUSAL, PRECISION)
+                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                          CAUSAL, PRECISION, ONE_TILE)
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -636,6 +666,28 @@ def _blocks(d, device_type):
     return 64, 32, block_d, dict(num_warps=4)
 
 
+@contextlib.contextmanager
+def one_tile(enabled):
+    """Within it, whether the forward kernel computes the scores of keys that fit one tile
+    once (ONE_TILE, the package's) or on every pass; for benchmarks and tests to compare."""
+    global ONE_TILE
+    saved, ONE_TILE = ONE_TILE, bool(enabled)
+    try:
+        yield
+    finally:
+        ONE_TILE = saved
+
+
+def _forward_blocks(d, keys, device_type):
+    """(BLOCK_M, BLOCK_N, BLOCK_D, launch options, one tile) of the forward kernel for
+    ``keys`` keys: on CUDA, unless ``tile_shape`` is active, up to ONE_TILE_KEYS keys fit one
+    tile of the next power of two; the interpreter keeps its small tiles."""
+    block_m, block_n, block_d, launch = _blocks(d, device_type)
+    if ONE_TILE and device_type == "cuda" and _TILE_SHAPE is None and keys <= ONE_TILE_KEYS:
+        block_n = max(16, triton.next_power_of_2(keys))
+    return block_m, block_n, block_d, launch, ONE_TILE and keys <= block_n
+
+
 def _precision(q):
     if q.device.type == "cpu":
         return "interpret"
@@ -669,7 +721,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     o = torch.empty_like(q)
     og = torch.empty_like(q) if backward else None
     stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
-    block_m, block_n, block_d, launch = _blocks(D, q.device.type)
+    block_m, block_n, block_d, launch, single = _forward_blocks(D, Tk, q.device.type)
     kpm = _padding_arg(key_padding_mask, q)
     grid = (triton.cdiv(Tq, block_m), B * H)
     _forward_kernel[grid](
@@ -677,7 +729,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
         kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed), MAX_NEWTON_ITER,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         CERTIFY=CERTIFY and fixed != 0, TILE_START=TILE_START, KEPT_PER_TILE=KEPT[0], KEPT_SLOTS=KEPT[1],
-        PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
+        ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats
 
 

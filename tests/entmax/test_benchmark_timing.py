@@ -56,7 +56,8 @@ def test_paired_ratio_is_the_median_of_the_rounds_ratios():
 
 def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     """benchmarks/bench_training_gpu.py with --device cpu and a one-layer model: the six
-    models, and a seventh at the tiles of --tiles, train in interleaved rounds and each gets
+    models, the fused per-head one again with its scores recomputed on every pass, and one
+    more at the tiles of --tiles, train in interleaved rounds and each gets
     its row, the stock transformer's ratio to itself 1.00 (CPU times mean nothing; the GPU
     runs give the figures); --profile gives each a row of its own, the top host ops of the
     stock and the alpha-entmax models, and the time of one attention call per path."""
@@ -68,7 +69,8 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     profiled, calls = profiled.split("One attention call")
     rows = [line.split(" | ") for line in timed.splitlines() if line.startswith("| ") and "---" not in line]
     names = ["stock transformer (softmax)", "softmax, fused (SDPA)", "1.5-entmax, fused", "1.5-entmax, explicit",
-             "alpha-entmax, fused", "alpha-entmax, explicit", "alpha-entmax, fused, 16 x 16 tiles, 1 warps"]
+             "alpha-entmax, fused", "alpha-entmax, explicit", "alpha-entmax, fused, scores recomputed each pass",
+             "alpha-entmax, fused, 16 x 16 tiles, 1 warps"]
     assert [row[0].lstrip("| ") for row in rows[1:]] == names
     assert rows[1][2] == "1.00 (1.00-1.00)"
     assert all(float(row[1].replace(",", "")) > 0 for row in rows[1:])
@@ -86,10 +88,10 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
     assert "CPU (a check of the script)" in proc.stderr
 
 
-def test_training_benchmark_tiles_reach_every_kernel_launch(monkeypatch):
-    """bench_training_gpu.py --tiles: every fused kernel launched in that model's training
-    step (forward and backward, under Triton's interpreter) gets the tiles, and a model
-    without them the package's own."""
+def test_training_benchmark_settings_reach_every_kernel_launch(monkeypatch):
+    """bench_training_gpu.py's settings (--tiles; one_tile(False) for the scores recomputed
+    on every pass): every fused kernel launched in that model's training step (forward and
+    backward, under Triton's interpreter) gets them, and a model without them the package's."""
     pytest.importorskip("triton")
     import bench_training_gpu as bench
     import fairseq_sparse
@@ -105,15 +107,18 @@ def test_training_benchmark_tiles_reach_every_kernel_launch(monkeypatch):
                          torch.Generator().manual_seed(0), "cpu")
     seen = []
     blocks = attention_kernel._blocks
-    monkeypatch.setattr(attention_kernel, "_blocks", lambda *a: seen.append(attention_kernel._TILE_SHAPE) or blocks(*a))
+    monkeypatch.setattr(attention_kernel, "_blocks", lambda *a: seen.append(
+        (attention_kernel._TILE_SHAPE, attention_kernel.ONE_TILE)) or blocks(*a))
     with use_backend("triton"):
-        bench.trainer(model, data, dictionary.pad(), "cpu", (32, 16, 2, None))()
+        bench.trainer(model, data, dictionary.pad(), "cpu", lambda: attention_kernel.tile_shape(32, 16, 2))()
         launched = len(seen)
+        bench.trainer(model, data, dictionary.pad(), "cpu", lambda: attention_kernel.one_tile(False))()
         bench.trainer(model, data, dictionary.pad(), "cpu")()
     # 3 attention sites (encoder, decoder, cross) x forward and backward; fairseq's alignment
     # layer asks the last cross-attention for its weights, so that one stays explicit.
-    assert launched >= 4 and set(seen[:launched]) == {(32, 16, 2, None)}
-    assert len(seen) == 2 * launched and set(seen[launched:]) == {None}
+    assert launched >= 4 and set(seen[:launched]) == {((32, 16, 2, None), True)}
+    assert len(seen) == 3 * launched and set(seen[launched:2 * launched]) == {(None, False)}
+    assert set(seen[2 * launched:]) == {(None, True)}
 
 
 def test_attention_op_count_runs_with_stubs_shaped_like_the_kernels():
@@ -121,7 +126,8 @@ def test_attention_op_count_runs_with_stubs_shaped_like_the_kernels():
     parameters (so a changed kernel signature fails here, not silently there), and each
     path gets its row: the fused ones with 4 Triton launches, the others none.  Our
     attention reads nothing back to the host (on a GPU: waits for it), on either path,
-    but to check a CPU alpha's range; over a training step, only fairseq's own remain."""
+    but to check a CPU alpha's range; over a training step, only fairseq's own remain.
+    --step-host times each model's training step on the host."""
     import inspect
 
     import count_attention_ops
@@ -131,11 +137,17 @@ def test_attention_op_count_runs_with_stubs_shaped_like_the_kernels():
     assert list(inspect.signature(forward).parameters) == list(inspect.signature(attention_kernel.forward).parameters)
     assert list(inspect.signature(backward).parameters) == list(inspect.signature(attention_kernel.backward).parameters)
     proc = run_script("benchmarks/count_attention_ops.py", "--length", "6", "--batch", "3", "--embed-dim", "16",
-                      "--heads", "2", "--step", timeout=300)
+                      "--heads", "2", "--step", "--step-host", "1", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [[cell.strip() for cell in line.strip("| ").split(" | ")] for line in proc.stdout.splitlines()
+    tables, host = proc.stdout.split("host time of a training step")
+    rows = [[cell.strip() for cell in line.strip("| ").split(" | ")] for line in tables.splitlines()
             if line.startswith("| ") and "---" not in line]
     calls, step = rows[1:7], {name: int(n) for name, n in rows[8:]}
+    # --step-host: each training benchmark model's host time per step, a ratio to the stock one's.
+    timed = [[cell.strip() for cell in line.strip("| ").split(" | ")] for line in host.splitlines()
+             if line.startswith("| ") and "---" not in line][1:]
+    assert [row[0] for row in timed] == list(step) and timed[0][2] == "1.00 (1.00-1.00)"
+    assert all(float(row[1]) > 0 for row in timed)
     assert [(row[0], row[3], row[4]) for row in calls] == [
         ("fairseq MultiheadAttention", "0", "0"), ("ours, softmax through SDPA", "0", "0"),
         ("ours, 1.5-entmax, fused", "0", "4"), ("ours, alpha-entmax per head, fused", "1", "4"),

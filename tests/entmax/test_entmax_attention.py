@@ -4,6 +4,8 @@ k, v and each head's alpha.  On CUDA where there is a GPU, otherwise on CPU tens
 under Triton's interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py), which
 runs the kernels' own code through numpy, at small shapes."""
 
+import contextlib
+
 import entmax as reference_package
 import pytest
 import torch
@@ -195,6 +197,45 @@ def test_other_tile_shapes_match_the_reference():
         assert attention_kernel._blocks(16, DEVICE)[:2] == (32, 16)
         check(q, k, v, do, torch.tensor([1.3, 1.8]), causal=True, key_padding_mask=torch.arange(29)[None] > 25)
     assert attention_kernel._blocks(16, DEVICE)[:2] == ((16, 16) if DEVICE == "cpu" else (64, 64))
+
+
+@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.1, 1.5, 1.9])], ids=["sparsemax", "entmax15", "per_head"])
+@pytest.mark.parametrize("Tk,tiles", [(13, None), (29, (16, 32))], ids=["13_keys", "29_keys_in_32"])
+def test_keys_that_fit_one_tile_are_scored_once(alpha, Tk, tiles):
+    """Keys that fit one tile (ONE_TILE): the forward kernel computes their scores once and
+    every pass reads them from registers.  The output, og and every row statistic (the
+    passes counted included) are those of recomputing the scores on every pass, bit for bit,
+    and the output and all four gradients match the reference, causal with padding."""
+    q, k, v, do = inputs(2, 3, 20, Tk, 16, seed=Tk)
+    mask = torch.zeros(2, Tk, dtype=torch.bool)
+    mask[1, Tk // 2:] = True
+    heads = alpha.float() if torch.is_tensor(alpha) else torch.full((3,), alpha)
+    q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
+    with attention_kernel.tile_shape(*tiles, warps=1) if tiles else contextlib.nullcontext():
+        assert attention_kernel._forward_blocks(16, Tk, DEVICE)[4]
+        runs = []
+        for once in (True, False):
+            with attention_kernel.one_tile(once):
+                runs.append(attention_kernel.forward(q32, k32, v32, heads.to(DEVICE), triton_kernel._fixed(alpha), True,
+                                                     mask.to(DEVICE).view(torch.int8), 0.25,
+                                                     alpha_stats=torch.is_tensor(alpha)))
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
+        check(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25)
+
+
+def test_forward_tiles_for_keys_that_fit_one():
+    """On CUDA the forward kernel widens (or narrows) its key tile to the next power of two
+    for up to ONE_TILE_KEYS keys, from the 32 it takes at head dim 128; not beyond, not
+    under tile_shape, not with one_tile(False); the interpreter keeps its 16 x 16 tiles."""
+    blocks = attention_kernel._forward_blocks
+    assert [blocks(128, keys, "cuda")[1::3] for keys in (45, 64, 65, 10)] == [
+        (64, True), (64, True), (32, False), (16, True)]
+    assert blocks(64, 33, "cuda")[:2] + (blocks(64, 33, "cuda")[4],) == (64, 64, True)
+    with attention_kernel.tile_shape(32, 16, 1):
+        assert blocks(128, 45, "cuda")[1::3] == (16, False) and blocks(128, 16, "cuda")[1::3] == (16, True)
+    with attention_kernel.one_tile(False):
+        assert blocks(128, 45, "cuda")[1::3] == (32, False)
+    assert blocks(16, 13, "cpu")[1::3] == (16, True) and blocks(16, 17, "cpu")[1::3] == (16, False)
 
 
 @pytest.mark.parametrize("D", [32, 64, 128])
