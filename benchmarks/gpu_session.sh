@@ -42,8 +42,9 @@
 #                    not causal (T = 1,024 and 4,096) and causal (1,024)
 #   attention.log    bench_attention_gpu.py: SDPA, unfused softmax, our fused kernel and AdaSplash,
 #                    time and peak memory as ratios to SDPA, bf16, T = 512 to 16,384, both masks
-#   training.log     bench_training_gpu.py: tokens/s of softmax, 1.5-entmax and alpha-entmax transformers,
-#                    and where a step's time goes (--profile: GPU busy time, kernel launches, host ops)
+#   training.log     bench_training_gpu.py: tokens/s of softmax, 1.5-entmax and alpha-entmax transformers
+#                    (one row with the scores of short keys recomputed on every pass, as before they were
+#                    scored once), and where a step's time goes (--profile: GPU busy time, launches, host ops)
 #   tiles.log        only when named: bench_attention_kernel.py's tile sweep at the training model's heads
 #                    (4 of 128, T = 64): the package's shape against the two that spill least (kernel_ptx.py);
 #                    then bench_training_gpu.py with the alpha-entmax transformer at 64 x 32 tiles, 8 warps
