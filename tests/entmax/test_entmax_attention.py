@@ -199,8 +199,12 @@ def test_other_tile_shapes_match_the_reference():
     assert attention_kernel._blocks(16, DEVICE)[:2] == ((16, 16) if DEVICE == "cpu" else (64, 64))
 
 
-@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.1, 1.5, 1.9])], ids=["sparsemax", "entmax15", "per_head"])
-@pytest.mark.parametrize("Tk,tiles", [(13, None), (29, (16, 32))], ids=["13_keys", "29_keys_in_32"])
+PER_HEAD = torch.tensor([1.1, 1.5, 1.9])
+
+
+@pytest.mark.parametrize("alpha,Tk,tiles", [(2.0, 13, None), (1.5, 13, None), (PER_HEAD, 13, None),
+                                            (PER_HEAD, 29, (16, 32))],
+                         ids=["sparsemax", "entmax15", "per_head", "per_head_29_keys_in_32"])
 def test_keys_that_fit_one_tile_are_scored_once(alpha, Tk, tiles):
     """Keys that fit one tile (ONE_TILE): the forward kernel computes their scores once and
     every pass reads them from registers.  The output, og and every row statistic (the
