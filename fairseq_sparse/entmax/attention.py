@@ -123,7 +123,7 @@ class FusedEntmaxAttention(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale):
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
         alpha_grad = alpha_heads.requires_grad

@@ -595,15 +595,19 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
 
 
 @triton.jit
-def _r_kernel(DO, OG, STATS, R, rows, Tq, D, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+def _r_kernel(DO, OG, STATS, R, sdb, sdh, sdm, sdd, sob, soh, som, sod, rows, H, Tq, D,
+              BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
     """r = dO.og / G per row, in float32 without widened copies of dO and og (which
-    would double the backward pass's peak memory)."""
+    would double the backward pass's peak memory); dO and og in their own layouts."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.arange(0, BLOCK_D)
     mask = (offs_r[:, None] < rows) & (offs_d[None, :] < D)
-    do = tl.load(DO + offs_r[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
-    og = tl.load(OG + offs_r[:, None] * D + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
     bh = offs_r // Tq
+    b, h, t = bh // H, bh % H, offs_r % Tq
+    do = tl.load(DO + (b * sdb + h * sdh + t * sdm)[:, None] + offs_d[None, :] * sdd, mask=mask,
+                 other=0.0).to(tl.float32)
+    og = tl.load(OG + (b * sob + h * soh + t * som)[:, None] + offs_d[None, :] * sod, mask=mask,
+                 other=0.0).to(tl.float32)
     g_sum = tl.load(STATS + (bh * NUM_STATS_C + STAT_G_C) * Tq + offs_r % Tq, mask=offs_r < rows, other=1.0)
     tl.store(R + offs_r, tl.sum(do * og, axis=1) / tl.maximum(g_sum, TINY), mask=offs_r < rows)
 
@@ -708,6 +712,20 @@ def _tolerance(q, fixed):
     return newton_tol(torch.float16 if half else torch.float32)
 
 
+def dense(t):
+    """``t`` itself where its elements fill their storage without gaps or overlaps in some order
+    of its dimensions (a permuted contiguous tensor, such as fairseq's (T, B, H, D) projections
+    viewed as (B, H, T, D)), else a contiguous copy.  The kernels take any strides, and a tensor
+    made ``empty_like`` a dense one has its very strides, so outputs and gradients share their
+    input's strides and the attention's inputs, output and gradients need no copies."""
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n > 1):
+        if stride != expected:
+            return t.contiguous()
+        expected *= size
+    return t
+
+
 def _padding_arg(key_padding_mask, q):
     """The mask (B, Tk) int8, or a placeholder the kernels never read (HAS_KPM false)."""
     return key_padding_mask if key_padding_mask is not None else q.new_zeros((q.shape[0], 1), dtype=torch.int8)
@@ -737,14 +755,14 @@ def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mas
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
-    do = do.contiguous()
     # r_i = sum_j g_ij dp_ij / sum_j g_ij = dO_i . og_i / G_i (zero for a row without keys).
     rows = B * H * Tq
     r = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
     block_m, block_n, block_d, launch = _blocks(D, q.device.type)
     block_r = 16 if q.device.type == "cpu" else 64
     if rows:
-        _r_kernel[(triton.cdiv(rows, block_r),)](do, og, stats, r, rows, Tq, D, BLOCK_R=block_r, BLOCK_D=block_d)
+        _r_kernel[(triton.cdiv(rows, block_r),)](do, og, stats, r, *do.stride(), *og.stride(), rows, H, Tq, D,
+                                                 BLOCK_R=block_r, BLOCK_D=block_d)
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -752,7 +770,8 @@ def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mas
     kpm = _padding_arg(key_padding_mask, q)
     common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, PRECISION=_precision(q),
                   BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
-    # q, k, v and do are contiguous (see attention.py), so dq, dk and dv share their strides.
+    # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
+    # dO is read in whatever layout autograd gives it.
     _dkdv_kernel[(triton.cdiv(Tk, block_n), B * H)](
         q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
         kpm.stride(0), H, Tq, Tk, D, scale, **common)

@@ -242,6 +242,25 @@ def test_forward_tiles_for_keys_that_fit_one():
     assert blocks(16, 13, "cpu")[1::3] == (16, True) and blocks(16, 17, "cpu")[1::3] == (16, False)
 
 
+def test_permuted_inputs_are_used_in_place():
+    """fairseq's projections are (T, B, H, D) tensors viewed as (B, H, T, D): the kernels take
+    them in that layout (no copy), give the output and the gradients in it too, and agree
+    with contiguous inputs bit for bit; a tensor with gaps (a slice) is copied first."""
+    q, k, v, do = inputs(2, 3, 14, 11, 16, seed=4)
+    alpha = torch.tensor([1.2, 1.5, 1.9])
+    o, grads = fused(q, k, v, do, alpha, causal=True)
+    as_fairseq = [t.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3) for t in (q, k, v)]
+    assert not as_fairseq[0].is_contiguous()
+    o_perm, grads_perm = fused(*as_fairseq, do, alpha, causal=True)
+    assert o_perm.stride() == as_fairseq[0].stride()  # the output in the inputs' layout
+    assert torch.equal(o_perm, o) and all(torch.equal(a, b) for a, b in zip(grads_perm, grads))
+    assert [g.stride() for g in grads_perm[:3]] == [t.stride() for t in as_fairseq]
+    wide = torch.cat([q, q], dim=-1)[..., :16]  # every other 16 of 32: gaps
+    assert attention_kernel.dense(wide).is_contiguous() and attention_kernel.dense(as_fairseq[1]) is as_fairseq[1]
+    o_gaps, grads_gaps = fused(wide, k, v, do, alpha, causal=True)
+    assert torch.equal(o_gaps, o) and all(torch.equal(a, b) for a, b in zip(grads_gaps, grads))
+
+
 @pytest.mark.parametrize("D", [32, 64, 128])
 def test_head_dims(D):
     q, k, v, do = inputs(1, 2, 18, 21, D, seed=D, spread=1.0)
