@@ -45,8 +45,8 @@ and precision; nothing saved) measures the device's updates per second, and the 
 decay is set to reach 0 after the updates that 90% of H allows (checkpoint saves and
 validation, which the probe does not time, take part of the rest: they are made about
 every 90 s of training at the probe's pace, and where training stops, rather than at
-every epoch's end).  ``--warmup 10%`` then warms up over a tenth of them.  The size is chosen once per system and kept in
-``trained.json``, so a resumed run keeps its schedule.  ``--amp`` trains in fairseq's
+every epoch's end).  ``--warmup 10%`` then warms up over a tenth of them.  The size is
+chosen once per system and kept in ``trained.json``, so a resumed run keeps its schedule.  ``--amp`` trains in fairseq's
 mixed precision (float16 products, float32 weights; CUDA only); the checkpoint's weights
 stay float32 and decoding is float32.
 """
