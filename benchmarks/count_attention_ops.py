@@ -35,8 +35,7 @@ train at the inverse of its ratio.
 
 import argparse
 import contextlib
-import sys
-from pathlib import Path
+import functools
 from unittest import mock
 
 import torch
@@ -47,6 +46,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fairseq_sparse.entmax import attention as fused_attention
 from fairseq_sparse.entmax import attention_kernel
 from fairseq_sparse.modules.alpha_entmax_attention import AlphaEntmaxAttention
+
+# This script's folder is on sys.path, run as a script or imported by the tests.
+import bench_training_gpu as bench  # noqa: E402
+from timing import interleaved_ms, paired_ratio  # noqa: E402
 
 
 # Ops that copy a tensor's value to the host: on a GPU, each waits for the device.
@@ -108,12 +111,19 @@ def count(module, x, causal, key_padding_mask):
     return ops.count, ops.read_backs, launches[0]
 
 
+def training_pass(model, batch, pad):
+    """The forward pass, label-smoothed loss and backward pass of a training step of
+    bench_training_gpu.py's `model` on `batch` (the optimiser left out: see above)."""
+    src, src_len, prev, tgt = batch
+    logits = model(src, src_len, prev)[0]
+    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad, label_smoothing=0.1)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+
+
 def step_read_backs():
     """{model: read-backs in the forward and backward pass of one training step}, for a
     2 + 2-layer model of each of bench_training_gpu.py's variants, on a synthetic batch."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_training_gpu as bench
-
     size = ("--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 64 --decoder-embed-dim 64 "
             "--encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 --encoder-attention-heads 4 "
             "--decoder-attention-heads 4").split()
@@ -121,11 +131,10 @@ def step_read_backs():
     for name, model in bench.build_variants(size, 100).items():
         dictionary = model.decoder.dictionary
         pad = dictionary.pad()
-        src, src_len, prev, tgt = bench.batches(1, 256, 16, len(dictionary), pad, dictionary.eos(),
-                                                torch.Generator().manual_seed(0), "cpu")[0]
+        batch = bench.batches(1, 256, 16, len(dictionary), pad, dictionary.eos(), torch.Generator().manual_seed(0),
+                              "cpu")[0]
         with stubbed(), CountOps() as ops:
-            logits = model(src, src_len, prev)[0]
-            F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad).backward()
+            training_pass(model, batch, pad)
         counts[name] = ops.read_backs
     return counts
 
@@ -133,26 +142,13 @@ def step_read_backs():
 def step_host_ms(rounds):
     """{model: list of host milliseconds per training step, one per round} for each of
     bench_training_gpu.py's models at its depth, 64 wide, on a tiny batch, kernels stubbed."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_training_gpu as bench
-    from timing import interleaved_ms
-
     narrow = ("--encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 "
               "--decoder-ffn-embed-dim 128").split()
     models = bench.build_variants(narrow, 100)
     dictionary = next(iter(models.values())).decoder.dictionary
     pad = dictionary.pad()
-    src, src_len, prev, tgt = bench.batches(1, 64, 4, len(dictionary), pad, dictionary.eos(),
-                                            torch.Generator().manual_seed(0), "cpu")[0]
-
-    def step(model):
-        def run():
-            logits = model(src, src_len, prev)[0]
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1), ignore_index=pad,
-                                   label_smoothing=0.1)
-            model.zero_grad(set_to_none=True)
-            loss.backward()
-        return run
+    batch = bench.batches(1, 64, 4, len(dictionary), pad, dictionary.eos(), torch.Generator().manual_seed(0),
+                          "cpu")[0]
 
     # One thread: a GPU's host dispatches from one, and at this size more threads only add
     # their own start-up to every op.
@@ -160,7 +156,8 @@ def step_host_ms(rounds):
     torch.set_num_threads(1)
     try:
         with stubbed():
-            return interleaved_ms({name: step(model) for name, model in models.items()}, rounds, min_ms=250.0)
+            return interleaved_ms({name: functools.partial(training_pass, model, batch, pad)
+                                   for name, model in models.items()}, rounds, min_ms=250.0)
     finally:
         torch.set_num_threads(threads)
 
@@ -217,8 +214,6 @@ def main():
 
 
 def report_step_host(rounds):
-    from timing import paired_ratio  # step_host_ms put benchmarks/ on the path
-
     times = step_host_ms(rounds)
     stock = next(iter(times))
     print(f"host time of a training step (forward, loss, backward), one CPU thread, Triton kernels stubbed; "
