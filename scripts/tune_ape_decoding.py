@@ -1,8 +1,8 @@
 """Choose --conservativeness (C) and the keep-the-MT gate, --keep-mt-margin (M) or
---keep-mt-risk (R), for one trained APE checkpoint on the dev split, by generation only
-(no retraining).
+--keep-mt-risk (R), for one trained APE checkpoint (or an ensemble of them) on the dev
+split, by generation only (no retraining).
 
-    python scripts/tune_ape_decoding.py --path CKPT --data DATA_DIR --out DIR [--split valid]
+    python scripts/tune_ape_decoding.py --path CKPT[:CKPT...] --data DATA_DIR --out DIR [--split valid]
         [--conservativeness 0 0.5 1 2 4] [--keep-mt-margin off -0.5 0 0.5 inf]
         [--keep-mt-risk 0 2 5 inf] [--beam 5]
 
@@ -286,7 +286,8 @@ def decode_test(path, data, split, settings, out, trained=None, device="cpu", be
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--path", type=Path, required=True, help="the trained ape checkpoint")
+    parser.add_argument("--path", required=True,
+                        help="the trained ape checkpoint, or an ensemble as fairseq-generate takes it (a.pt:b.pt)")
     parser.add_argument("--data", type=Path, required=True, help="its DATA_DIR (raw triplets and tokenizer/)")
     parser.add_argument("--split", default="valid", help="the split tuned on (never the one reported)")
     parser.add_argument("--out", type=Path, required=True, help="where grid, choice and plot go")

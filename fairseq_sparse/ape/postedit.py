@@ -3,6 +3,7 @@
     from fairseq_sparse.ape.postedit import PostEditor
     editor = PostEditor.from_checkpoint("checkpoints/checkpoint_best.pt", data="DATA_DIR")
     editor.postedit(["Das ist gut ."], ["This is well ."])   # -> ["this is good ."]
+    ensemble = PostEditor.from_checkpoint("seed1/checkpoint_last.pt:seed2/checkpoint_last.pt", data="DATA_DIR")
 
 ``data`` is the directory the model was trained on (for the tokenizer kept there,
 ``DATA_DIR/tokenizer``); by default the one stored in the checkpoint.  Output is
@@ -17,6 +18,7 @@ given (0 and off unless set in training).
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import List, Optional
 
 import numpy as np
@@ -76,20 +78,31 @@ class PostEditor:
 
     @classmethod
     def from_checkpoint(cls, path, data=None, device="cpu", max_segment_tokens=None, **kwargs):
-        """``max_segment_tokens`` overrides the training run's cut of src and mt (for a model
+        """``path``: one checkpoint, or an ensemble as a list of them or as fairseq's
+        ``--path a.pt:b.pt`` (their probabilities averaged at every step, as
+        ``fairseq-generate`` does; the gate scores the MT by the same average).
+        ``max_segment_tokens`` overrides the training run's cut of src and mt (for a model
         whose positions cannot hold longer inputs); ``kwargs`` go to :class:`PostEditor`."""
+        paths = utils.split_paths(path) if isinstance(path, str) else [path] if isinstance(path, Path) else path
         overrides = {"data": str(data)} if data is not None else {}
         if max_segment_tokens is not None:
             overrides["max_segment_tokens"] = max_segment_tokens
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(path), overrides)
-        cfg = state.get("cfg")
-        trained_with = cfg["task"].get("_name") if cfg is not None else getattr(state.get("args"), "task", None)
-        if trained_with != "ape":  # checked before fairseq builds that task (its errors say nothing of this)
-            raise ValueError(f"{path} was trained with --task {trained_with}, not --task ape: it cannot post-edit")
-        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides,
-                                                                           state=state)
-        models = [m.to(device) for m in models]
-        return cls(models, task, **kwargs)
+        models, task = [], None
+        for member in paths:
+            state = checkpoint_utils.load_checkpoint_to_cpu(str(member), overrides)
+            cfg = state.get("cfg")
+            trained_with = cfg["task"].get("_name") if cfg is not None else getattr(state.get("args"), "task", None)
+            if trained_with != "ape":  # checked before fairseq builds that task (its errors say nothing of this)
+                raise ValueError(f"{member} was trained with --task {trained_with}, not --task ape: it cannot "
+                                 "post-edit")
+            # The first member's task (data, tokenizer, segment cut) serves them all; each member's
+            # weights are checked against its tokenizer as they load.
+            loaded, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+                [str(member)], arg_overrides=overrides, task=task, state=state)
+            models += loaded
+        if not models:
+            raise ValueError("PostEditor.from_checkpoint: no checkpoint given")
+        return cls([m.to(device) for m in models], task, **kwargs)
 
     def postedit(self, src_sentences, mt_sentences):
         """The post-edit of each (src, mt) pair, in order."""

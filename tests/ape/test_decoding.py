@@ -58,14 +58,16 @@ def test_zero_conservativeness_is_fairseqs_own_search_hypothesis_for_hypothesis(
 
 
 def forced_positional_scores(task, model, sample, targets):
-    """fairseq's SequenceScorer on given target rows: per-token log-probabilities."""
+    """fairseq's SequenceScorer on given target rows: per-token log-probabilities (of the
+    ensemble where ``model`` is a list)."""
     from fairseq.data import data_utils
 
     pad, eos = task.dictionary.pad(), task.dictionary.eos()
     scored = dict(sample, target=data_utils.collate_tokens(targets, pad, eos),
                   net_input=dict(sample["net_input"], prev_output_tokens=data_utils.collate_tokens(
                       targets, pad, eos, move_eos_to_beginning=True)))
-    return [h[0]["positional_scores"] for h in SequenceScorer(task.dictionary).generate([model], scored)]
+    models = model if isinstance(model, list) else [model]
+    return [h[0]["positional_scores"] for h in SequenceScorer(task.dictionary).generate(models, scored)]
 
 
 @pytest.mark.parametrize("penalty", [0.01, 5.0])
@@ -116,6 +118,41 @@ def test_the_gate_scores_the_mt_as_fairseqs_forced_decoding_scorer_does(ape_mode
         assert rows[i].tolist()[:-1] == encoded_mt[j].tolist()[1:len(rows[i])] and rows[i][-1] == task.dictionary.eos()
         torch.testing.assert_close(positional, expected, atol=1e-5, rtol=0)
         # The beam's length normalisation (--lenpen 1): the mean over the tokens and [SEP].
+        assert float(score) == pytest.approx(float(expected.mean()), abs=1e-5)
+
+
+def test_an_ensembles_search_and_mt_scores_are_fairseqs_for_that_ensemble(ape_model):
+    """Two models (the second perturbed): the beam search is fairseq's own ensemble
+    search, and the gate scores the MT as fairseq's scorer scores it with the same ensemble
+    (the log of the members' averaged probabilities)."""
+    model, task, src, mt = ape_model
+    from fairseq import options
+
+    torch.manual_seed(4)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(task.cfg.data), *map(str, TRAIN), "--bert-model",
+                                                str(task.cfg.bert_model)])
+    other = task.build_model(args).eval()
+    with torch.no_grad():  # both start from the same BERT: the second made to disagree with the first
+        for weight in other.parameters():
+            weight.add_(torch.randn_like(weight))
+    models = [model, other]
+    sample = batch(task, src, mt)
+    config = GenerationConfig(beam=3, max_len_b=12)
+    stock = FairseqTask.build_generator(task, models, config).generate(models, sample)
+    gate = build_ape_generator(FairseqTask.build_generator(task, models, config), models, task.dictionary,
+                               keep_mt_margin=-math.inf)
+    with torch.no_grad():
+        ours = gate.generate(models, sample)
+    for a, b in zip(stock, ours, strict=True):
+        for x, y in zip(a, b):  # M = -inf keeps no MT: the beam's own hypotheses, in its order
+            assert torch.equal(x["tokens"], y["tokens"]) and float(x["score"]) == float(y["score"])
+    rows, scored = gate.mt_scores(sample)
+    reference = forced_positional_scores(task, models, sample, rows)
+    single = forced_positional_scores(task, models[:1], sample, rows)
+    for (score, positional), expected, alone in zip(scored, reference, single):
+        torch.testing.assert_close(positional, expected, atol=1e-5, rtol=0)
+        assert not torch.allclose(positional, alone, atol=0.1), "the second member counts"
         assert float(score) == pytest.approx(float(expected.mean()), abs=1e-5)
 
 

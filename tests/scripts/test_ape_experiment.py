@@ -1,15 +1,23 @@
 """The APE experiment script end to end, at toy size on a slice of the real corpus:
-three systems trained, C and the gates (M, R) tuned on dev, the test split reported, resumed."""
+three systems trained, C and the gates (M, R) tuned on dev, the test split reported, resumed
+(one system as an ensemble of two seeds)."""
 
+import argparse
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 
 from fairseq_sparse.ape.bert_dictionary import model_spelling
 from fairseq_sparse.ape.ter import ape_scores
 from fairseq_sparse.modules.bert import load_bert_tokenizer
-from tests.conftest import run_script, write_ape_split
+from tests.ape.test_task import generate, hypotheses
+from tests.conftest import REPO, run_script, write_ape_split
+
+sys.path.insert(0, str(REPO / "scripts"))
+import ape_experiment  # noqa: E402
 
 LABELS = ("dual_source_transformer", "bert_ape, random initialisation", "bert_ape, BERT initialisation")
 
@@ -68,12 +76,29 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
             assert 0 <= improved + deteriorated <= modified <= 20 and modified + kept <= 20
             assert cells[6] == "6" and "CPU" in cells[9]
 
-    # Resumed to twice the budget for one system: it goes on from its last checkpoint, the
-    # others keep the rows their earlier run left.
+    # Resumed to twice the budget for one system, as an ensemble of two: seed 1 goes on from its
+    # last checkpoint, seed 2 (in bert/seed-2) trains beside it, and the test split is post-edited
+    # by their ensemble, as fairseq-generate --path a.pt:b.pt does; the others keep the rows
+    # their earlier run left.
     first = rows
-    results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 12, "--systems", "bert")
+    results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 12, "--systems", "bert", "--seeds", "2")
+    members = [out / "bert", out / "bert" / "seed-2"]
+    trained = [json.loads((save / "trained.json").read_text()) for save in members]
+    assert [t["updates"] for t in trained] == [12, 12]
+    for seed, save in enumerate(members, 1):
+        assert f"'seed': {seed}," in (save / "train.log").read_text()
+    paths = ":".join(str(save / "checkpoint_last.pt") for save in members)
+    assert json.loads((out / "bert" / "tuning" / "chosen.json").read_text())["checkpoint"] == paths
     bert = [name for name in rows if name.startswith("bert_ape, BERT")]
-    assert all(rows[name][6] == "12" for name in bert)
+    assert bert and all(name.startswith("bert_ape, BERT initialisation, ensemble of 2, ") for name in bert)
+    assert all(rows[name][6] == "12" and rows[name][7] == f"{sum(t['tokens'] for t in trained) / 1e6:.2f}M"
+               for name in bert)
+    assert "An ensemble's updates are each member's, its target tokens all members' together" in results
+    generated = hypotheses(generate(out / "data", paths).stdout)
+    mts = (out / "data" / "test.mt").read_text(encoding="utf-8").splitlines()
+    outputs = (out / "bert" / "test" / "plain.txt").read_text(encoding="utf-8").splitlines()
+    edited = [i for i, (o, m) in enumerate(zip(outputs, mts)) if o != m]  # where the MT is kept, its own text
+    assert edited and all(outputs[i] == generated[i] for i in edited)
     for name in rows:
         if name.startswith(("dual_source", "bert_ape, random")):
             assert rows[name] == first[name]
@@ -101,12 +126,24 @@ def test_training_cap_stops_early_and_is_recorded(tmp_path, tiny_bert):
     assert "'save_interval_updates': 250," in log and "'save_interval': 1," in log
 
 
+def test_tf32_reaches_the_training_processes_torch():
+    """--tf32 is PyTorch's own override in fairseq-train's environment: the torch installed
+    here, started in that environment, allows TF32 products; without it, not (its default)."""
+    ask = [sys.executable, "-c", "import torch; print(torch.backends.cuda.matmul.allow_tf32)"]
+    for tf32, expected in ((True, "True"), (False, "False")):
+        env = ape_experiment.training_env(argparse.Namespace(tf32=tf32, device="cuda", seeds=2))
+        assert (env is None) != tf32
+        assert subprocess.run(ask, env=env, capture_output=True, text=True, check=True).stdout.strip() == expected
+
+
 @pytest.mark.parametrize("options, message", [
     (["--max-update", "auto"], "--max-update auto sizes the schedule to the time cap: give --stop-time-hours > 0"),
     (["--max-update", "many"], "'many': a number of updates or 'auto'"),
     (["--warmup", "110%"], "'110%': a number of updates, or a percentage of them such as 10%"),
     (["--warmup", "-3"], "'-3': a number of updates, or a percentage of them such as 10%"),
     (["--amp"], "--amp (mixed precision) needs --device cuda"),
+    (["--tf32"], "--tf32 (tensor-core float32 products) needs --device cuda"),
+    (["--seeds", "0"], "--seeds 0: at least 1"),
     (["--max-update", "auto", "--stop-time-hours", "1", "--probe-updates", "9"], "--probe-updates 9: at least 10"),
 ])
 def test_bad_budget_options_are_refused_before_anything_runs(tmp_path, options, message):
