@@ -354,7 +354,7 @@ def main(argv=None):
     corpus, title = DOMAINS[args.domain]
     args.corpus = Path(args.corpus or corpus)
     args.out = args.out or REPO / "outputs" / f"ape-{args.domain}"
-    args.device_name = device_name(args.device)
+    args.device_name = device_name(args)
 
     import tune_ape_decoding as tuning  # fairseq is imported here, after the options are checked
 
@@ -381,14 +381,20 @@ def main(argv=None):
     write_table(args, title, sizes, tuning)
 
 
-def device_name(device):
+def device_name(args):
+    """The device training ran on, as the table names it; on CPU with the threads a model
+    trained with (each member's, for an ensemble: training_env shares the cores out)."""
     import platform
 
     import torch
 
-    if device == "cuda":
+    if args.device == "cuda":
         return torch.cuda.get_device_name(0)
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    processor = platform.processor() or platform.machine()
+    if args.seeds == 1:
+        return f"CPU ({processor}, {torch.get_num_threads()} threads)"
+    threads = (training_env(args) or os.environ).get("OMP_NUM_THREADS", torch.get_num_threads())
+    return f"CPU ({processor}, {threads} threads a member)"
 
 
 def write_table(args, title, sizes, tuning):

@@ -93,6 +93,7 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
     assert bert and all(name.startswith("bert_ape, BERT initialisation, ensemble of 2, ") for name in bert)
     assert all(rows[name][6] == "12" and rows[name][7] == f"{sum(t['tokens'] for t in trained) / 1e6:.2f}M"
                for name in bert)
+    assert re.fullmatch(r"CPU \(.+, \d+ threads a member\)", trained[1]["device"]), trained[1]["device"]
     assert "An ensemble's updates are each member's, its target tokens all members' together" in results
     generated = hypotheses(generate(out / "data", paths).stdout)
     mts = (out / "data" / "test.mt").read_text(encoding="utf-8").splitlines()
