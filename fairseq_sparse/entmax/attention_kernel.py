@@ -608,7 +608,7 @@ def _r_kernel(DO, OG, STATS, R, sdb, sdh, sdm, sdd, sob, soh, som, sod, rows, H,
                  other=0.0).to(tl.float32)
     og = tl.load(OG + (b * sob + h * soh + t * som)[:, None] + offs_d[None, :] * sod, mask=mask,
                  other=0.0).to(tl.float32)
-    g_sum = tl.load(STATS + (bh * NUM_STATS_C + STAT_G_C) * Tq + offs_r % Tq, mask=offs_r < rows, other=1.0)
+    g_sum = tl.load(STATS + (bh * NUM_STATS_C + STAT_G_C) * Tq + t, mask=offs_r < rows, other=1.0)
     tl.store(R + offs_r, tl.sum(do * og, axis=1) / tl.maximum(g_sum, TINY), mask=offs_r < rows)
 
 

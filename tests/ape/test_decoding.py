@@ -1,6 +1,7 @@
 """Conservative decoding and the keep-the-MT gates (fairseq_sparse.ape.decoding), against
 fairseq's own beam search, its own forced-decoding scorer and sacrebleu's sentence TER."""
 
+import copy
 import math
 import re
 
@@ -126,14 +127,9 @@ def test_an_ensembles_search_and_mt_scores_are_fairseqs_for_that_ensemble(ape_mo
     search, and the gate scores the MT as fairseq's scorer scores it with the same ensemble
     (the log of the members' averaged probabilities)."""
     model, task, src, mt = ape_model
-    from fairseq import options
-
+    other = copy.deepcopy(model)
     torch.manual_seed(4)
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(task.cfg.data), *map(str, TRAIN), "--bert-model",
-                                                str(task.cfg.bert_model)])
-    other = task.build_model(args).eval()
-    with torch.no_grad():  # both start from the same BERT: the second made to disagree with the first
+    with torch.no_grad():  # the first, made to disagree with it
         for weight in other.parameters():
             weight.add_(torch.randn_like(weight))
     models = [model, other]
