@@ -23,8 +23,9 @@
 # runs, two sharing the GPU, had made 10.5 each), so 2,508 updates saw 3.4M target tokens
 # and post-edited worse than the 4,000-update run; four times the batch should cost little
 # time an update (saves and dev validations come about every 90 s of training, not at every
-# epoch's end, which at this batch comes every 12 s or so).  It tunes C and M on dev, decodes the test split there, measures what the
-# German source is worth to the model (scripts/ape_source_ablation.py, into ape.log), and sends
+# epoch's end, which at this batch comes every 12 s or so).  It tunes C, M and the edit limit
+# E on dev, decodes the test split there, measures what the German source is worth to the
+# model (scripts/ape_source_ablation.py, into ape.log), and sends
 # back ape.log, results.md and ape-pharma.tgz (train and probe logs, tuning grid and plot,
 # test outputs; no checkpoints) and gpu_utilisation.csv.  The weights travel in float16 (the 64 MiB limit) and are
 # widened to float32 there: a relative rounding of at most 2^-11 of the initialisation.

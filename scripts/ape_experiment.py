@@ -9,10 +9,10 @@ Domains (../shared/data/ape): ``pharma``, WMT17 APE de-en (25K triplets, good MT
 data, phrase-based MT).  The last --held-out (1,000) triplets are the test split, the
 --held-out before them the dev split (``valid``), the rest train.  Tuning sees dev
 only (scripts/tune_ape_decoding.py: one beam pass per --conservativeness value, the
-margin gate's margins and, with --keep-mt-risk, the risk gate's limits applied to what
-it scored); the test split is decoded with plain beam search, with the chosen values
-and with the best values of a gate not chosen (so that the gates are compared where no
-choice was made), never used to choose.
+margin gate's margins, each with every edit limit, and, with --keep-mt-risk, the risk
+gate's limits applied to what it scored); the test split is decoded with plain beam
+search, with the chosen values and with the best values of a gate not chosen (so that
+the gates are compared where no choice was made), never used to choose.
 
 Scoring: TER (tercom settings) and BLEU (``-tok none``), with sacrebleu's signatures;
 modified / improved / deteriorated count test sentences whose output differs from the
@@ -76,6 +76,8 @@ DOMAINS = {
     "pharma": (SHARED / "wmt17-de-en-pharma" / "de-en.train", "WMT17 APE de-en, pharma"),
     "it": (SHARED / "wmt16-17-en-de-it-subset" / "train", "WMT16/17 APE en-de, IT"),
 }
+# How the table names a gate whose best on dev was not the choice.
+GATE_NAMES = {"margin": "margin gate", "margin_edits": "margin gate with an edit limit", "risk": "risk gate"}
 SYSTEMS = {  # name: (table label, fairseq-train arguments of its own)
     "dual_source": ("dual_source_transformer", ["--arch", "dual_source_transformer"]),
     "random": ("bert_ape, random initialisation",
@@ -330,6 +332,9 @@ def main(argv=None):
                         help="values tried on dev (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=None,
                         help="margins tried on dev ('off' for no gate; default: tune_ape_decoding.py's)")
+    parser.add_argument("--keep-mt-max-edits", nargs="+", default=None,
+                        help="edit limits tried with every finite margin on dev ('off' for none; default: "
+                             "tune_ape_decoding.py's)")
     parser.add_argument("--keep-mt-risk", nargs="*", default=None,
                         help="risk limits (TER points) of the minimum-Bayes-risk gate tried on dev; the option "
                              "alone tries tune_ape_decoding.py's; left out, that gate is not tried")
@@ -362,21 +367,20 @@ def main(argv=None):
     sizes = split_corpus(args.corpus, data, args.held_out)
     margins = tuning.parse_margins(args.keep_mt_margin) if args.keep_mt_margin else tuning.DEFAULT_MARGINS
     risks = tuning.risk_grid(args.keep_mt_risk)
+    max_edits = tuning.parse_max_edits(args.keep_mt_max_edits) if args.keep_mt_max_edits else tuning.DEFAULT_MAX_EDITS
     for system in args.systems:
         totals = train_system(system, data, args)
         save = args.out / system
         path = ":".join(str(member_dir(args, system, seed) / "checkpoint_last.pt") for seed in range(1, args.seeds + 1))
         editor_args = dict(path=path, data=data, device=args.device, beam=args.beam, max_len_b=args.max_len_b)
         tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, grid_r=risks,
-                            out=save / "tuning", **editor_args)
-        settings = {"plain": (0.0, None, None),
-                    "tuned": (tuned["conservativeness"], tuned["keep_mt_margin"], tuned["keep_mt_risk"])}
-        # Each gate's best on dev too, where it is not the choice: the two gates compared on test.
-        for gate in ("margin", "risk"):
+                            grid_e=max_edits, out=save / "tuning", **editor_args)
+        settings = {"plain": (0.0, None, None, None), "tuned": tuning.setting_of(tuned)}
+        # Each gate's best on dev too, where it is not the choice: the gates compared on test.
+        for gate in ("margin", "margin_edits", "risk"):
             best = tuned["by_gate"].get(gate)
-            setting = best and (best["conservativeness"], best["keep_mt_margin"], best["keep_mt_risk"])
-            if setting and setting != settings["tuned"]:
-                settings[f"best_{gate}"] = setting
+            if best and tuning.setting_of(best) not in settings.values():
+                settings[f"best_{gate}"] = tuning.setting_of(best)
         tuning.decode_test(split="test", settings=settings, out=save / "test", trained=totals, **editor_args)
     write_table(args, title, sizes, tuning)
 
@@ -414,14 +418,15 @@ def write_table(args, title, sizes, tuning):
         for name, run in done["runs"].items():
             hyps = (args.out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
             setting = ("plain beam search" if name == "plain" else
-                       tuning.setting_name(run["conservativeness"], run["keep_mt_margin"], run.get("keep_mt_risk"))
+                       tuning.setting_name(*tuning.setting_of(run))
                        + (" (chosen on dev)" if name == "tuned" else
-                          f" (the {name.removeprefix('best_')} gate's best on dev, not chosen)"))
+                          f" (the {GATE_NAMES[name.removeprefix('best_')]}'s best on dev, not chosen)"))
             rows.append((f"{model}, {setting}", scorer.score(hyps), run["kept"], done["trained"]))
     lines = [f"# APE on {title}: doing nothing, three systems, plain and conservative decoding", "",
              f"Train {sizes['train']} triplets, dev {sizes['valid']} (the {args.held_out} before the last "
              f"{args.held_out}), test {sizes['test']} (the last). C (--conservativeness) and the gate, M "
-             f"(--keep-mt-margin) or R (--keep-mt-risk), were chosen on dev only (each system's `tuning/`); "
+             f"(--keep-mt-margin) with E (--keep-mt-max-edits) or R (--keep-mt-risk), were chosen on dev only (each "
+             "system's `tuning/`); "
              f"beam {args.beam}. {scorer.spelling}. Kept: test sentences whose output is the MT (by the gate or by "
              "the beam)." + (" An ensemble's updates are each member's, its target tokens all members' together, "
                              "its wall time the longest member's (they train at once)." if ensembles else ""), "",

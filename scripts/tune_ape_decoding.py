@@ -1,28 +1,30 @@
-"""Choose --conservativeness (C) and the keep-the-MT gate, --keep-mt-margin (M) or
---keep-mt-risk (R), for one trained APE checkpoint (or an ensemble of them) on the dev
-split, by generation only (no retraining).
+"""Choose --conservativeness (C) and the keep-the-MT gate, --keep-mt-margin (M) with
+--keep-mt-max-edits (E), or --keep-mt-risk (R), for one trained APE checkpoint (or an
+ensemble of them) on the dev split, by generation only (no retraining).
 
     python scripts/tune_ape_decoding.py --path CKPT[:CKPT...] --data DATA_DIR --out DIR [--split valid]
         [--conservativeness 0 0.5 1 2 4] [--keep-mt-margin off -0.5 0 0.5 inf]
-        [--keep-mt-risk 0 2 5 inf] [--beam 5]
+        [--keep-mt-max-edits off 1 2 3] [--keep-mt-risk 0 2 5 inf] [--beam 5]
 
 Each C costs one beam pass over the split, in which the gate scores every MT but
-keeps none (M = -inf) and lists what it weighed; every M is then applied to those
-scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``), and, when
---keep-mt-risk asks, every R to the candidates' expected TER (``expected_ter`` and
-``risk_choice``, the risk gate's own functions), so the grid's outputs are those
-``fairseq-generate --conservativeness C --keep-mt-margin M`` (or ``--keep-mt-risk R``)
-gives (``--nbest 1``).  The setting with the lowest TER wins (ties: the smaller C,
-then the margin gate before the risk gate, then the larger M or R).
+keeps none (M = -inf) and lists what it weighed; every M, with every E, is then
+applied to those scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``
+and ``word_edits``), and, when --keep-mt-risk asks, every R to the candidates' expected
+TER (``expected_ter`` and ``risk_choice``, the risk gate's own functions), so the grid's
+outputs are those ``fairseq-generate --conservativeness C --keep-mt-margin M
+--keep-mt-max-edits E`` (or ``--keep-mt-risk R``) gives (``--nbest 1``).  The setting
+with the lowest TER wins (ties: the smaller C, then the margin gate before the risk
+gate, then no edit limit before a larger one before a smaller, then the larger M or R).
+Each text's sentence TER is computed once and shared by every setting that outputs it.
 
 Writes DIR/grid.md and grid.tsv (TER, BLEU, modified, improved, deteriorated and kept
-for every C x M and C x R), DIR/chosen.json (the choice, and under ``by_gate`` the
-best setting without a gate, with the margin gate and with the risk gate, so that
-ape_experiment.py can compare the gates on test), and DIR/tuning.png: TER against C
-without a gate, against M and against R at the chosen C, with doing nothing as a
-line.  Scoring is as in ape_experiment.py: TER (tercom settings) and BLEU ``-tok
-none`` with sacrebleu; with an uncased BERT every text (doing nothing included) on
-that BERT's spelling.
+for every C x M x E and C x R), DIR/chosen.json (the choice, and under ``by_gate`` the
+best setting without a gate, with the margin gate alone, with the margin gate and an
+edit limit, and with the risk gate, so that ape_experiment.py can compare the gates on
+test), and DIR/tuning.png: TER against C without a gate, against M (one line per E)
+and against R at the chosen C, with doing nothing as a line.  Scoring is as in
+ape_experiment.py: TER (tercom settings) and BLEU ``-tok none`` with sacrebleu; with an
+uncased BERT every text (doing nothing included) on that BERT's spelling.
 """
 
 import argparse
@@ -34,14 +36,18 @@ import fairseq_sparse
 
 fairseq_sparse.load_plugin()
 from fairseq_sparse.ape.bert_dictionary import model_spelling  # noqa: E402
-from fairseq_sparse.ape.decoding import check_decoding_options, expected_ter, keeps_mt, risk_choice  # noqa: E402
+from fairseq_sparse.ape.decoding import (  # noqa: E402
+    check_decoding_options, expected_ter, keeps_mt, risk_choice, word_edits)
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
-from fairseq_sparse.ape.ter import ape_scores, edit_effects  # noqa: E402
+from fairseq_sparse.ape.ter import ape_scores, edit_effects, official_bleu, official_ter  # noqa: E402
 from fairseq_sparse.ape.triplets import read_triplets  # noqa: E402
 from fairseq_sparse.modules.bert import load_bert_tokenizer  # noqa: E402
 
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
 DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, math.inf]
+# Word edits between a post-edit and its MT (None: no limit).  On WMT APE IT a CPU model's
+# repairs took a median of 1 word edit, its breakages 3 (docs/results.md).
+DEFAULT_MAX_EDITS = [None, 1, 2, 3, 5, 10]
 # TER points: candidates of a 25-word sentence that differ by one word are 4 points apart.
 DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]
 
@@ -72,6 +78,23 @@ def parse_risks(values):
     return [grid_value(v, "--keep-mt-risk", lambda r: check_decoding_options(0.0, None, r)) for v in values]
 
 
+def parse_max_edits(values):
+    """'off' is no limit (None); anything else a whole number >= 0, refused as the task refuses it."""
+    def edits(value):
+        if str(value).lower() == "off":
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            raise SystemExit(f"--keep-mt-max-edits {value}: not a whole number or 'off'") from None
+        try:
+            check_decoding_options(0.0, 0.0, None, number)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        return number
+    return [edits(v) for v in values]
+
+
 def risk_grid(values):
     """--keep-mt-risk's values: none when the option is left out, DEFAULT_RISKS when given
     alone, else those given."""
@@ -84,11 +107,11 @@ def margin_name(margin):
     return "off" if margin is None else f"{margin:g}"
 
 
-def setting_name(conservativeness, margin, risk=None):
-    """How a table names a decoding setting: 'C = 0, M = 0.1' or 'C = 0, R = 5'."""
+def setting_name(conservativeness, margin, risk=None, max_edits=None):
+    """How a table names a decoding setting: 'C = 0, M = 0.1', 'C = 0, M = 0.2, E = 2' or 'C = 0, R = 5'."""
     if risk is not None:
         return f"C = {conservativeness:g}, R = {risk:g}"
-    return f"C = {conservativeness:g}, M = {margin_name(margin)}"
+    return f"C = {conservativeness:g}, M = {margin_name(margin)}" + ("" if max_edits is None else f", E = {max_edits}")
 
 
 class Scorer:
@@ -105,12 +128,26 @@ class Scorer:
             self.spelling = "Scored case-sensitively on the text as is"
         self.mts, self.refs = self.spell(mts), self.spell(refs)
         self.signatures = ape_scores(self.mts, self.refs)[1::2]
+        self.ter, self.sentences = official_ter(), {}
+
+    def sentence_ter(self, i, text):
+        """sacrebleu's sentence TER of (spelled) text against reference i, computed once."""
+        if (i, text) not in self.sentences:
+            self.sentences[i, text] = self.ter.sentence_score(text, [self.refs[i]])
+        return self.sentences[i, text]
 
     def score(self, hyps):
-        """(TER, BLEU, edit effects) of one output per reference."""
+        """(TER, BLEU, edit effects) of one output per reference, as ``ape_scores`` and
+        ``edit_effects`` give them: corpus TER is sacrebleu's sum of the sentences' statistics
+        (edits over reference words), here from statistics shared by every setting of a grid
+        that outputs the same sentence."""
         hyps = self.spell(hyps)
-        ter, _, bleu, _ = ape_scores(hyps, self.refs)
-        return ter, bleu, edit_effects(hyps, self.mts, self.refs)
+        if len(hyps) != len(self.refs):
+            raise ValueError(f"{len(hyps)} outputs for {len(self.refs)} references")
+        scores = [self.sentence_ter(i, h) for i, h in enumerate(hyps)]
+        ter = self.ter._aggregate_and_compute([[s.num_edits, s.ref_length] for s in scores]).score
+        bleu = official_bleu().corpus_score(hyps, [self.refs]).score
+        return ter, bleu, edit_effects(hyps, self.mts, self.refs, lambda i, text: self.sentence_ter(i, text).score)
 
 
 def beam_pass(models, task, conservativeness, src, mt, beam, max_len_b=200):
@@ -121,12 +158,32 @@ def beam_pass(models, task, conservativeness, src, mt, beam, max_len_b=200):
     return editor.postedits(src, mt)
 
 
-def gated(edits, mts, margin):
-    """(outputs, how many are the MT) of one beam pass under the gate with this margin."""
+def mt_distances(edits):
+    """Per sentence, each candidate's word edits to its MT (``word_edits``, on the text the model
+    writes, as the gate measures them)."""
+    distances = []
+    for edit in edits:
+        mt_text = next(c.text for c in edit.candidates if c.is_mt)
+        distances.append([0 if c.is_mt else word_edits(c.text, mt_text) for c in edit.candidates])
+    return distances
+
+
+def gated(edits, mts, margin, max_edits=None, distances=None):
+    """(outputs, how many are the MT) of one beam pass under the gate with this margin (and
+    edit limit, with the pass's ``mt_distances``): the gate's first choice, the best
+    hypothesis that outranks the MT (``keeps_mt``), else the MT."""
     outputs, kept = [], 0
-    for edit, mt in zip(edits, mts, strict=True):
-        keep = edit.is_mt or (margin is not None and keeps_mt(edit.score, edit.mt_score, margin))
-        outputs.append(mt if keep else edit.text)
+    for i, (edit, mt) in enumerate(zip(edits, mts, strict=True)):
+        if margin is None:
+            keep, text = edit.is_mt, edit.text
+        else:
+            # The candidates in the beam's order, the MT last unless the beam found it.
+            to_mt = distances[i] if distances else [None] * len(edit.candidates)
+            first = next((c for c, d in zip(edit.candidates, to_mt)
+                          if not keeps_mt(c.score, edit.mt_score, margin, d, max_edits)), None)
+            keep = first is None or first.is_mt
+            text = None if keep else first.text
+        outputs.append(mt if keep else text)
         kept += keep
     return outputs, kept
 
@@ -152,10 +209,10 @@ def risk_gated(weighed, mts, risk):
     return outputs, kept
 
 
-def decoded(edits, mts, margin, risk, weighed):
+def decoded(edits, mts, margin, risk, weighed, max_edits=None, distances=None):
     """(outputs, kept) of one beam pass under one setting: the risk gate, on the pass's
-    ``candidate_risks``, where R is given."""
-    return gated(edits, mts, margin) if risk is None else risk_gated(weighed, mts, risk)
+    ``candidate_risks``, where R is given; the margin gate's edit limit on its ``mt_distances``."""
+    return gated(edits, mts, margin, max_edits, distances) if risk is None else risk_gated(weighed, mts, risk)
 
 
 def load(path, data, device):
@@ -163,26 +220,40 @@ def load(path, data, device):
     return editor.models, editor.task
 
 
-GATES = ("none", "margin", "risk")
+GATES = ("none", "margin", "margin_edits", "risk")
+SETTING = ("conservativeness", "keep_mt_margin", "keep_mt_risk", "keep_mt_max_edits")
 
 
 def gate_of(row):
-    """Which gate a grid row used: none, the margin gate (M) or the risk gate (R)."""
-    return "risk" if row["keep_mt_risk"] is not None else "none" if row["keep_mt_margin"] is None else "margin"
+    """Which gate a grid row used: none, the margin gate (M), the margin gate with an edit
+    limit (M, E) or the risk gate (R)."""
+    if row["keep_mt_risk"] is not None:
+        return "risk"
+    if row["keep_mt_margin"] is None:
+        return "none"
+    return "margin" if row.get("keep_mt_max_edits") is None else "margin_edits"
+
+
+def setting_of(row):
+    """A row's (C, M, R, E), as decode_test takes it."""
+    return tuple(row.get(key) for key in SETTING)
 
 
 def choose(rows):
     """The row of lowest TER; ties to the smaller C, then no gate or the margin gate before the
-    risk gate, then the larger M or R (off below every margin).  None for no rows."""
+    risk gate, then no edit limit before a larger one, then the larger M or R (off below every
+    margin).  None for no rows."""
     if not rows:
         return None
     return min(rows, key=lambda r: (round(r["ter"], 6), r["conservativeness"], r["keep_mt_risk"] is not None,
+                                    -(math.inf if r.get("keep_mt_max_edits") is None else r["keep_mt_max_edits"]),
                                     -(r["keep_mt_risk"] if r["keep_mt_risk"] is not None else
                                       -math.inf if r["keep_mt_margin"] is None else r["keep_mt_margin"])))
 
 
-def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200, grid_r=()):
-    """Decode `split` at every C, apply every M and every R, write the grid and plot, return the choice."""
+def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200, grid_r=(), grid_e=(None,)):
+    """Decode `split` at every C, apply every M (with every E) and every R, write the grid and plot,
+    return the choice."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
@@ -190,33 +261,37 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b
     scorer = Scorer(Path(data) / "tokenizer", texts["mt"], texts["pe"])
     baseline = scorer.score(texts["mt"])
     rows = []
+    # An edit limit applies to the margin gate only, and not where it keeps every MT anyway.
+    margin_settings = [(m, e) for m in grid_m for e in (grid_e if m is not None and m < math.inf else (None,))]
     for c in grid_c:
         edits = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
         weighed = candidate_risks(edits) if grid_r else None
-        for m, r in [(m, None) for m in grid_m] + [(None, r) for r in grid_r]:
-            outputs, kept = decoded(edits, texts["mt"], m, r, weighed)
+        distances = mt_distances(edits) if any(e is not None for _, e in margin_settings) else None
+        for m, e, r in [(m, e, None) for m, e in margin_settings] + [(None, None, r) for r in grid_r]:
+            outputs, kept = decoded(edits, texts["mt"], m, r, weighed, e, distances)
             ter, bleu, effects = scorer.score(outputs)
-            rows.append({"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "ter": ter, "bleu": bleu,
-                         "kept": kept, **{k: effects[k] for k in ("modified", "improved", "deteriorated")}})
+            rows.append({"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "keep_mt_max_edits": e,
+                         "ter": ter, "bleu": bleu, "kept": kept,
+                         **{k: effects[k] for k in ("modified", "improved", "deteriorated")}})
     best = choose(rows)
-    chosen = {"conservativeness": best["conservativeness"], "keep_mt_margin": best["keep_mt_margin"],
-              "keep_mt_risk": best["keep_mt_risk"], "split": split, "ter": best["ter"],
+    chosen = {**{k: best[k] for k in SETTING}, "split": split, "ter": best["ter"],
               "do_nothing_ter": baseline[0], "checkpoint": str(path), "beam": beam, "max_len_b": max_len_b,
-              # Each gate's own best, so that the two can be compared on a split tuning never saw.
-              "by_gate": {gate: {k: r[k] for k in ("conservativeness", "keep_mt_margin", "keep_mt_risk", "ter")}
+              # Each gate's own best, so that the gates can be compared on a split tuning never saw.
+              "by_gate": {gate: {k: r[k] for k in (*SETTING, "ter")}
                           for gate, r in ((gate, choose([r for r in rows if gate_of(r) == gate]))
                                           for gate in GATES) if r is not None}}
     (out / "chosen.json").write_text(json.dumps(chosen, indent=1) + "\n")
-    header = ["C", "M", "R", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
-    cells = [[f"{r['conservativeness']:g}", margin_name(r["keep_mt_margin"]), margin_name(r["keep_mt_risk"]),
-              f"{r['ter']:.2f}", f"{r['bleu']:.2f}", str(r["modified"]), str(r["improved"]),
-              str(r["deteriorated"]), str(r["kept"])] for r in rows]
+    header = ["C", "M", "E", "R", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
+    cells = [[f"{r['conservativeness']:g}", margin_name(r["keep_mt_margin"]), margin_name(r["keep_mt_max_edits"]),
+              margin_name(r["keep_mt_risk"]), f"{r['ter']:.2f}", f"{r['bleu']:.2f}", str(r["modified"]),
+              str(r["improved"]), str(r["deteriorated"]), str(r["kept"])] for r in rows]
     (out / "grid.tsv").write_text("\n".join("\t".join(c) for c in [header, *cells]) + "\n")
-    name = setting_name(best["conservativeness"], best["keep_mt_margin"], best["keep_mt_risk"])
+    name = setting_name(best["conservativeness"], best["keep_mt_margin"], best["keep_mt_risk"],
+                        best["keep_mt_max_edits"])
     md = [f"# Tuning on {split}: {len(texts['src'])} sentences, {path}, beam {beam}", "",
           f"Doing nothing: TER {baseline[0]:.2f}, BLEU {baseline[1]:.2f}. {scorer.spelling}. Chosen: "
-          f"{name} (TER {best['ter']:.2f}). M: --keep-mt-margin (nats per token), R: --keep-mt-risk "
-          "(TER points); off: that gate not used.", "",
+          f"{name} (TER {best['ter']:.2f}). M: --keep-mt-margin (nats per token), E: --keep-mt-max-edits (word "
+          "edits to the MT), R: --keep-mt-risk (TER points); off: not used.", "",
           "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in cells]
     (out / "grid.md").write_text("\n".join(md) + "\n")
@@ -246,8 +321,13 @@ def plot(rows, best, do_nothing, path, split):
     by_c.set_xlabel("conservativeness C (nats per novel token)")
     by_c.set_ylabel(f"TER on {split} (lower is better)")
     for ax, (gated_rows, key, label) in zip(by_gate, gates):
-        ax.plot([r[key] for r in gated_rows], [r["ter"] for r in gated_rows], "o-",
-                label=f"post-edits, C = {best['conservativeness']:g}")
+        # The margin's panel has one line per edit limit E (the risk gate takes none).
+        limits = sorted({r.get("keep_mt_max_edits") for r in gated_rows}, key=lambda e: math.inf if e is None else e)
+        for e in limits:
+            line = [r for r in gated_rows if r.get("keep_mt_max_edits") == e]
+            ax.plot([r[key] for r in line], [r["ter"] for r in line], "o-", markersize=3 if len(limits) > 1 else 6,
+                    label=f"post-edits, C = {best['conservativeness']:g}"
+                          + ("" if len(limits) == 1 else ", no edit limit" if e is None else f", E = {e}"))
         if off is not None:
             ax.axhline(off["ter"], color="tab:green", linestyle=":", label="no gate")
         ax.set_xlabel(label)
@@ -256,28 +336,33 @@ def plot(rows, best, do_nothing, path, split):
         ax.legend()
         ax.grid(alpha=0.3)
     fig.suptitle(f"Choosing C and the gate on {split}: "
-                 f"{setting_name(best['conservativeness'], best['keep_mt_margin'], best['keep_mt_risk'])}")
+                 f"{setting_name(*setting_of(best))}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):
-    """Outputs of `split` for each named (C, M, R), one beam pass per distinct C; writes
-    NAME.txt for each and results.json (settings, kept, the training totals)."""
+    """Outputs of `split` for each named (C, M, R, E) (``setting_of``; E may be left out), one
+    beam pass per distinct C; writes NAME.txt for each and results.json (settings, kept, the
+    training totals)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
     texts = read_triplets(data, split)
-    passes, weighed, runs = {}, {}, {}
-    for name, (c, m, r) in settings.items():
+    passes, weighed, distances, runs = {}, {}, {}, {}
+    for name, setting in settings.items():
+        c, m, r, e = (*setting, None)[:4]
         if c not in passes:
             passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
         if r is not None and c not in weighed:
             weighed[c] = candidate_risks(passes[c])
-        outputs, kept = decoded(passes[c], texts["mt"], m, r, weighed.get(c))
+        if e is not None and c not in distances:
+            distances[c] = mt_distances(passes[c])
+        outputs, kept = decoded(passes[c], texts["mt"], m, r, weighed.get(c), e, distances.get(c))
         (out / f"{name}.txt").write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
-        runs[name] = {"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "kept": kept}
+        runs[name] = {"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "keep_mt_max_edits": e,
+                      "kept": kept}
     (out / "results.json").write_text(json.dumps({"split": split, "checkpoint": str(path), "beam": beam,
                                                   "max_len_b": max_len_b, "runs": runs, "trained": trained},
                                                  indent=1) + "\n")
@@ -295,6 +380,9 @@ def main(argv=None):
                         help="values of C tried (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=[margin_name(m) for m in DEFAULT_MARGINS],
                         help="values of M tried ('off': no gate; 'inf': keep every MT)")
+    parser.add_argument("--keep-mt-max-edits", nargs="+", default=[margin_name(e) for e in DEFAULT_MAX_EDITS],
+                        help="values of E tried with every finite M (word edits between post-edit and MT; 'off': "
+                             "no limit)")
     parser.add_argument("--keep-mt-risk", nargs="*", default=None,
                         help="values of R tried (TER points; 'inf': keep every MT); the option alone tries "
                              f"{' '.join(f'{r:g}' for r in DEFAULT_RISKS)}; left out, the risk gate is not tried (on "
@@ -310,7 +398,8 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
     chosen = tune(args.path, args.data, args.split, args.conservativeness, parse_margins(args.keep_mt_margin),
-                  args.out, args.device, args.beam, args.max_len_b, grid_r=risk_grid(args.keep_mt_risk))
+                  args.out, args.device, args.beam, args.max_len_b, grid_r=risk_grid(args.keep_mt_risk),
+                  grid_e=parse_max_edits(args.keep_mt_max_edits))
     print((args.out / "grid.md").read_text())
     print(json.dumps(chosen))
 

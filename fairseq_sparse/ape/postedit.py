@@ -37,10 +37,12 @@ _TASKS = object()  # "the task's value" (None already means "gate off")
 @dataclass
 class Candidate:
     """What a gate weighed: a beam hypothesis or the MT, as the WordPiece-merged ``text`` the
-    model writes, with its total ``log_prob`` as the beam scores it."""
+    model writes, with its total ``log_prob`` and its ``score`` (normalised as the beam
+    normalises it) as the beam scores it."""
     text: str
     log_prob: float
     is_mt: bool
+    score: Optional[float] = None
 
 
 @dataclass
@@ -60,7 +62,7 @@ class PostEdit:
 
 class PostEditor:
     def __init__(self, models, task, beam=5, max_len_b=200, batch_size=32, conservativeness=_TASKS,
-                 keep_mt_margin=_TASKS, keep_mt_risk=_TASKS):
+                 keep_mt_margin=_TASKS, keep_mt_risk=_TASKS, keep_mt_max_edits=_TASKS):
         self.models, self.task = models, task
         for model in models:
             model.eval()
@@ -68,10 +70,13 @@ class PostEditor:
         keep_mt_margin = task.cfg.keep_mt_margin if keep_mt_margin is _TASKS else keep_mt_margin
         # Checkpoints from before the risk gate have no such option (off).
         keep_mt_risk = getattr(task.cfg, "keep_mt_risk", None) if keep_mt_risk is _TASKS else keep_mt_risk
+        keep_mt_max_edits = (getattr(task.cfg, "keep_mt_max_edits", None) if keep_mt_max_edits is _TASKS
+                             else keep_mt_max_edits)
         # fairseq's own generator, then the ape task's options as given here, not as the task has them.
         generator = FairseqTask.build_generator(task, models, GenerationConfig(beam=beam, max_len_b=max_len_b))
         self.generator = build_ape_generator(generator, models, task.target_dictionary, conservativeness,
-                                             keep_mt_margin, log_kept=False, keep_mt_risk=keep_mt_risk)
+                                             keep_mt_margin, log_kept=False, keep_mt_risk=keep_mt_risk,
+                                             keep_mt_max_edits=keep_mt_max_edits)
         self.batch_size = batch_size
         self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
         self.detokenizer = WordPieceDetokenizer()
@@ -138,7 +143,7 @@ class PostEditor:
                 optional = {key: None if best.get(key) is None else float(best[key])
                             for key in ("mt_score", "risk", "mt_risk")}
                 if "candidates" in best:
-                    optional["candidates"] = [Candidate(c["text"], c["log_prob"], c["is_mt"])
+                    optional["candidates"] = [Candidate(c["text"], c["log_prob"], c["is_mt"], c["score"])
                                               for c in best["candidates"]]
                 outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt, **optional)
         return outputs

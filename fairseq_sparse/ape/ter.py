@@ -19,32 +19,42 @@ def official_ter():
     return TER(case_sensitive=True, normalized=False, no_punct=False, asian_support=False)
 
 
-def ape_scores(hyps, refs):
-    """(TER, TER signature, BLEU, BLEU signature) as the WMT APE tasks report them:
-    TER as above, BLEU on the tokenised text as is (``-tok none``)."""
+def official_bleu():
+    """sacrebleu's BLEU as the WMT APE tasks report it: on the tokenised text as is (``-tok none``)."""
     from sacrebleu.metrics import BLEU
 
     # APE text is tokenised by design: force only silences sacrebleu's "forgot to
     # detokenize" warning (same score, same signature).
-    ter, bleu = official_ter(), BLEU(tokenize="none", force=True)
+    return BLEU(tokenize="none", force=True)
+
+
+def ape_scores(hyps, refs):
+    """(TER, TER signature, BLEU, BLEU signature) as the WMT APE tasks report them:
+    TER as above, BLEU on the tokenised text as is (``-tok none``)."""
+    ter, bleu = official_ter(), official_bleu()
     return (ter.corpus_score(hyps, [refs]).score, str(ter.get_signature()),
             bleu.corpus_score(hyps, [refs]).score, str(bleu.get_signature()))
 
 
-def edit_effects(hyps, mts, refs):
+def edit_effects(hyps, mts, refs, sentence_ter=None):
     """What post-editing did sentence by sentence, as the WMT APE shared tasks report it
     (Chatterjee et al., Findings of the WMT 2018 APE task): how many MT sentences the
     system modified, and of those how many got a lower sentence TER against the
     reference than the MT had (improved) or a higher one (deteriorated); precision is
     improved / modified.  A corpus TER close to doing nothing can hide many small
-    repairs and as many breakages; these counts show which."""
-    ter = official_ter()
+    repairs and as many breakages; these counts show which.  ``sentence_ter(i, text)``, if
+    given, is text's sentence TER against refs[i] (a caller's cache of sacrebleu's)."""
+    if sentence_ter is None:
+        ter = official_ter()
+
+        def sentence_ter(i, text):
+            return ter.sentence_score(text, [refs[i]]).score
     modified = improved = deteriorated = 0
-    for hyp, mt, ref in zip(hyps, mts, refs, strict=True):
+    for i, (hyp, mt, _ref) in enumerate(zip(hyps, mts, refs, strict=True)):
         if hyp == mt:
             continue
         modified += 1
-        delta = ter.sentence_score(hyp, [ref]).score - ter.sentence_score(mt, [ref]).score
+        delta = sentence_ter(i, hyp) - sentence_ter(i, mt)
         improved += delta < 0
         deteriorated += delta > 0
     return {"sentences": len(refs), "modified": modified, "improved": improved, "deteriorated": deteriorated,

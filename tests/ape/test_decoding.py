@@ -14,8 +14,9 @@ from fairseq.dataclass.configs import GenerationConfig  # noqa: E402
 from fairseq.sequence_scorer import SequenceScorer  # noqa: E402
 from fairseq.tasks import FairseqTask  # noqa: E402
 
+from fairseq_sparse.ape.bert_dictionary import WordPieceDetokenizer  # noqa: E402
 from fairseq_sparse.ape.decoding import (build_ape_generator, check_can_score_mt, expected_ter,  # noqa: E402
-                                         mt_targets, risk_choice)
+                                         mt_targets, risk_choice, word_edits)
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
 from fairseq_sparse.ape.ter import ape_scores  # noqa: E402
 from tests.ape.test_task import TRAIN, generate  # noqa: E402
@@ -177,6 +178,51 @@ def test_the_mt_competes_with_each_returned_hypothesis(ape_model):
     assert 0 < kept < len(plain), "some MTs win at this margin and some lose, or the test shows little"
 
 
+def test_an_edit_limit_puts_the_mt_before_hypotheses_further_from_it(ape_model):
+    from sacrebleu.metrics import TER
+
+    model, task, src, mt = ape_model
+    sample = batch(task, src, mt)
+    config = GenerationConfig(beam=3, max_len_b=12)
+    detokenizer, ter = WordPieceDetokenizer(), TER(case_sensitive=True)  # tercom's settings, built here
+
+    def text(tokens):
+        return detokenizer.decode(task.dictionary.string(tokens.int()))
+
+    margin = -math.inf  # every hypothesis beats the MT by the margin: the limit alone decides
+    rows = mt_targets(sample["net_input"]["src_tokens"], task.dictionary)[0]
+    with torch.no_grad():
+        plain = FairseqTask.build_generator(task, [model], config).generate([model], sample)
+        distances = [[ter.sentence_score(text(h["tokens"]), [text(row)]).num_edits for h in beam]
+                     for beam, row in zip(plain, rows)]
+        # A limit inside the spread of the hypotheses' distances to their MT.
+        limit = int(torch.tensor([d for ds in distances for d in ds]).median())
+        gated = build_ape_generator(FairseqTask.build_generator(task, [model], config), [model], task.dictionary,
+                                    keep_mt_margin=margin, keep_mt_max_edits=limit).generate([model], sample)
+    reordered = 0
+    for beam, nbest, mt_row, ds in zip(plain, gated, rows, distances, strict=True):
+        ahead = [h for h, d in zip(beam, ds) if d <= limit]
+        expected = [h["tokens"].tolist() for h in ahead] + [mt_row.tolist()]
+        expected += [h["tokens"].tolist() for h, d in zip(beam, ds) if d > limit]
+        expected = [t for i, t in enumerate(expected) if t != mt_row.tolist() or mt_row.tolist() not in expected[:i]]
+        assert [h["tokens"].tolist() for h in nbest] == expected[:3]
+        reordered += [h["tokens"].tolist() for h in nbest] != [h["tokens"].tolist() for h in beam]
+    assert reordered > 0, "the limit moved the MT ahead of some hypothesis, or the test shows little"
+    assert word_edits("a b c d", "a c b d e") == ter.sentence_score("a b c d", ["a c b d e"]).num_edits == 2
+
+
+def test_an_edit_limit_of_zero_returns_every_mt_and_a_huge_one_is_the_margin_alone(ape_model, ape_raw):
+    model, task, src, mt = ape_model
+    pe = (ape_raw / "test.pe").read_text(encoding="utf-8").splitlines()[:12]
+    kept_all = PostEditor([model], task, beam=2, max_len_b=12, keep_mt_margin=-math.inf,
+                          keep_mt_max_edits=0).postedits(src, mt)
+    assert [e.text for e in kept_all] == mt and all(e.is_mt for e in kept_all)
+    assert ape_scores([e.text for e in kept_all], pe)[0] == ape_scores(mt, pe)[0]
+    alone = PostEditor([model], task, beam=2, max_len_b=12, keep_mt_margin=0.0).postedit(src, mt)
+    assert PostEditor([model], task, beam=2, max_len_b=12, keep_mt_margin=0.0,
+                      keep_mt_max_edits=10 ** 6).postedit(src, mt) == alone
+
+
 def test_an_infinite_margin_returns_every_mt_so_ter_equals_doing_nothing(ape_model, ape_raw):
     model, task, src, mt = ape_model
     pe = (ape_raw / "test.pe").read_text(encoding="utf-8").splitlines()[:12]
@@ -251,6 +297,13 @@ def test_a_model_that_cannot_score_the_mt_and_bad_values_are_refused(ape_model):
             PostEditor([model], task, keep_mt_risk=value)
     with pytest.raises(ValueError, match="--keep-mt-margin and --keep-mt-risk are two gates: give one of them"):
         PostEditor([model], task, keep_mt_margin=0.1, keep_mt_risk=2.0)
+    for value in (-1, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match=rf"--keep-mt-max-edits {value}: must be a whole number of word edits"):
+            PostEditor([model], task, keep_mt_margin=0.1, keep_mt_max_edits=value)
+    with pytest.raises(ValueError, match="--keep-mt-max-edits limits the margin gate: give --keep-mt-margin too"):
+        PostEditor([model], task, keep_mt_max_edits=2)
+    with pytest.raises(ValueError, match="give --keep-mt-margin too .*, not --keep-mt-risk"):
+        PostEditor([model], task, keep_mt_max_edits=2, keep_mt_risk=1.0)
 
 
 def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ape_trained, tiny_bert):
@@ -285,3 +338,9 @@ def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ap
     both = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
                    checkpoint, "--cpu", "--keep-mt-margin", "0", "--keep-mt-risk", "1", check=False)
     assert both.returncode != 0 and "two gates: give one of them" in both.stderr
+    near = generate(ape_raw, checkpoint, "--keep-mt-margin=-inf", "--keep-mt-max-edits", "0")
+    assert ("keep-the-MT gate (--keep-mt-margin -inf --keep-mt-max-edits 0): 20 of 20 sentences so far kept their "
+            "MT") in near.stderr
+    alone = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
+                    checkpoint, "--cpu", "--keep-mt-max-edits", "2", check=False)
+    assert alone.returncode != 0 and "--keep-mt-max-edits limits the margin gate" in alone.stderr
