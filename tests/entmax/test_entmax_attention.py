@@ -379,3 +379,25 @@ def test_pass_counting_benchmark(monkeypatch, capsys):
             assert certified < plain, rows
         assert kept < tile_start < certified and ratio == pytest.approx(kept / plain, abs=0.01), rows
         assert difference < 1e-5, rows
+
+
+def test_the_threshold_start_model_counts_the_kernels_passes(monkeypatch, capsys):
+    """benchmarks/sim_threshold_start.py models the forward's solver in float64 to compare
+    starts the kernel does not have; on the package's start its count of passes per query
+    tile is the kernel's own, on the same inputs (float32, and bfloat16 causal)."""
+    import re
+    import runpy
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "sim_threshold_start.py"
+    for extra in (["--dtype", "float32"], ["--dtype", "bfloat16", "--causal", "--sharpness", "3"]):
+        monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "128", "--heads", "2", "--head-dim", "32",
+                                         "--check-kernel", *extra])
+        runpy.run_path(str(bench), run_name="__main__")
+        lines = capsys.readouterr().out.splitlines()[1:]
+        assert len(lines) == 3, lines
+        for line in lines:
+            model = float(re.search(r"package's start \(8 tile maxima\) (\d+\.\d+)", line).group(1))
+            kernel = float(re.search(r"kernel, package's start: (\d+\.\d+)", line).group(1))
+            histogram = [float(x) for x in re.findall(r"histogram, \d+ bins (\d+\.\d+)", line)]
+            assert model == kernel and len(histogram) == 2 and all(h > 0 for h in histogram), line
