@@ -23,7 +23,7 @@ the row's maximum is known).  ``--check-kernel`` also counts the package's start
 kernel itself (under Triton's interpreter on CPU tensors), on the same inputs, as the
 model's check.
 
-    python benchmarks/sim_threshold_start.py --lengths 1024 4096 [--sharpness 3] [--dtype bfloat16]
+    python benchmarks/sim_threshold_start.py --lengths 1024 [--sharpness 3] [--causal] [--dtype float32]
     python benchmarks/sim_threshold_start.py --lengths 256 --heads 2 --check-kernel
 """
 
@@ -109,11 +109,12 @@ def starts(z, alpha, fixed, tol, block_n):
     pad = (-T) % block_n
     tile_max = torch.nn.functional.pad(z, (0, pad), value=-math.inf).view(z.shape[0], -1, block_n).max(2).values
     kept = tile_max.topk(min(attention_kernel.KEPT[1], tile_max.shape[1]), dim=1).values
-    package = subset_threshold(kept, alpha, fixed, 8, tol) - 2e-6  # SUBSET_NEWTON_STEPS, SUBSET_MARGIN
+    margin = attention_kernel.SUBSET_MARGIN.value  # as the kernel starts: a little below the kept threshold
+    package = subset_threshold(kept, alpha, fixed, attention_kernel.SUBSET_NEWTON_STEPS.value, tol) - margin
 
     def histogram(bins):  # every score in [0, 1] lowered to its bin's lower edge; below 0 dropped
         edges = torch.where(z >= 0, torch.floor(z * bins) / bins, -math.inf)
-        return subset_threshold(edges, alpha, fixed, MAX_NEWTON_ITER, tol) - 2e-6
+        return subset_threshold(edges, alpha, fixed, MAX_NEWTON_ITER, tol) - margin
 
     hist8 = histogram(8)
     return {"package's start (8 tile maxima)": package, "histogram, 8 bins": hist8,
@@ -140,7 +141,8 @@ def model_scores(q, k, causal):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024],
+                        help="key and query lengths (T = 1,024 takes about a minute on a CPU core)")
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--sharpness", type=float, default=1.0, help="q ~ N(0, SHARPNESS^2), k ~ N(0, 1)")
