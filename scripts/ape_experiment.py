@@ -420,7 +420,7 @@ def write_table(args, title, sizes, tuning):
             setting = ("plain beam search" if name == "plain" else
                        tuning.setting_name(*tuning.setting_of(run))
                        + (" (chosen on dev)" if name == "tuned" else
-                          f" (the {GATE_NAMES[name.removeprefix('best_')]}'s best on dev, not chosen)"))
+                          f" ({GATE_NAMES[name.removeprefix('best_')]}: best on dev, not chosen)"))
             rows.append((f"{model}, {setting}", scorer.score(hyps), run["kept"], done["trained"]))
     lines = [f"# APE on {title}: doing nothing, three systems, plain and conservative decoding", "",
              f"Train {sizes['train']} triplets, dev {sizes['valid']} (the {args.held_out} before the last "
