@@ -52,15 +52,15 @@ DEFAULT_MAX_EDITS = [None, 1, 2, 3, 5, 10]
 DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]
 
 
-def grid_value(value, option, check, off=False):
-    """One value of a grid option as a float (``off`` is None where allowed), refused as
-    the task refuses it (``check`` raises the task's ValueError)."""
+def grid_value(value, option, check, off=False, cast=float, kind="a number"):
+    """One value of a grid option as ``cast`` makes it (``off`` is None where allowed),
+    refused as the task refuses it (``check`` raises the task's ValueError)."""
     if off and str(value).lower() == "off":
         return None
     try:
-        number = float(value)
+        number = cast(value)
     except ValueError:
-        raise SystemExit(f"{option} {value}: not a number" + (" or 'off'" if off else "")) from None
+        raise SystemExit(f"{option} {value}: not {kind}" + (" or 'off'" if off else "")) from None
     try:
         check(number)
     except ValueError as e:
@@ -80,19 +80,8 @@ def parse_risks(values):
 
 def parse_max_edits(values):
     """'off' is no limit (None); anything else a whole number >= 0, refused as the task refuses it."""
-    def edits(value):
-        if str(value).lower() == "off":
-            return None
-        try:
-            number = int(value)
-        except ValueError:
-            raise SystemExit(f"--keep-mt-max-edits {value}: not a whole number or 'off'") from None
-        try:
-            check_decoding_options(0.0, 0.0, None, number)
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
-        return number
-    return [edits(v) for v in values]
+    return [grid_value(v, "--keep-mt-max-edits", lambda e: check_decoding_options(0.0, 0.0, None, e), off=True,
+                       cast=int, kind="a whole number") for v in values]
 
 
 def risk_grid(values):
@@ -343,16 +332,15 @@ def plot(rows, best, do_nothing, path, split):
 
 
 def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):
-    """Outputs of `split` for each named (C, M, R, E) (``setting_of``; E may be left out), one
-    beam pass per distinct C; writes NAME.txt for each and results.json (settings, kept, the
-    training totals)."""
+    """Outputs of `split` for each named (C, M, R, E) (``setting_of``), one beam pass per
+    distinct C; writes NAME.txt for each and results.json (settings, kept, the training totals)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
     texts = read_triplets(data, split)
     passes, weighed, distances, runs = {}, {}, {}, {}
     for name, setting in settings.items():
-        c, m, r, e = (*setting, None)[:4]
+        c, m, r, e = setting
         if c not in passes:
             passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
         if r is not None and c not in weighed:

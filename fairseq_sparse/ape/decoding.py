@@ -202,7 +202,6 @@ class KeepMTGate:
         check_can_score_mt(models)
         if (margin is None) == (risk is None):
             raise ValueError("KeepMTGate: give one of margin (--keep-mt-margin) and risk (--keep-mt-risk)")
-        check_decoding_options(0.0, margin, risk, max_edits)
         self.generator, self.models, self.dictionary = generator, models, dictionary
         self.margin, self.risk, self.max_edits = margin, risk, max_edits
         self.detokenizer = WordPieceDetokenizer()
@@ -242,10 +241,10 @@ class KeepMTGate:
         """The WordPiece-merged text of a token row, as the risk rule compares candidates."""
         return self.detokenizer.decode(self.dictionary.string(tokens.int()))
 
-    def outranks_mt(self, hypo, mt_score, mt_tokens):
+    def outranks_mt(self, hypo, mt_score, mt_text):
         """The margin rule: whether a hypothesis beats the MT by more than the margin (and lies
-        within the edit limit of it)."""
-        edits = None if self.max_edits is None else word_edits(self.text(hypo["tokens"]), self.text(mt_tokens))
+        within the edit limit of the MT's text)."""
+        edits = None if self.max_edits is None else word_edits(self.text(hypo["tokens"]), mt_text)
         return not keeps_mt(float(hypo["score"]), float(mt_score), self.margin, edits, self.max_edits)
 
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):
@@ -268,7 +267,8 @@ class KeepMTGate:
                 # order before it, the rest follow it; without an edit limit the first are the
                 # beam's best, down to the first that does not beat the MT.  Where the beam found
                 # the MT itself, only its first place counts.
-                ahead = [self.outranks_mt(hypo, mt_score, rows[i]) for hypo in hypos]
+                mt_text = next(c["text"] for c in candidates if c["is_mt"])
+                ahead = [self.outranks_mt(hypo, mt_score, mt_text) for hypo in hypos]
                 ranked = marked_once([h for h, a in zip(hypos, ahead) if a] + [mt]
                                      + [h for h, a in zip(hypos, ahead) if not a], rows[i], mt_score)
             else:
