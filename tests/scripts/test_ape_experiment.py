@@ -157,10 +157,14 @@ def test_bad_budget_options_are_refused_before_anything_runs(tmp_path, options, 
 def test_auto_budget_fits_the_schedule_to_the_time_cap(tmp_path, tiny_bert):
     """--max-update auto: a probe measures updates/s, the linear decay is sized to 90% of the
     cap, --warmup 10% is a tenth of that, and a resumed run keeps the schedule."""
-    write_ape_split(tmp_path, "slice", 0, 240)
+    # 40 training triplets in batches of 2,048 tokens: an epoch of one or two updates, so that the
+    # cap's run spans several epochs however slowly a loaded machine trains (at 200 triplets and
+    # 512 tokens an epoch took 16 updates, more than a probe at 1 update/s grants).
+    write_ape_split(tmp_path, "slice", 0, 80)
     out = tmp_path / "auto"
     cap = 2e-3  # hours: 7.2 s of training
-    quick = ("--conservativeness", "0", "--keep-mt-margin", "off")  # one dev pass: tuning is tested above
+    quick = ("--conservativeness", "0", "--keep-mt-margin", "off",  # one dev pass: tuning is tested above
+             "--max-tokens", "2048")
     run_experiment(out, tmp_path / "slice", tiny_bert, "auto", "--systems", "bert", "--stop-time-hours", str(cap),
                    "--warmup", "10%", "--probe-updates", "20", *quick)
     trained = json.loads((out / "bert" / "trained.json").read_text())
