@@ -47,8 +47,8 @@ validation, which the probe does not time, take part of the rest: they are made 
 every 90 s of training at the probe's pace, and where training stops, rather than at
 every epoch's end).  ``--warmup 10%`` then warms up over a tenth of them.  The size is
 chosen once per system and kept in ``trained.json``, so a resumed run keeps its schedule.  ``--amp`` trains in fairseq's
-mixed precision (float16 products, float32 weights; CUDA only); the checkpoint's weights
-stay float32 and decoding is float32.  ``--tf32`` keeps float32 training but lets its
+mixed precision (float16 products on CUDA, bfloat16 on CPU: docs/stack.md; float32 weights);
+the checkpoint's weights stay float32 and decoding is float32.  ``--tf32`` keeps float32 training but lets its
 matrix products run on tensor cores (TF32), for a GPU run whose pace its products set.
 
 ``--seeds N`` trains each system N times (fairseq's ``--seed`` 1 to N; seed 1 in
@@ -318,8 +318,8 @@ def main(argv=None):
                              "a.pt:b.pt; the gate scores the MT by the same average); default: %(default)s, one model")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="train and decode here")
     parser.add_argument("--amp", action="store_true",
-                        help="train in fairseq's mixed precision (float16 products, float32 weights; needs "
-                             "--device cuda); decoding stays float32")
+                        help="train in fairseq's mixed precision (float16 products on CUDA, bfloat16 on CPU; "
+                             "float32 weights); decoding stays float32")
     parser.add_argument("--tf32", action="store_true",
                         help="train with float32 matrix products on tensor cores (TF32: inputs rounded to a 10-bit "
                              "mantissa, sums in float32; needs --device cuda, an Ampere or later GPU); decoding "
@@ -346,8 +346,6 @@ def main(argv=None):
             parser.error(f"--probe-updates {args.probe_updates}: at least 10 (five log intervals, the first untimed)")
     elif args.lr_scheduler == "polynomial_decay" and args.max_update <= 0:
         parser.error("--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0")
-    if args.amp and args.device != "cuda":
-        parser.error("--amp (mixed precision) needs --device cuda")
     if args.tf32 and args.device != "cuda":
         parser.error("--tf32 (tensor-core float32 products) needs --device cuda")
     if args.seeds < 1:
@@ -386,19 +384,22 @@ def main(argv=None):
 
 
 def device_name(args):
-    """The device training ran on, as the table names it; on CPU with the threads a model
-    trained with (each member's, for an ensemble: training_env shares the cores out)."""
+    """The device training ran on, as the table names it, with its precision where not float32;
+    on CPU with the threads a model trained with (each member's, for an ensemble: training_env
+    shares the cores out)."""
     import platform
 
     import torch
 
+    precision = ", mixed precision (float16)" if args.amp else ", TF32" if args.tf32 else ""
     if args.device == "cuda":
-        return torch.cuda.get_device_name(0)
+        return torch.cuda.get_device_name(0) + precision
+    precision = ", mixed precision (bfloat16)" if args.amp else ""
     processor = platform.processor() or platform.machine()
     if args.seeds == 1:
-        return f"CPU ({processor}, {torch.get_num_threads()} threads)"
+        return f"CPU ({processor}, {torch.get_num_threads()} threads){precision}"
     threads = (training_env(args) or os.environ).get("OMP_NUM_THREADS", torch.get_num_threads())
-    return f"CPU ({processor}, {threads} threads a member)"
+    return f"CPU ({processor}, {threads} threads a member){precision}"
 
 
 def write_table(args, title, sizes, tuning):

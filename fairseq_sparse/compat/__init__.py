@@ -5,7 +5,8 @@
 - :mod:`.batching`: the last batch of every split is kept, and a resumed run gets the
   batches of an uninterrupted one;
 - :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed;
-- :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error;
+- :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error, and ``--amp``
+  trains in bfloat16 there instead of silently in float32;
 - :mod:`.checkpoint_files`: every checkpoint file is written atomically, and a torn
   one is named with the whole checkpoint to resume from;
 - :mod:`.prefetch`: a finished run exits cleanly instead of aborting on fairseq's

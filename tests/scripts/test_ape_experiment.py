@@ -138,12 +138,21 @@ def test_tf32_reaches_the_training_processes_torch():
         assert subprocess.run(ask, env=env, capture_output=True, text=True, check=True).stdout.strip() == expected
 
 
+def test_the_device_column_names_the_precision_training_ran_in():
+    def name(**options):
+        return ape_experiment.device_name(argparse.Namespace(**({"device": "cpu", "seeds": 1, "amp": False,
+                                                                  "tf32": False} | options)))
+
+    assert name().startswith("CPU (") and name().endswith(" threads)")
+    assert name(amp=True) == name() + ", mixed precision (bfloat16)"
+    assert name(seeds=2, amp=True).endswith(" threads a member), mixed precision (bfloat16)")
+
+
 @pytest.mark.parametrize("options, message", [
     (["--max-update", "auto"], "--max-update auto sizes the schedule to the time cap: give --stop-time-hours > 0"),
     (["--max-update", "many"], "'many': a number of updates or 'auto'"),
     (["--warmup", "110%"], "'110%': a number of updates, or a percentage of them such as 10%"),
     (["--warmup", "-3"], "'-3': a number of updates, or a percentage of them such as 10%"),
-    (["--amp"], "--amp (mixed precision) needs --device cuda"),
     (["--tf32"], "--tf32 (tensor-core float32 products) needs --device cuda"),
     (["--seeds", "0"], "--seeds 0: at least 1"),
     (["--max-update", "auto", "--stop-time-hours", "1", "--probe-updates", "9"], "--probe-updates 9: at least 10"),
