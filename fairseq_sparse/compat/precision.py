@@ -41,7 +41,7 @@ _train_step = FairseqTask.train_step
 def check_precision(cfg):
     common = cfg.common
     asked = [option for option, on in (("--fp16", common.fp16), ("--bf16", common.bf16)) if on]
-    if asked and (common.cpu or not torch.cuda.is_available()):
+    if asked and on_cpu(common):
         where = "--cpu is given" if common.cpu else "this machine has no CUDA GPU"
         raise ValueError(f"{' and '.join(asked)}: half-precision training and generation need a CUDA GPU, and "
                          f"{where}; leave {' and '.join(asked)} out to run in float32")
