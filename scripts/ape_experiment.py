@@ -391,9 +391,9 @@ def device_name(args):
 
     import torch
 
-    precision = ", mixed precision (float16)" if args.amp else ", TF32" if args.tf32 else ""
     if args.device == "cuda":
-        return torch.cuda.get_device_name(0) + precision
+        return torch.cuda.get_device_name(0) + (", mixed precision (float16)" if args.amp else
+                                                ", TF32" if args.tf32 else "")
     precision = ", mixed precision (bfloat16)" if args.amp else ""
     processor = platform.processor() or platform.machine()
     if args.seeds == 1:

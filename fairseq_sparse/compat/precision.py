@@ -77,6 +77,7 @@ def amp_init(self, cfg, params, fp32_optimizer, **kwargs):
     window = getattr(cfg.common, "amp_scale_window", None)  # (fairseq passes amp_init_scale here: a slip)
     self._grad_scaler = torch.amp.GradScaler("cpu", init_scale=cfg.common.fp16_init_scale,
                                              **({} if window is None else {"growth_interval": window}))
+    self.cpu_autocast = True  # what train_step reads: the device is decided here, once
 
 
 class AutocastCriterion:
@@ -96,7 +97,7 @@ class AutocastCriterion:
 
 @functools.wraps(_train_step)
 def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False, **kwargs):
-    if not isinstance(optimizer, AMPOptimizer) or any(p.is_cuda for p in model.parameters()):
+    if not getattr(optimizer, "cpu_autocast", False):
         return _train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad, **kwargs)
     with warnings.catch_warnings():
         # fairseq's own CUDA autocast around the criterion says it is disabling itself; ours is on.
