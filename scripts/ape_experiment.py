@@ -218,9 +218,11 @@ def train(system, data, args, seed=1):
     stop = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours > 0 else []
     started = time.time()
     board = args.out / "tensorboard" / (system if seed == 1 else f"{system}-seed-{seed}")
+    # fairseq goes on from checkpoint_last: the log goes on too, keeping the earlier runs' epochs.
+    resuming = (save / "checkpoint_last.pt").is_file()
     proc = run_logged(fairseq_train(system, data, args, save, max_update, warmup, [
         *stop, *saving(args, totals), "--no-epoch-checkpoints", "--keep-interval-updates", "1", "--log-interval", "50",
-        "--tensorboard-logdir", board], seed), save / "train.log", env=training_env(args))
+        "--tensorboard-logdir", board], seed), save / "train.log", env=training_env(args), append=resuming)
     seconds = time.time() - started
     epochs = epoch_metrics(proc.stdout).get("train", [])
     previous = totals["updates"]

@@ -82,10 +82,14 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
     # by their ensemble, as fairseq-generate --path a.pt:b.pt does; the others keep the rows
     # their earlier run left.
     first = rows
+    first_log = (out / "bert" / "train.log").read_text()
     results, rows = run_experiment(out, tmp_path / "slice", tiny_bert, 12, "--systems", "bert", "--seeds", "2")
     members = [out / "bert", out / "bert" / "seed-2"]
     trained = [json.loads((save / "trained.json").read_text()) for save in members]
     assert [t["updates"] for t in trained] == [12, 12]
+    # The resumed member's log keeps the first run's epochs and goes on from its checkpoint.
+    log = (out / "bert" / "train.log").read_text()
+    assert log.startswith(first_log) and "Loaded checkpoint" in log[len(first_log):]
     for seed, save in enumerate(members, 1):
         assert f"'seed': {seed}," in (save / "train.log").read_text()
     paths = ":".join(str(save / "checkpoint_last.pt") for save in members)
