@@ -74,7 +74,8 @@ def amp_init(self, cfg, params, fp32_optimizer, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _amp_init(self, cfg, params, fp32_optimizer, **kwargs)
-    window = getattr(cfg.common, "amp_scale_window", None)  # (fairseq passes amp_init_scale here: a slip)
+    # The growth interval is --amp-scale-window (fairseq passes --amp-init-scale there, a slip).
+    window = getattr(cfg.common, "amp_scale_window", None)
     self._grad_scaler = torch.amp.GradScaler("cpu", init_scale=cfg.common.fp16_init_scale,
                                              **({} if window is None else {"growth_interval": window}))
     self.cpu_autocast = True  # what train_step reads: the device is decided here, once

@@ -119,7 +119,6 @@ def test_amp_on_cpu_trains_from_the_cli(ape_raw, tiny_bert, tmp_path):
     assert (tmp_path / "checkpoint_last.pt").exists()
 
 
-
 def test_amp_on_cpu_trains_an_alpha_entmax_transformer(multi30k_bin, tmp_path):
     """The attention line's normalisers take bfloat16 scores (computed in float32 inside) and give
     finite losses and per-head alphas."""
