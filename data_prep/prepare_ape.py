@@ -84,8 +84,9 @@ def triplets_in(release):
 
 
 def read_aligned(paths):
-    """Yield (src, mt, pe) lines, streamed; misalignment stops with the file and line."""
-    for chunk in aligned_chunks(paths, 10000):
+    """Yield (src, mt, pe) lines, streamed; misalignment stops with the file and line.  Empty
+    lines are kept: the Writer drops their triplets and counts them."""
+    for chunk in aligned_chunks(paths, 10000, allow_empty=True):
         yield from zip(*(chunk[field] for field in FIELDS))
 
 

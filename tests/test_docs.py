@@ -28,3 +28,19 @@ def test_relative_links_resolve(page):
 def test_the_link_pattern_finds_images_and_pages():
     found = LINK.findall("see ![a plot](figures/x.png) and [the page](docs/a.md#part) or [web](https://x.org)")
     assert found == ["figures/x.png", "docs/a.md", "https://x.org"]
+
+
+def test_every_sparse_attention_option_is_listed_with_its_default():
+    """fairseq-train --help does not show an architecture's options, so the attention page
+    lists them: each option of EntmaxTransformerOptions, with its default."""
+    from dataclasses import fields
+
+    from fairseq_sparse.attention.entmax_transformer import EntmaxTransformerOptions
+
+    text = (REPO / "docs" / "attention.md").read_text(encoding="utf-8")
+    for f in [f for f in fields(EntmaxTransformerOptions) if not f.name.startswith("_")]:
+        row = next((line for line in text.splitlines() if line.startswith(f"  | `--{f.name.replace('_', '-')}` |")),
+                   None)
+        assert row is not None, f"--{f.name.replace('_', '-')} is not in docs/attention.md's option table"
+        if f.default is not None:
+            assert f"| `{f.default}` |" in row or f"| {f.default} |" in row, row

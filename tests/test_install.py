@@ -53,19 +53,23 @@ def run_check(root, target, extensions, **env):
     proc = subprocess.run([sys.executable, "-c", CHECK], cwd=root, env=environment, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc.stdout.split("\n")
+    return proc.stdout.split("\n"), proc.stderr
 
 
 def test_pip_install_builds_without_torch_and_compiles_the_kernel_on_first_use(site):
     root, target = site
     assert not list(target.glob("fairseq_sparse/entmax/_C*")), "the isolated build has no torch to compile with"
     assert (target / "fairseq_sparse" / "entmax" / "csrc" / "entmax_cpu.cpp").is_file()
-    where, kernel, warned, same = run_check(root, target, "ext")[:4]
+    lines, stderr = run_check(root, target, "ext")
+    where, kernel, warned, same = lines[:4]
     assert where.startswith(str(target)), where  # the installed copy, not the checkout
     assert kernel == "True fairseq_sparse_entmax_cpu" and warned == "0" and same == "same"
+    assert stderr.count("compiling the C++ entmax kernel against this torch, once") == 1, stderr[-2000:]
+    lines, stderr = run_check(root, target, "ext")  # cached: loaded without a word
+    assert lines[1] == "True fairseq_sparse_entmax_cpu" and "compiling" not in stderr, stderr[-2000:]
 
 
 def test_without_a_compiler_the_reference_runs_after_one_warning(site):
     root, target = site
-    _, kernel, warned, same = run_check(root, target, "ext-none", CXX="/nonexistent/c++")[:4]
+    _, kernel, warned, same = run_check(root, target, "ext-none", CXX="/nonexistent/c++")[0][:4]
     assert kernel == "False None" and warned == "1" and same == "same"

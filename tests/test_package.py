@@ -66,6 +66,26 @@ def test_imported_after_fairseq_the_plugin_applies_its_fixes_and_registers():
     assert proc.stdout.split() == ["True", "fairseq_sparse.compat.criterion_state", "True"]
 
 
+BEFORE_FAIRSEQ = """
+import sys
+import fairseq_sparse.entmax
+assert "fairseq" not in sys.modules
+from fairseq import checkpoint_utils
+state = checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1])
+print(state["cfg"]["task"]["_name"])
+"""
+
+
+def test_imported_before_fairseq_the_plugin_loads_with_fairseq(ape_trained):
+    """``import fairseq_sparse`` then fairseq: fairseq's own checkpoint loader reads this
+    plugin's checkpoints (it failed on torch's weights-only allow-list)."""
+    _, checkpoint = ape_trained
+    proc = subprocess.run([sys.executable, "-c", BEFORE_FAIRSEQ, str(checkpoint)], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["ape"]
+
+
 LINES = ("attention", "ape", "latent", "vae")
 CORE = ("entmax", "modules", "compat")
 

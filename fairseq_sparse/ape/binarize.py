@@ -20,7 +20,7 @@ import torch
 from fairseq.data import indexed_dataset
 
 from ..modules.bert import load_bert_tokenizer
-from .triplets import FIELDS, encode_triplets
+from .triplets import FIELDS, encode_triplets, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -30,38 +30,35 @@ def chunks_of_triplets(raw, split, size):
     return aligned_chunks({name: raw / f"{split}.{name}" for name in FIELDS}, size)
 
 
-def aligned_chunks(paths, size):
-    """Yield {field: [lines]} chunks of line-aligned files ({field: path}); a missing, empty,
-    non-UTF-8 or shorter file stops with its name (and line)."""
+def aligned_chunks(paths, size, allow_empty=False):
+    """Yield {field: [lines]} chunks of line-aligned files ({field: path}), read as
+    :func:`~.triplets.read_lines` reads them; a missing, empty, non-UTF-8 or shorter file,
+    or an empty line (unless ``allow_empty``), stops with its name (and line)."""
     for path in paths.values():
         if not path.is_file():
             raise SystemExit(f"{path}: missing")
         if path.stat().st_size == 0:
             raise SystemExit(f"{path}: empty file")
-    files = {name: path.open(encoding="utf-8", newline="\n") for name, path in paths.items()}
+    lines = {name: read_lines(path, allow_empty) for name, path in paths.items()}
     line = 0
-    try:
-        while True:
-            chunk = {}
-            for name, f in files.items():
-                try:
-                    chunk[name] = [x.rstrip("\n") for x in itertools.islice(f, size)]
-                except UnicodeDecodeError as e:
-                    raise SystemExit(f"{paths[name]}: not UTF-8, near line {line + 1} ({e})") from None
-            lengths = {len(v) for v in chunk.values()}
-            if len(lengths) != 1:
-                short = min(chunk, key=lambda n: len(chunk[n]))
-                longer = max(chunk, key=lambda n: len(chunk[n]))
-                raise SystemExit(f"{paths[short]} ends at line {line + len(chunk[short])} but {paths[longer]} "
-                                 f"goes on: not line-aligned")
-            n = lengths.pop()
-            if n == 0:
-                return
-            line += n
-            yield chunk
-    finally:
-        for f in files.values():
-            f.close()
+    while True:
+        chunk = {}
+        for name, source in lines.items():
+            try:
+                chunk[name] = list(itertools.islice(source, size))
+            except ValueError as e:  # an empty line or undecodable text, with its file and line
+                raise SystemExit(str(e)) from None
+        lengths = {len(v) for v in chunk.values()}
+        if len(lengths) != 1:
+            short = min(chunk, key=lambda n: len(chunk[n]))
+            longer = max(chunk, key=lambda n: len(chunk[n]))
+            raise SystemExit(f"{paths[short]} ends at line {line + len(chunk[short])} but {paths[longer]} "
+                             f"goes on: not line-aligned")
+        n = lengths.pop()
+        if n == 0:
+            return
+        line += n
+        yield chunk
 
 
 def binarize_split(tokenizer, raw, split, destdir, max_tokens, chunk_size=10000):

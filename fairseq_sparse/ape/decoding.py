@@ -57,6 +57,7 @@ tuning applies any M, E or R afterwards.
 
 import logging
 import math
+import numbers
 from typing import Optional
 
 import torch
@@ -74,6 +75,10 @@ logger = logging.getLogger(__name__)
 def check_decoding_options(conservativeness: float, keep_mt_margin: Optional[float],
                            keep_mt_risk: Optional[float] = None, keep_mt_max_edits: Optional[int] = None):
     """Refuse values that would make search meaningless, naming the option."""
+    for option, value in (("--conservativeness", conservativeness), ("--keep-mt-margin", keep_mt_margin),
+                          ("--keep-mt-risk", keep_mt_risk)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{option} {value!r}: must be a number, not a {type(value).__name__}")
     if not conservativeness >= 0:  # also NaN
         raise ValueError(f"--conservativeness {conservativeness}: must be a number >= 0 (0: plain beam search)")
     if keep_mt_margin is not None and math.isnan(keep_mt_margin):
@@ -297,9 +302,17 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
                         keep_mt_risk: Optional[float] = None, keep_mt_max_edits: Optional[int] = None):
     """fairseq's generator made conservative and/or gated (see the module docstring).
     A :class:`fairseq.sequence_scorer.SequenceScorer` (``--score-reference``) is returned
-    as is: it scores given targets and searches nothing."""
+    as is: it scores given targets and searches nothing, so a search option with it is an
+    error."""
     check_decoding_options(conservativeness, keep_mt_margin, keep_mt_risk, keep_mt_max_edits)
     if not isinstance(generator, SequenceGenerator):
+        searching = {"--conservativeness": conservativeness > 0, "--keep-mt-margin": keep_mt_margin is not None,
+                     "--keep-mt-risk": keep_mt_risk is not None, "--keep-mt-max-edits": keep_mt_max_edits is not None}
+        given = [option for option, on in searching.items() if on]
+        if given:  # they shape a search, and --score-reference searches nothing: they would be ignored
+            raise ValueError(f"--score-reference scores the reference post-edits and searches nothing, so "
+                             f"{' and '.join(given)} would be ignored: leave out {'them' if len(given) > 1 else 'it'} "
+                             "or --score-reference")
         return generator
     # Wrapped at C = 0 too, so that plain search goes through the same code (tested to be
     # fairseq's own, hypothesis for hypothesis).

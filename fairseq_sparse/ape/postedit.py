@@ -1,4 +1,6 @@
-"""Post-edit from Python with a trained ``ape`` checkpoint.
+"""Post-edit from Python, or a file from the command line, with a trained ``ape`` checkpoint.
+
+    fairseq-sparse-postedit --path CKPT --src test.src --mt test.mt [--keep-mt-margin M] > test.postedit
 
     from fairseq_sparse.ape.postedit import PostEditor
     editor = PostEditor.from_checkpoint("checkpoints/checkpoint_best.pt", data="DATA_DIR")
@@ -63,6 +65,9 @@ class PostEdit:
 class PostEditor:
     def __init__(self, models, task, beam=5, max_len_b=200, batch_size=32, conservativeness=_TASKS,
                  keep_mt_margin=_TASKS, keep_mt_risk=_TASKS, keep_mt_max_edits=_TASKS):
+        for name, value, least in (("beam", beam, 1), ("batch_size", batch_size, 1), ("max_len_b", max_len_b, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"PostEditor {name}={value!r}: must be a whole number >= {least}")
         self.models, self.task = models, task
         for model in models:
             model.eval()
@@ -102,8 +107,12 @@ class PostEditor:
                                  "post-edit")
             # The first member's task (data, tokenizer, segment cut) serves them all; each member's
             # weights are checked against its tokenizer as they load.
-            loaded, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-                [str(member)], arg_overrides=overrides, task=task, state=state)
+            try:
+                loaded, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+                    [str(member)], arg_overrides=overrides, task=task, state=state)
+            except ValueError as e:  # a vocabulary that does not fit the data: which checkpoint and data
+                where = f" with data={data}" if data is not None else ""
+                raise ValueError(f"{member}{where}: {e}") from None
             models += loaded
         if not models:
             raise ValueError("PostEditor.from_checkpoint: no checkpoint given")
@@ -147,3 +156,54 @@ class PostEditor:
                                               for c in best["candidates"]]
                 outputs[sample_id] = PostEdit(text, float(best["score"]), is_mt, **optional)
         return outputs
+
+
+def main(argv=None):
+    """``fairseq-sparse-postedit``: post-edit a file of MT, one output line per input line."""
+    import argparse
+    import logging
+    import sys
+
+    from .triplets import read_lines
+
+    parser = argparse.ArgumentParser(
+        prog="fairseq-sparse-postedit",
+        description="Post-edit the MT of a file with a trained ape checkpoint: one post-edit per line of --mt, "
+                    "in order, on stdout (the MT's own text where the keep-the-MT gate keeps it).")
+    parser.add_argument("--path", required=True, help="checkpoint, or an ensemble as a.pt:b.pt")
+    parser.add_argument("--src", required=True, help="source sentences, one per line")
+    parser.add_argument("--mt", required=True, help="their machine translations, line-aligned with --src")
+    parser.add_argument("--data", help="the data directory the model was trained on (for its tokenizer); "
+                                       "default: the one recorded in the checkpoint")
+    parser.add_argument("--beam", type=int, default=5, help="beam size (default: %(default)s)")
+    parser.add_argument("--max-len-b", type=int, default=200,
+                        help="longest post-edit in WordPieces (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default: %(default)s)")
+    parser.add_argument("--conservativeness", type=float, default=None,
+                        help="penalty on tokens in neither src nor mt (default: the checkpoint's task value)")
+    parser.add_argument("--keep-mt-margin", type=float, default=None,
+                        help="keep the MT unless the best post-edit beats it by more than this many nats per "
+                             "token (default: the checkpoint's task value, usually off)")
+    parser.add_argument("--keep-mt-max-edits", type=int, default=None,
+                        help="with --keep-mt-margin: replace the MT only by a post-edit within this many word "
+                             "edits of it (default: the checkpoint's task value, usually no limit)")
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.WARNING, stream=sys.stderr)
+    options = {name: value for name, value in (("conservativeness", args.conservativeness),
+                                               ("keep_mt_margin", args.keep_mt_margin),
+                                               ("keep_mt_max_edits", args.keep_mt_max_edits)) if value is not None}
+    try:
+        src, mt = list(read_lines(args.src)), list(read_lines(args.mt))
+        if len(src) != len(mt):
+            raise ValueError(f"--src {args.src} has {len(src)} lines but --mt {args.mt} has {len(mt)}: not line-aligned")
+        editor = PostEditor.from_checkpoint(args.path, data=args.data, device=args.device, beam=args.beam,
+                                            max_len_b=args.max_len_b, batch_size=args.batch_size, **options)
+        edits = editor.postedit(src, mt)
+    except (OSError, ValueError, TypeError, RuntimeError) as e:
+        raise SystemExit(f"fairseq-sparse-postedit: {e}") from None
+    sys.stdout.write("".join(line + "\n" for line in edits))
+
+
+if __name__ == "__main__":
+    main()

@@ -31,7 +31,7 @@ from fairseq.data import LanguagePairDataset, data_utils
 from fairseq.data.list_dataset import ListDataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II
+from omegaconf import II, DictConfig
 
 from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist, VocabularyCheck
 from .bert_dictionary import BertDictionary, WordPieceDetokenizer
@@ -39,6 +39,25 @@ from .decoding import build_ape_generator, check_decoding_options
 from .triplets import MaskedMTDataset, build_source, encode_segments, encode_triplets, read_triplets
 
 logger = logging.getLogger(__name__)
+
+
+def check_ape_checkpoint(model_cfg):
+    """Refuse a checkpoint's model config that is not an APE model, naming the task it was
+    trained with where the config says it."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from .bert_ape import BertAPEModel
+    from .dual_source_transformer import DualSourceTransformerModel
+
+    name = getattr(model_cfg, "_name", None) or getattr(model_cfg, "arch", None)
+    if issubclass(ARCH_MODEL_REGISTRY.get(name, object), (BertAPEModel, DualSourceTransformerModel)):
+        return
+    task = getattr(model_cfg, "task", None)  # a Namespace of the run's options (legacy and --user-dir models)
+    if isinstance(model_cfg, DictConfig) and isinstance(model_cfg._get_parent(), DictConfig):
+        task = model_cfg._get_parent().get("task", {}).get("_name", task)
+    trained = f"trained with --task {task}" if isinstance(task, str) else "trained for another task"
+    raise ValueError(f"--task ape: the checkpoint holds a {name!r} model, {trained}, not an APE model (bert_ape, "
+                     "dual_source_transformer); give --task that checkpoint's task, or an APE checkpoint")
 
 
 @dataclass
@@ -128,11 +147,11 @@ class APETask(FairseqTask):
         self.dictionary = BertDictionary(tokenizer)
 
     @classmethod
-    def setup_task(cls, cfg, **kwargs):
-        return cls(cfg, cls.tokenizer_for(cfg))
+    def setup_task(cls, cfg, from_checkpoint=False, **kwargs):
+        return cls(cfg, cls.tokenizer_for(cfg, from_checkpoint))
 
     @staticmethod
-    def tokenizer_for(cfg):
+    def tokenizer_for(cfg, from_checkpoint=False):
         data = Path(cfg.data)
         if not data.is_dir():
             raise FileNotFoundError(f"DATA_DIR {data}: not a directory")
@@ -141,6 +160,10 @@ class APETask(FairseqTask):
             tokenizer = load_bert_tokenizer(stored, option=f"tokenizer kept with the data, {stored}")
             if cfg.bert_model and Path(cfg.bert_model).exists():
                 given = load_bert_tokenizer(cfg.bert_model)
+                if given.get_vocab() != tokenizer.get_vocab() and from_checkpoint:  # bert_model: the training run's
+                    raise ValueError(f"the checkpoint's model was trained from {cfg.bert_model}, whose vocabulary "
+                                     f"is not that of the tokenizer kept with the data in {stored}: {data} was "
+                                     "encoded for another model; give the data directory it was trained on")
                 if given.get_vocab() != tokenizer.get_vocab():
                     raise ValueError(f"--bert-model {cfg.bert_model} has another vocabulary than the tokenizer kept "
                                      f"with the data in {stored}; remove {stored} to re-encode with the new one")
@@ -165,7 +188,11 @@ class APETask(FairseqTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         """The architecture's model, which also records the vocabulary it was built on:
-        loading weights of another vocabulary is an error naming both."""
+        loading weights of another vocabulary is an error naming both.  A checkpoint of
+        another task's model (``fairseq-generate --task ape --path`` of an ``ssvae``) is an
+        error naming that task and model."""
+        if from_checkpoint:
+            check_ape_checkpoint(cfg)
         model = super().build_model(cfg, from_checkpoint)
         model.bert_vocabulary = VocabularyCheck(
             self.tokenizer, f"the tokenizer kept with the data in {Path(self.cfg.data) / 'tokenizer'}")

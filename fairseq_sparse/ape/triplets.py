@@ -6,6 +6,7 @@ binariser, the models (which read the segments back off the source), the data
 pipelines and the experiment scripts all use it from here.
 """
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -17,20 +18,51 @@ from .bert_dictionary import wordpiece_ids
 FIELDS = ("src", "mt", "pe")
 
 
+def read_lines(path, allow_empty=False):
+    """The lines of one triplet file, without their line ends, each checked to hold text.
+
+    Lines end at ``\n`` (a ``\r`` before it is dropped: Windows line ends); a file with
+    ``\r`` and no ``\n`` at all has classic Mac line ends and is split at ``\r``.  A
+    ``\r`` inside a line of a ``\n`` file stays (WMT text has them).  An empty or
+    whitespace-only line is an error naming the file and line, since it would pair
+    sentences with nothing (``allow_empty``: kept, for a release whose reader drops
+    such triplets itself); an extra final line end is not a line."""
+    path = Path(path)
+    number = 0
+    try:
+        with path.open(encoding="utf-8", newline="\n") as f:
+            first = f.readline()
+            if "\r" in first and not first.endswith("\n"):  # no "\n" in the whole file
+                ends = first.split("\r")
+                lines = ends[:-1] if ends[-1] == "" else ends
+            else:
+                lines = (line.removesuffix("\n").removesuffix("\r") for line in itertools.chain([first], f) if line)
+            for number, line in enumerate(lines, 1):
+                if not allow_empty and not line.strip():
+                    raise ValueError(f"{path}:{number}: empty line (every line of a triplet file holds a "
+                                     "sentence: remove it from the .src, .mt and .pe files alike)")
+                yield line
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: cannot be read as UTF-8 text after line {number} ({e})") from None
+
+
 def read_triplets(directory, split):
     """The raw (src, mt, pe) lines of a split, checked to be non-empty and line-aligned."""
     texts = {}
     for name in FIELDS:
         path = Path(directory) / f"{split}.{name}"
         try:
-            with path.open(encoding="utf-8", newline="\n") as f:
-                lines = f.read().split("\n")
+            lines = list(read_lines(path))
         except FileNotFoundError:
+            if name == "pe" and all((Path(directory) / f"{split}.{n}").is_file() for n in ("src", "mt")):
+                raise FileNotFoundError(
+                    f"{path}: missing: fairseq-generate scores post-edits against {split}.pe; to post-edit a "
+                    f"split without references, run fairseq-sparse-postedit --path CKPT --src "
+                    f"{Path(directory) / f'{split}.src'} --mt {Path(directory) / f'{split}.mt'} (or "
+                    f"fairseq-interactive --task ape, one 'src<TAB>mt' pair per line)") from None
             raise FileNotFoundError(f"{path}: missing (the ape task reads {split}.src, {split}.mt, {split}.pe)") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: cannot be read as UTF-8 text ({e})") from None
-        if lines and lines[-1] == "":
-            lines.pop()
+        except OSError as e:
+            raise ValueError(f"{path}: cannot be read ({e})") from None
         if not lines:
             raise ValueError(f"{path}: empty file")
         texts[name] = lines

@@ -34,7 +34,10 @@ ROLE_THRESHOLD = 0.5
 
 
 def load(path, data):
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    try:
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    except ValueError as e:  # a vocabulary or task that does not fit --data: which checkpoint it was
+        raise ValueError(f"{path} with --data {data}: {e}") from None
     model = models[0].eval()
     if not hasattr(model, "attention_modules"):
         raise ValueError(f"{path}: not a checkpoint of entmax_transformer or a model built on it (bert_ape, "
@@ -48,8 +51,28 @@ def initial_alphas(model):
     return None if any(x != x for v in initial.values() for x in v) else initial
 
 
+def check_same_run(model, other, path, reference):
+    """Refuse a --trajectory checkpoint that is not of the run of ``reference`` (the --path
+    model): another architecture, other attention heads or other initial alphas would be
+    plotted as this run's history."""
+    def heads(m):
+        return {sl: a.tolist() for sl, a in m.head_alphas(initial=True).items()}
+
+    mine, theirs = heads(model), heads(other)
+    why = None
+    if type(other) is not type(model):
+        why = f"a {type(other).__name__}, not a {type(model).__name__}"
+    elif {sl: len(a) for sl, a in theirs.items()} != {sl: len(a) for sl, a in mine.items()}:
+        why = "other attention sites, layers or heads"
+    elif any(abs(x - y) > 1e-6 for sl in mine for x, y in zip(mine[sl], theirs[sl]) if x == x and y == y):
+        why = "other initial alphas (another normaliser, seed or --alpha-init)"
+    if why is not None:
+        raise ValueError(f"--trajectory {path}: not a checkpoint of the run of --path {reference} ({why}); give "
+                         "the checkpoints that run saved")
+
+
 def num_updates(path):
-    state = torch.load(path, map_location="cpu")
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))  # a torn or foreign file is named
     history = state.get("optimizer_history") or [{}]
     return history[-1].get("num_updates", 0)
 
@@ -222,6 +245,7 @@ def write_report(args):
         series = {}  # (site, layer) -> [(updates, alpha per head)]
         for updates, path in points:
             m, _ = load(path, args.data)
+            check_same_run(model, m, path, args.path)
             start = initial_alphas(m)
             for sl, a in m.head_alphas().items():
                 if start is not None and sl not in series:
@@ -331,6 +355,8 @@ def parse_args(argv=None):
             parser.error(f"checkpoint not found: {p}")
     if not Path(args.data).is_dir():
         parser.error(f"--data is not a directory: {args.data}")
+    if args.max_sentences < 1:
+        parser.error(f"--max-sentences {args.max_sentences}: must be at least 1")
     return args
 
 

@@ -10,7 +10,9 @@
 - :mod:`.checkpoint_files`: every checkpoint file is written atomically, and a torn
   one is named with the whole checkpoint to resume from;
 - :mod:`.prefetch`: a finished run exits cleanly instead of aborting on fairseq's
-  prefetching thread.
+  prefetching thread;
+- :mod:`.train_runs`: one live ``fairseq-train`` run per ``--save-dir``, and rerunning a
+  finished run trains nothing.
 
 Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
 when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
@@ -25,7 +27,7 @@ def apply():
     global _applied
     if _applied:
         return
-    from . import batching, checkpoint_files, checkpoints, criterion_state, precision, prefetch
+    from . import batching, checkpoint_files, checkpoints, criterion_state, precision, prefetch, train_runs
 
     checkpoints.apply()
     batching.apply()
@@ -33,4 +35,5 @@ def apply():
     precision.apply()
     checkpoint_files.apply()
     prefetch.apply()
+    train_runs.apply()
     _applied = True

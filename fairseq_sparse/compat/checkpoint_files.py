@@ -13,6 +13,7 @@ checkpoint beside it that is whole, to resume from with ``--restore-file``.
 
 import functools
 import os
+import pickle
 import shutil
 import uuid
 import zipfile
@@ -77,7 +78,8 @@ def whole_checkpoints_beside(path):
 def load_checkpoint_to_cpu(path, *args, **kwargs):
     try:
         return _original_load(path, *args, **kwargs)
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+    # A file that is no zip (a text file, say) reaches torch's legacy unpickler: KeyError, UnpicklingError.
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
         if not (_is_local(path) and os.path.isfile(path)) or zipfile.is_zipfile(path):
             raise  # a whole file failing for another reason: fairseq's own error stands
         good = whole_checkpoints_beside(path)

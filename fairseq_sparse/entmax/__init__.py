@@ -6,6 +6,7 @@ loss and report reads normaliser names from.
 """
 
 from .activations import (  # noqa: F401
+    FLOAT32_ALPHA_MIN,
     Entmax15Function,
     EntmaxAlphaFunction,
     SparsemaxFunction,

@@ -14,6 +14,14 @@ and returned in their own dtype.  Scores of -inf (masks) get exactly zero
 probability, and a row with no finite score returns zeros with zero gradient.  A
 row holding NaN or +inf returns NaN (and NaN gradients), as softmax does, on every
 backend.
+Integer and boolean inputs are refused, as softmax refuses them.
+
+Near alpha = 1 float32 cannot resolve the power 1/(alpha - 1) (a row's sum is off by
+about 4e-8 / (alpha - 1)), so a call whose smallest alpha is below
+``FLOAT32_ALPHA_MIN`` computes in float64, and float64 computes alpha - 1 below
+``FLOAT64_DELTA_MIN`` as that value (entmax is then softmax to within about
+2 (alpha - 1)): the rows sum to 1 at every alpha in (1, 2].
+
 On CPU a fused C++ kernel is used (built at install time, or compiled on first use:
 ``cpp_kernel.py``), on CUDA a fused Triton kernel when Triton is installed
 (``triton_kernel.py``; it also keeps half and bfloat16 rows in their dtype in memory);
@@ -31,6 +39,13 @@ try:
     from . import triton_kernel
 except ImportError:  # no Triton (e.g. CPU-only torch)
     triton_kernel = None
+
+# Below this alpha a float32 row sums to 1 only within about 4e-8 / (alpha - 1): such calls
+# are computed in float64.
+FLOAT32_ALPHA_MIN = 1.01
+# The smallest alpha - 1 computed as itself in float64 (whose sums are within about 1e-16 /
+# (alpha - 1)); at this one entmax is within about 2e-8 of both softmax and the true value.
+FLOAT64_DELTA_MIN = 1e-8
 
 _BACKENDS = ("auto", "torch", "cpp", "triton")
 _BACKEND = "auto"
@@ -119,6 +134,18 @@ def _check_alpha_range(alpha):
         raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{lo}, {hi}]")
 
 
+def _precise(x2, alpha_rows, alpha, look):
+    """(rows, alpha rows) in a dtype that resolves alpha: float64 when a float32 call has
+    an alpha below FLOAT32_ALPHA_MIN, whose alpha - 1 is then kept at FLOAT64_DELTA_MIN
+    or more.  ``look``: alpha may be read on the host (a CUDA alpha is read only when
+    the caller checks its range anyway)."""
+    if x2.dtype != torch.float64 and look and bool(alpha.detach().min() < FLOAT32_ALPHA_MIN):
+        x2, alpha_rows = x2.double(), alpha_rows.double()
+    if x2.dtype == torch.float64:
+        alpha_rows = alpha_rows.clamp_min(1 + FLOAT64_DELTA_MIN)
+    return x2, alpha_rows
+
+
 def _kernel_alpha(alpha, x2):
     """The C++ kernel takes one alpha per row, also for a constant alpha."""
     if isinstance(alpha, float):
@@ -204,6 +231,7 @@ class EntmaxAlphaFunction(Function):
         if check_alpha:
             _check_alpha_range(alpha)
         alpha_rows = _alpha_rows(alpha, x, dim)
+        x2, alpha_rows = _precise(x2, alpha_rows, alpha, check_alpha or not alpha.is_cuda)
         y2 = _forward_rows(x2, alpha_rows)
         ctx.save_for_backward(y2, alpha_rows)
         ctx.dim, ctx.shape, ctx.alpha_shape, ctx.alpha_dtype = dim, shape, alpha.shape, alpha.dtype
@@ -213,6 +241,7 @@ class EntmaxAlphaFunction(Function):
     def backward(ctx, dy):
         y2, alpha_rows = ctx.saved_tensors
         dy2, _ = _to_rows(dy, ctx.dim)
+        dy2 = dy2.to(y2.dtype)  # float64 where the forward pass needed it
         alpha_grad = ctx.needs_input_grad[1]
         dx2, da_rows = _backward_rows(y2, dy2, alpha_rows, alpha_grad)
         dx = _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype)
@@ -229,6 +258,9 @@ def _without_rows(x, dim, normalise):
     """The shapes the row kernels cannot take, handled as softmax handles them: a 0-d
     tensor is one row of one score (probability 1), and an empty tensor (no rows, or
     rows with no entries) gives an empty result.  None for every other shape."""
+    if not x.is_floating_point():
+        raise TypeError(f"entmax normalisers take floating-point scores, got a {x.dtype} tensor "
+                        "(convert it with .float(), as softmax requires)")
     if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
         raise IndexError(f"dim {dim} is out of range for a tensor of {x.dim()} dimensions")
     if x.dim() == 0:
@@ -257,7 +289,9 @@ def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
     along ``dim``; e.g. shape (1, H, 1, 1) gives one alpha per head for attention
     scores of shape (B, H, T, S).  ``check_alpha=False`` skips the range check, for
     callers whose alpha is in range by construction (``HeadAlpha``): on a GPU the
-    check waits for the device on every call.
+    check waits for the device on every call, so there it also skips the look at
+    alpha that picks float64 below ``FLOAT32_ALPHA_MIN``, and such a caller's alpha
+    must be at least that (on CPU the look costs nothing and is always made).
     """
     if not torch.is_tensor(alpha):
         alpha = torch.tensor(float(alpha), dtype=_compute_dtype(x.dtype), device=x.device)

@@ -68,11 +68,20 @@ def _use_fused(q):
     return activations._BACKEND == "triton"  # CPU tensors: only under the interpreter, when asked
 
 
+def _near_one(alpha):
+    """An alpha that float32, hence the fused kernel, cannot resolve (a CUDA tensor is not
+    read: that would wait for the device)."""
+    if torch.is_tensor(alpha):
+        return not alpha.is_cuda and bool(alpha.detach().min() < activations.FLOAT32_ALPHA_MIN)
+    return alpha < activations.FLOAT32_ALPHA_MIN
+
+
 def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D); returns (B, H, Tq, D).
 
     ``alpha``: a float in (1, 2] (2 is sparsemax), or a tensor of shape (H,), one per
-    head, which may require grad.  ``key_padding_mask``: (B, Tk) bool, True at padding
+    head, which may require grad; below ``FLOAT32_ALPHA_MIN`` the reference path runs
+    in float64 (except for a CUDA tensor, whose values are not read).  ``key_padding_mask``: (B, Tk) bool, True at padding
     (fairseq's convention).  ``causal``: query i sees keys j <= i + Tk - Tq (the last
     query is aligned with the last key).  ``scale``: default 1 / sqrt(D).  A query that
     sees no key gets zeros (and zero gradients).
@@ -81,7 +90,7 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
         alpha = float(alpha)
-    if _use_fused(q):
+    if _use_fused(q) and not _near_one(alpha):
         fixed = _fixed(alpha)
         heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale)

@@ -10,6 +10,7 @@ processes load it in a moment.  Without a compiler or ninja, the pure-PyTorch
 reference runs instead, after one warning.
 """
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,8 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "entmax_cpu.cpp"
 # information for torch's headers doubled the compile time (31 s against 16 on 2 cores).
 CFLAGS = ["-O3", "-fopenmp", "-fno-trapping-math", "-g0"]
 LDFLAGS = ["-fopenmp"]
+
+NAME = "fairseq_sparse_entmax_cpu"
 
 _kernel = None
 _looked = False
@@ -39,9 +42,14 @@ def load():
     except ImportError:  # not built at install time
         pass
     try:
-        from torch.utils.cpp_extension import load as compile_and_load
+        from torch.utils.cpp_extension import _get_build_directory, load as compile_and_load
 
-        _kernel = compile_and_load(name="fairseq_sparse_entmax_cpu", sources=[str(SOURCE)],
+        build = Path(_get_build_directory(NAME, verbose=False))
+        if not (build / f"{NAME}.so").is_file():  # the one slow call: say so, as it starts
+            logging.getLogger(__name__).warning(
+                f"fairseq_sparse: compiling the C++ entmax kernel against this torch, once (about a minute; "
+                f"cached in {build})")
+        _kernel = compile_and_load(name=NAME, sources=[str(SOURCE)],
                                    extra_cflags=CFLAGS, extra_ldflags=LDFLAGS)
     except Exception as e:  # no compiler, no ninja, no write access to the cache, ...
         warnings.warn(f"fairseq_sparse: the C++ entmax kernel could not be compiled ({type(e).__name__}: "

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .activations import entmax15, entmax_alpha, sparsemax
+from .activations import FLOAT32_ALPHA_MIN, entmax15, entmax_alpha, sparsemax
 
 
 def _softmax(x, dim=-1):
@@ -41,12 +41,15 @@ class Normalizer:
         """Its alpha is learned (one per attention head, :class:`~fairseq_sparse.modules.HeadAlpha`)."""
         return self.alpha is None
 
-    def __call__(self, x, dim=-1, alpha=None):
+    def __call__(self, x, dim=-1, alpha=None, alpha_min=None):
+        """``alpha_min``: a bound the learned alpha keeps by construction (``HeadAlpha``).
+        From FLOAT32_ALPHA_MIN up, alpha is not read on the host (on a GPU that would stall
+        every call); otherwise its range is checked and its precision chosen there."""
         if self.learned:
             if alpha is None:
                 raise ValueError(f"the {self.name} normaliser needs an alpha")
-            # In range by HeadAlpha's construction; checking would stall a GPU on every call.
-            return self.function(x, alpha, dim=dim, check_alpha=False)
+            trusted = alpha_min is not None and alpha_min >= FLOAT32_ALPHA_MIN
+            return self.function(x, alpha, dim=dim, check_alpha=not trusted)
         return self.function(x, dim=dim)
 
     def log_probs(self, x, dim=-1):

@@ -52,6 +52,9 @@ class SSVAEModel(BaseFairseqModel):
 
     @classmethod
     def build_model(cls, cfg, task):
+        for option, value in (("--hidden-dim", cfg.hidden_dim), ("--latent-dim", cfg.latent_dim)):
+            if value < 1:
+                raise ValueError(f"{option} {value}: must be at least 1")
         return cls(task.input_dim, task.num_classes, cfg.hidden_dim, cfg.latent_dim, cfg.classification_weight)
 
     def forward(self, images):

@@ -36,6 +36,9 @@ class SSVAETask(ImageExperimentTask):
     cfg: SSVAEConfig
 
     def __init__(self, cfg):
+        if not 0 < cfg.labelled_fraction <= 1:  # also NaN
+            raise ValueError(f"--labelled-fraction {cfg.labelled_fraction}: must lie in (0, 1] (the fraction of "
+                             "each class's training images whose label is kept)")
         super().__init__(cfg)
         self.latent_space = Categorical(self.num_classes)
         self.images = self.levels.float() / (self.num_levels - 1)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 
 from ..entmax import attention as fused_attention
+from ..entmax.activations import FLOAT32_ALPHA_MIN
 from ..entmax.normalizers import get_normalizer
 from .head_alpha import ALPHA_MIN, HeadAlpha
 
@@ -72,7 +73,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
             return self.normalizer(scores, dim=-1)
         heads = scores.view(-1, self.num_heads, scores.size(1), scores.size(2))
         alpha = self.head_alpha().to(heads.dtype).view(1, -1, 1, 1)
-        return self.normalizer(heads, dim=-1, alpha=alpha).view_as(scores)
+        return self.normalizer(heads, dim=-1, alpha=alpha, alpha_min=self.head_alpha.alpha_min).view_as(scores)
 
     def forward(
         self,
@@ -131,6 +132,8 @@ class AlphaEntmaxAttention(MultiheadAttention):
             return False
         if not fused_attention._use_fused(query):
             return False
+        if self.head_alpha is not None and self.head_alpha.alpha_min < FLOAT32_ALPHA_MIN:
+            return False  # such alphas need float64 (entmax_alpha), which the fused kernel has not
         if attn_mask is not None and not (self.causal_attn_mask and incremental_state is None):
             return False
         if self.training and self.dropout_module.p > 0:

@@ -33,6 +33,8 @@ class HeadAlpha(nn.Module):
     ``initial_alpha`` (a buffer, saved with the checkpoint) is each head's alpha at
     initialisation, so that what training changed can be told from where a head
     started: a random initialisation alone spreads the heads over (alpha_min, 2).
+    Below ``FLOAT32_ALPHA_MIN`` (1.01) entmax is computed in float64, off the fused
+    GPU kernel, and the alphas are read on the host at every call.
     It is NaN in a model loaded from a checkpoint written before it was kept.
     """
 
@@ -53,8 +55,11 @@ class HeadAlpha(nn.Module):
         self.register_buffer("initial_alpha", self().detach().clone())
 
     def forward(self):
-        """alpha of each head, shape (num_heads,)."""
-        return self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.pre_alpha)
+        """alpha of each head, shape (num_heads,), strictly above 1."""
+        alpha = self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.pre_alpha)
+        if self.alpha_min == 1.0:  # a saturated sigmoid would round alpha to 1, where entmax is undefined
+            alpha = alpha.clamp_min(1.0 + torch.finfo(alpha.dtype).eps)
+        return alpha
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # A trained alpha without its starting point (an older checkpoint): unknown, not this

@@ -14,6 +14,7 @@ The other objectives subclass it: ``latent`` draws z and returns its prior terms
 penalty.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +37,11 @@ class VAEConfig(FairseqDataclass):
 class VAECriterion(FairseqCriterion):
     def __init__(self, cfg, task):
         super().__init__(task)
+        names = cfg.keys() if hasattr(cfg, "keys") else vars(cfg)  # a DictConfig or the dataclass
+        for name in [n for n in names if n.endswith("_weight")]:  # --kl-weight, --mmd-weight, --gamma-kl-weight...
+            value = getattr(cfg, name)
+            if isinstance(value, (int, float)) and not 0 <= value < math.inf:  # also NaN
+                raise ValueError(f"--{name.replace('_', '-')} {value}: must be a finite number >= 0")
         self.cfg = cfg
         self.pad = task.target_dictionary.pad()
 

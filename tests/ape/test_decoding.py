@@ -344,3 +344,20 @@ def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ap
     alone = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
                     checkpoint, "--cpu", "--keep-mt-max-edits", "2", check=False)
     assert alone.returncode != 0 and "--keep-mt-max-edits limits the margin gate" in alone.stderr
+    scored = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
+                     checkpoint, "--cpu", "--gen-subset", "test", "--score-reference", "--keep-mt-margin", "0.5",
+                     "--conservativeness", "1", check=False)
+    assert scored.returncode != 0
+    assert "--score-reference scores the reference post-edits and searches nothing, so --conservativeness and " \
+           "--keep-mt-margin would be ignored" in scored.stderr
+
+
+def test_search_options_with_a_reference_scorer_are_refused(ape_model):
+    model, task, _, _ = ape_model
+    scorer = SequenceScorer(task.dictionary)
+    assert build_ape_generator(scorer, [model], task.dictionary) is scorer
+    for options, named in ((dict(keep_mt_margin=0.5), "so --keep-mt-margin would be ignored"),
+                           (dict(conservativeness=1.0), "so --conservativeness would be ignored"),
+                           (dict(keep_mt_risk=1.0), "so --keep-mt-risk would be ignored")):
+        with pytest.raises(ValueError, match=f"--score-reference .*{named}"):
+            build_ape_generator(scorer, [model], task.dictionary, **options)

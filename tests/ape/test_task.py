@@ -116,6 +116,11 @@ def test_raw_and_binarised_inputs_are_the_same(tmp_path, ape_raw, tiny_bert):
     (lambda d: (d / "valid.mt").write_text(""), r"valid.mt: empty file"),
     (lambda d: (d / "valid.src").unlink(), r"valid.src: missing"),
     (lambda d: (d / "valid.src").write_bytes(b"\xff\xfe bad\n"), r"valid.src: cannot be read as UTF-8"),
+    # An empty or blank line would be an empty triplet, silently post-edited and scored.
+    (lambda d: insert_line(d / "valid.mt", 4, ""), r"valid.mt:5: empty line"),
+    (lambda d: insert_line(d / "valid.src", 0, " \t "), r"valid.src:1: empty line"),
+    (lambda d: [p.write_text(p.read_text() + "\n") for p in d.glob("valid.*")], r"valid.src:31: empty line"),
+    (lambda d: (d / "valid.pe").write_text("\n".join(["x"] * 12 + [""] + ["x"] * 17) + "\n"), r"valid.pe:13: empty line"),
 ])
 def test_bad_triplet_files_are_named(ape_raw, tiny_bert, damage, message):
     from fairseq_sparse.ape.task import APEConfig, APETask
@@ -124,6 +129,52 @@ def test_bad_triplet_files_are_named(ape_raw, tiny_bert, damage, message):
     task = APETask.setup_task(APEConfig(data=str(ape_raw), bert_model=str(tiny_bert)))
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         task.load_dataset("valid")
+
+
+def insert_line(path, index, text):
+    lines = path.read_text(encoding="utf-8").split("\n")
+    path.write_text("\n".join(lines[:index] + [text] + lines[index:]), encoding="utf-8")
+
+
+@pytest.mark.parametrize("line_end", ["\r", "\r\n"])
+def test_classic_mac_and_windows_line_ends_give_the_same_triplets(tmp_path, ape_raw, tiny_bert, line_end):
+    """CR-only files were one triplet of everything (1 post-edit for 20); a "\r" inside a
+    line of a "\n" file stays in its line."""
+    from fairseq_sparse.ape.task import APEConfig, APETask
+    from fairseq_sparse.ape.triplets import read_triplets
+
+    want = read_triplets(ape_raw, "valid")
+    other = tmp_path / "other"
+    other.mkdir()
+    for name, lines in want.items():
+        (other / f"valid.{name}").write_bytes(line_end.join(lines).encode() + line_end.encode())
+    assert read_triplets(other, "valid") == want
+    tasks = [APETask.setup_task(APEConfig(data=str(d), bert_model=str(tiny_bert))) for d in (ape_raw, other)]
+    for task in tasks:
+        task.load_dataset("valid")
+    assert len(tasks[1].dataset("valid")) == 30
+    for i in range(30):
+        assert tasks[0].dataset("valid")[i]["source"].tolist() == tasks[1].dataset("valid")[i]["source"].tolist()
+    run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", other, "--destdir", tmp_path / "bin",
+            "--splits", "valid")
+    binarised = APETask.setup_task(APEConfig(data=str(tmp_path / "bin"), bert_model=str(tiny_bert)))
+    binarised.load_dataset("valid")
+    assert [binarised.dataset("valid")[i]["target"].tolist() for i in range(30)] == \
+        [tasks[0].dataset("valid")[i]["target"].tolist() for i in range(30)]
+
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    for name, lines in want.items():
+        lines = [lines[0] + "\r" + lines[0]] + lines[1:] if name == "src" else lines
+        (inner / f"valid.{name}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert read_triplets(inner, "valid")["src"][0] == want["src"][0] + "\r" + want["src"][0]
+
+
+def test_binarising_a_blank_line_names_it(tmp_path, ape_raw, tiny_bert):
+    insert_line(ape_raw / "valid.pe", 7, "")
+    result = run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir",
+                     tmp_path / "bin", "--splits", "valid", check=False)
+    assert result.returncode != 0 and "valid.pe:8: empty line" in result.stderr
 
 
 def test_generation_needs_the_tokenizer_or_bert_model(tmp_path, ape_raw):
@@ -375,3 +426,24 @@ def test_fairseq_train_masks_the_mt_of_its_batches(tmp_path, ape_raw, tiny_bert)
         assert state["cfg"]["task"]["mt_mask_prob"] == float(prob)
         weights[prob] = state["model"]
     assert any(not torch.equal(w, weights["0.2"][name]) for name, w in weights["0"].items())
+
+
+@pytest.mark.parametrize("task, model", [("ssvae", "ssvae"), ("sentence_vae", "sentence_vae")])
+def test_another_tasks_checkpoint_is_named_with_its_task(tmp_path, ape_trained, task, model):
+    """It failed deep inside the other model (ssvae: "'APETask' object has no attribute
+    'input_dim'"; sentence_vae: a state_dict mismatch after an "old checkpoint" warning)."""
+    ape_raw, checkpoint = ape_trained
+    state = torch.load(checkpoint)
+    state["cfg"]["task"]["_name"] = task
+    for option, value in (("_name", model), ("arch", model), ("task", task)):
+        setattr(state["cfg"]["model"], option, value)
+    other = tmp_path / "other.pt"
+    torch.save(state, other)
+    want = f"--task ape: the checkpoint holds a '{model}' model, trained with --task {task}, not an APE model"
+    proc = generate(ape_raw, other, check=False)
+    assert proc.returncode != 0 and want in proc.stderr, proc.stderr[-1500:]
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a b\tc d\n", encoding="utf-8")
+    proc = run_cli("fairseq-interactive", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
+                   other, "--cpu", "--input", pairs, check=False)
+    assert proc.returncode != 0 and want in proc.stderr, proc.stderr[-1500:]

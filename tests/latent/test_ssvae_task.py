@@ -68,3 +68,15 @@ def test_labelled_only_warm_start_then_the_whole_objective(tmp_path):
                    tmp_path / "warm" / "checkpoint_last.pt", "--save-dir", tmp_path / "full", cwd=tmp_path)
     assert "loaded checkpoint" in full.stdout.lower() and "1439 train (" in full.stdout
     assert valid_metrics(full.stdout)["decoder_calls"] >= 1
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--latent-dim", "-3"], "--latent-dim -3: must be at least 1"),
+    (["--hidden-dim", "0"], "--hidden-dim 0: must be at least 1"),
+    (["--labelled-fraction", "0"], r"--labelled-fraction 0.0: must lie in \(0, 1\]"),
+    (["--labelled-fraction", "1.5"], r"--labelled-fraction 1.5: must lie in \(0, 1\]"),
+])
+def test_bad_sizes_and_fractions_are_refused_by_name(tmp_path, options, message):
+    proc = run_cli("fairseq-train", *COMMON, "--estimator", "sparsemax", "--dataset", "digits", "--max-update", "1",
+                   *options, cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and re.search(message, proc.stderr), proc.stderr[-1500:]

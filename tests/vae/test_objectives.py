@@ -190,3 +190,21 @@ def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradien
     (posterior["gamma_a"].sum() + posterior["gamma_b"].sum()).backward()
     # The gradient is softplus's, sigmoid(raw), for each of the 3 rows; a plain clamp would give 0.
     torch.testing.assert_close(model.posterior.bias.grad[2 * latent:], 3 * torch.sigmoid(torch.cat([raw_a, raw_b])))
+
+
+@pytest.mark.parametrize("option, value", [("kl_weight", -1.0), ("gamma_kl_weight", -0.5), ("kl_weight", float("nan")),
+                                           ("gamma_kl_weight", float("inf"))])
+def test_a_negative_or_non_finite_term_weight_is_refused(option, value):
+    with pytest.raises(ValueError, match=f"--{option.replace('_', '-')} {value}: must be a finite number >= 0"):
+        hsvae_criterion(**{option: value})
+
+
+def test_mat_vae_refuses_a_negative_mmd_weight():
+    from types import SimpleNamespace
+
+    from fairseq_sparse.vae.mat_vae import MATVAECriterion, MATVAEConfig
+
+    task = SimpleNamespace(target_dictionary=SimpleNamespace(pad=lambda: 1))
+    with pytest.raises(ValueError, match="--mmd-weight -2.0: must be a finite number >= 0"):
+        MATVAECriterion(MATVAEConfig(mmd_weight=-2.0), task)
+    MATVAECriterion(MATVAEConfig(mmd_weight=0.0), task)

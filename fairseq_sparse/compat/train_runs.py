@@ -1,0 +1,135 @@
+"""One live ``fairseq-train`` run per ``--save-dir``, and a finished run stays finished.
+
+- fairseq lets two runs train into one ``--save-dir`` at once: each overwrites the
+  other's checkpoints, both exit 0, and ``checkpoint_best.pt`` ends up recording a loss
+  that neither run logged for the weights it holds.  Here the run that writes
+  checkpoints (the master, unless ``--no-save``) holds an exclusive lock on
+  ``SAVE_DIR/LOCK_NAME`` while it trains, the file naming its pid and host; a second
+  run stops at once with an error naming the directory and the run that holds it.
+  The lock is the operating system's (``flock``), so a run that is killed leaves no
+  stale lock behind; the file is removed when the run ends.
+- fairseq checks ``--max-update`` and ``--stop-time-hours`` only after an update, so
+  rerunning a run that has reached either trains one more update and overwrites
+  ``checkpoint_last.pt`` and ``checkpoint_best.pt``.  Here an epoch is not started when
+  the loaded checkpoint is already there: the rerun trains nothing and writes nothing.
+"""
+
+import fcntl
+import functools
+import logging
+import math
+import os
+import socket
+import sys
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".fairseq-train.lock"
+
+
+class SaveDirInUse(RuntimeError):
+    pass
+
+
+def lock_save_dir(save_dir):
+    """An open file holding the exclusive lock of ``save_dir`` (close it to release), or
+    SaveDirInUse naming the directory and the run that holds it."""
+    path = Path(save_dir) / LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise SaveDirInUse(f"--save-dir {save_dir}: another fairseq-train run ({holder}) is training into it, "
+                               f"and two runs would overwrite each other's checkpoints; give this run its own "
+                               f"--save-dir, or wait for that one to end (lock: {path})") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()  # locked a file that the run before removed as it ended: lock the new one
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def release(handle):
+    path = handle.name
+    try:
+        os.remove(path)  # still ours: removed before the lock is let go
+    except FileNotFoundError:
+        pass
+    handle.close()
+
+
+def finished(cfg, trainer):
+    """Why the run loaded into ``trainer`` has nothing left to train, or None."""
+    max_update = cfg.optimization.max_update or math.inf
+    if trainer.get_num_updates() >= max_update:
+        return f"it has reached --max-update {cfg.optimization.max_update}"
+    hours = trainer.cumulative_training_time() / 3600
+    if cfg.optimization.stop_time_hours > 0 and hours > cfg.optimization.stop_time_hours:
+        return f"it has trained for {hours:.3f} h, past --stop-time-hours {cfg.optimization.stop_time_hours}"
+    return None
+
+
+def guard_main(main):
+    @functools.wraps(main)
+    def locked_main(cfg, *args, **kwargs):
+        from fairseq import distributed_utils
+
+        if cfg.checkpoint.no_save or not distributed_utils.is_master(cfg.distributed_training):
+            return main(cfg, *args, **kwargs)
+        try:
+            handle = lock_save_dir(cfg.checkpoint.save_dir)
+        except SaveDirInUse as e:
+            raise SystemExit(str(e)) from None
+        try:
+            return main(cfg, *args, **kwargs)
+        finally:
+            release(handle)
+
+    return locked_main
+
+
+def guard_epoch(train):
+    @functools.wraps(train)
+    def train_unless_finished(cfg, trainer, task, epoch_itr):
+        why = finished(cfg, trainer)
+        if why is not None:
+            logger.info(f"nothing to train: {why} ({trainer.get_num_updates()} updates); no checkpoint is written")
+            return [None], True
+        return train(cfg, trainer, task, epoch_itr)
+
+    return train_unless_finished
+
+
+def _train_modules():
+    """fairseq's train CLI as imported: ``fairseq-train`` imports ``fairseq_cli.train``
+    before it loads the plugin; ``python -m fairseq_cli.train`` runs it as ``__main__``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "fairseq_cli.train":
+        yield main
+    if "fairseq_cli.train" in sys.modules:
+        yield sys.modules["fairseq_cli.train"]
+
+
+def apply():
+    """Called once, by :func:`fairseq_sparse.compat.apply`.  Only a process that runs
+    fairseq's train CLI is patched (importing it elsewhere would configure logging)."""
+    for train_cli in _train_modules():
+        for name, guard in (("main", guard_main), ("train", guard_epoch)):
+            function = getattr(train_cli, name)
+            if not getattr(function, "_fairseq_sparse_guard", False):  # fairseq's own decorators set __wrapped__
+                guarded = guard(function)
+                guarded._fairseq_sparse_guard = True
+                setattr(train_cli, name, guarded)
