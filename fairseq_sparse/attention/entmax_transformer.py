@@ -26,7 +26,7 @@ from fairseq.models.transformer import (
 
 from ..entmax.normalizers import get_normalizer, normalizer_names
 from ..modules.alpha_entmax_attention import AlphaEntmaxAttention
-from ..modules.head_alpha import ALPHA_MIN, parse_alpha_init
+from ..entmax.head_alpha import ALPHA_MIN, parse_alpha_init
 
 SITES = ("encoder", "decoder", "cross")
 

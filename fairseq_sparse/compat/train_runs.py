@@ -71,7 +71,10 @@ def release(handle):
 
 
 def finished(cfg, trainer):
-    """Why the run loaded into ``trainer`` has nothing left to train, or None."""
+    """Why the run loaded into ``trainer`` has nothing left to train, or None (always for a
+    run that has trained no update yet: it trains at least one, as fairseq does)."""
+    if trainer.get_num_updates() == 0:
+        return None
     max_update = cfg.optimization.max_update or math.inf
     if trainer.get_num_updates() >= max_update:
         return f"it has reached --max-update {cfg.optimization.max_update}"

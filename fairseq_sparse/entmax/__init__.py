@@ -19,4 +19,5 @@ from .activations import (  # noqa: F401
     use_backend,
 )
 from .attention import entmax_attention  # noqa: F401
+from .head_alpha import HeadAlpha  # noqa: F401
 from .normalizers import NORMALIZERS, Normalizer, get_normalizer, register_normalizer  # noqa: F401

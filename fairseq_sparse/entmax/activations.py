@@ -29,6 +29,7 @@ otherwise the pure-PyTorch reference in ``reference.py``.
 """
 
 import contextlib
+from typing import Optional, Tuple
 
 import torch
 from torch.autograd import Function
@@ -137,8 +138,8 @@ def _check_alpha_range(alpha):
 def _precise(x2, alpha_rows, alpha, look):
     """(rows, alpha rows) in a dtype that resolves alpha: float64 when a float32 call has
     an alpha below FLOAT32_ALPHA_MIN, whose alpha - 1 is then kept at FLOAT64_DELTA_MIN
-    or more.  ``look``: alpha may be read on the host (a CUDA alpha is read only when
-    the caller checks its range anyway)."""
+    or more.  ``look``: alpha may be read on the host, as its range check does (without
+    it, alpha is taken to be FLOAT32_ALPHA_MIN or more)."""
     if x2.dtype != torch.float64 and look and bool(alpha.detach().min() < FLOAT32_ALPHA_MIN):
         x2, alpha_rows = x2.double(), alpha_rows.double()
     if x2.dtype == torch.float64:
@@ -153,7 +154,7 @@ def _kernel_alpha(alpha, x2):
     return alpha.reshape(-1)
 
 
-def _forward_rows(x2, alpha):
+def _row_kernels_forward(x2, alpha):
     """alpha-entmax of each row; ``alpha`` is a float or an (rows, 1) tensor.
 
     A row holding NaN or +inf is NaN, as softmax makes it, whichever backend runs: the
@@ -172,7 +173,7 @@ def _forward_rows(x2, alpha):
     return y2.masked_fill_(torch.isnan(top) | torch.isposinf(top), float("nan"))
 
 
-def _backward_rows(y2, dy2, alpha, alpha_grad):
+def _row_kernels_backward(y2, dy2, alpha, alpha_grad):
     """Gradients of each row (and of its alpha); NaN for a NaN row, as softmax gives."""
     if _use_triton(y2):
         dx, da = triton_kernel.backward(y2, dy2, alpha, alpha_grad)
@@ -182,43 +183,113 @@ def _backward_rows(y2, dy2, alpha, alpha_grad):
     else:
         dx, da = reference.backward(y2, dy2, alpha, alpha_grad)
     invalid = torch.isnan(y2[:, :1])  # the forward pass made such rows NaN throughout
-    dx.masked_fill_(invalid, float("nan"))  # unconditionally, as in _forward_rows
+    dx.masked_fill_(invalid, float("nan"))  # unconditionally, as in _row_kernels_forward
     return dx, (da.masked_fill_(invalid, float("nan")) if da is not None else None)
 
 
-class _FixedAlphaFunction(Function):
-    """entmax at a constant alpha, for which the threshold has a closed form on its support."""
-
-    ALPHA = None
-
-    @classmethod
-    def forward(cls, ctx, x, dim):
-        x2, shape = _to_rows(x, dim)
-        y2 = _forward_rows(x2, cls.ALPHA)
-        ctx.save_for_backward(y2)
-        ctx.dim, ctx.shape = dim, shape
-        return _from_rows(y2, shape, dim, x.dtype)
-
-    @classmethod
-    def backward(cls, ctx, dy):
-        (y2,) = ctx.saved_tensors
-        dy2, _ = _to_rows(dy, ctx.dim)
-        dx2, _ = _backward_rows(y2, dy2, cls.ALPHA, False)
-        return _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype), None
+# The row kernels as PyTorch operators, so that torch.compile traces through them (a
+# pybind or Triton call would break its graph): ``fixed`` is the constant alpha, or 0
+# for the per-row ``alpha`` tensor.  Their fake implementations give the shapes; their
+# autograd is the closed-form backward, also an operator.
+@torch.library.custom_op("fairseq_sparse::entmax_rows", mutates_args=())
+def entmax_rows(x2: torch.Tensor, alpha: Optional[torch.Tensor], fixed: float) -> torch.Tensor:
+    """alpha-entmax of each row of the 2-D ``x2``, at ``fixed`` or at the (rows, 1) ``alpha``."""
+    return _row_kernels_forward(x2, fixed if fixed else alpha)
 
 
-class SparsemaxFunction(_FixedAlphaFunction):
+@entmax_rows.register_fake
+def _(x2, alpha, fixed):
+    return torch.empty_like(x2)
+
+
+@torch.library.custom_op("fairseq_sparse::entmax_rows_backward", mutates_args=())
+def entmax_rows_backward(y2: torch.Tensor, dy2: torch.Tensor, alpha: Optional[torch.Tensor], fixed: float,
+                         alpha_grad: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(d x2, d alpha) of :func:`entmax_rows` at its output ``y2``; d alpha is (rows, 1), or
+    empty without ``alpha_grad``."""
+    dx, da = _row_kernels_backward(y2, dy2, fixed if fixed else alpha, alpha_grad)
+    return dx, (da if da is not None else y2.new_empty(0, 1))
+
+
+@entmax_rows_backward.register_fake
+def _(y2, dy2, alpha, fixed, alpha_grad):
+    return torch.empty_like(y2), y2.new_empty(y2.shape[0] if alpha_grad else 0, 1)
+
+
+def _setup_context(ctx, inputs, output):
+    _, alpha, fixed = inputs
+    ctx.save_for_backward(output, alpha)
+    ctx.fixed = fixed
+
+
+def _entmax_rows_gradient(ctx, dy2):
+    y2, alpha = ctx.saved_tensors
+    alpha_grad = alpha is not None and ctx.needs_input_grad[1]
+    dx, da = entmax_rows_backward(y2, dy2, alpha, ctx.fixed, alpha_grad)
+    return dx, (da if alpha_grad else None), None
+
+
+entmax_rows.register_autograd(_entmax_rows_gradient, setup_context=_setup_context)
+
+
+def _forward_rows(x2, alpha):
+    if isinstance(alpha, float):
+        return entmax_rows(x2, None, alpha)
+    return entmax_rows(x2, alpha, 0.0)
+
+
+def _backward_rows(y2, dy2, alpha, alpha_grad):
+    if isinstance(alpha, float):
+        dx, _ = entmax_rows_backward(y2, dy2, None, alpha, False)
+        return dx, None
+    dx, da = entmax_rows_backward(y2, dy2, alpha, 0.0, alpha_grad)
+    return dx, (da if alpha_grad else None)
+
+
+def _fixed_forward(ctx, x, dim, alpha):
+    x2, shape = _to_rows(x, dim)
+    y2 = _forward_rows(x2, alpha)
+    ctx.save_for_backward(y2)
+    ctx.dim, ctx.shape = dim, shape
+    return _from_rows(y2, shape, dim, x.dtype)
+
+
+def _fixed_backward(ctx, dy, alpha):
+    (y2,) = ctx.saved_tensors
+    dy2, _ = _to_rows(dy, ctx.dim)
+    dx2, _ = _backward_rows(y2, dy2, alpha, False)
+    return _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype), None
+
+
+class SparsemaxFunction(Function):
     """sparsemax(x) = argmin_{p in simplex} ||p - x||^2 = [x - tau]_+
-    (Martins & Astudillo, ICML 2016).  Jacobian: diag(s) - s s^T / |S|, s the support indicator."""
+    (Martins & Astudillo, ICML 2016).  Jacobian: diag(s) - s s^T / |S|, s the support indicator.
+    A constant alpha, for which the threshold has a closed form on its support."""
 
     ALPHA = 2.0
 
+    @staticmethod
+    def forward(ctx, x, dim):
+        return _fixed_forward(ctx, x, dim, 2.0)  # ALPHA, as a literal for torch.compile
 
-class Entmax15Function(_FixedAlphaFunction):
+    @staticmethod
+    def backward(ctx, dy):
+        return _fixed_backward(ctx, dy, 2.0)
+
+
+class Entmax15Function(Function):
     """1.5-entmax(x) = [x/2 - tau]_+^2 (Peters, Niculae & Martins, ACL 2019).
     Jacobian: diag(g) - g g^T / sum g with g = sqrt(y)."""
 
     ALPHA = 1.5
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        return _fixed_forward(ctx, x, dim, 1.5)  # ALPHA, as a literal for torch.compile
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _fixed_backward(ctx, dy, 1.5)
 
 
 class EntmaxAlphaFunction(Function):
@@ -231,7 +302,7 @@ class EntmaxAlphaFunction(Function):
         if check_alpha:
             _check_alpha_range(alpha)
         alpha_rows = _alpha_rows(alpha, x, dim)
-        x2, alpha_rows = _precise(x2, alpha_rows, alpha, check_alpha or not alpha.is_cuda)
+        x2, alpha_rows = _precise(x2, alpha_rows, alpha, check_alpha)
         y2 = _forward_rows(x2, alpha_rows)
         ctx.save_for_backward(y2, alpha_rows)
         ctx.dim, ctx.shape, ctx.alpha_shape, ctx.alpha_dtype = dim, shape, alpha.shape, alpha.dtype
@@ -289,9 +360,9 @@ def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
     along ``dim``; e.g. shape (1, H, 1, 1) gives one alpha per head for attention
     scores of shape (B, H, T, S).  ``check_alpha=False`` skips the range check, for
     callers whose alpha is in range by construction (``HeadAlpha``): on a GPU the
-    check waits for the device on every call, so there it also skips the look at
-    alpha that picks float64 below ``FLOAT32_ALPHA_MIN``, and such a caller's alpha
-    must be at least that (on CPU the look costs nothing and is always made).
+    check waits for the device on every call (and under ``torch.compile`` it breaks the
+    graph).  It also skips the look at alpha that picks float64 below
+    ``FLOAT32_ALPHA_MIN``, so such a caller's alpha must be at least that.
     """
     if not torch.is_tensor(alpha):
         alpha = torch.tensor(float(alpha), dtype=_compute_dtype(x.dtype), device=x.device)

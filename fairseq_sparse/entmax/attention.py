@@ -30,6 +30,8 @@ REFERENCE_CHUNK = 1024
 
 
 def _check(q, k, v, alpha, key_padding_mask, scale):
+    """Refuse bad arguments, naming them; True where alpha is below FLOAT32_ALPHA_MIN (a
+    CUDA tensor's values are not read: that would wait for the device)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"entmax_attention takes q, k, v of shape (B, H, T, D), got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -39,15 +41,21 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
                          f"{tuple(k.shape)} and {tuple(v.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"entmax_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    near_one = False
     if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
         if not 1.0 < float(alpha) <= 2.0:
             raise ValueError(f"entmax alpha must lie in (1, 2], got {alpha}")
+        near_one = float(alpha) < activations.FLOAT32_ALPHA_MIN
     elif torch.is_tensor(alpha):
         if alpha.shape != (H,):
             raise ValueError(f"entmax_attention: a tensor alpha has one value per head, shape ({H},), "
                              f"got {tuple(alpha.shape)}")
         if not alpha.is_cuda:  # on the GPU this check would wait for the device
-            activations._check_alpha_range(alpha.detach())
+            a = alpha.detach()
+            lowest = torch.where(((a > 1) & (a <= 2)).all(), a.min(), -1.0).item()  # one read: range and lowest
+            if lowest < 0:
+                raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{a.min().item()}, {a.max().item()}]")
+            near_one = lowest < activations.FLOAT32_ALPHA_MIN
     else:
         raise TypeError(f"entmax_attention: alpha must be a float or a tensor of shape ({H},), got {type(alpha)}")
     if key_padding_mask is not None:
@@ -56,6 +64,7 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
                              f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}")
     if scale is not None and not scale > 0:
         raise ValueError(f"entmax_attention: scale must be positive, got {scale}")
+    return near_one
 
 
 def _use_fused(q):
@@ -68,14 +77,6 @@ def _use_fused(q):
     return activations._BACKEND == "triton"  # CPU tensors: only under the interpreter, when asked
 
 
-def _near_one(alpha):
-    """An alpha that float32, hence the fused kernel, cannot resolve (a CUDA tensor is not
-    read: that would wait for the device)."""
-    if torch.is_tensor(alpha):
-        return not alpha.is_cuda and bool(alpha.detach().min() < activations.FLOAT32_ALPHA_MIN)
-    return alpha < activations.FLOAT32_ALPHA_MIN
-
-
 def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D); returns (B, H, Tq, D).
 
@@ -86,11 +87,11 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     query is aligned with the last key).  ``scale``: default 1 / sqrt(D).  A query that
     sees no key gets zeros (and zero gradients).
     """
-    _check(q, k, v, alpha, key_padding_mask, scale)
+    near_one = _check(q, k, v, alpha, key_padding_mask, scale)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
         alpha = float(alpha)
-    if _use_fused(q) and not _near_one(alpha):
+    if _use_fused(q) and not near_one:
         fixed = _fixed(alpha)
         heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale)

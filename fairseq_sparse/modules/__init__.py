@@ -2,4 +2,4 @@
 alpha, BERT loading and the probability helpers."""
 
 from .alpha_entmax_attention import AlphaEntmaxAttention  # noqa: F401
-from .head_alpha import HeadAlpha  # noqa: F401
+from ..entmax.head_alpha import HeadAlpha  # noqa: F401  (its home: the torch-only core)

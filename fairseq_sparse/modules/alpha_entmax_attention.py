@@ -11,7 +11,7 @@ from fairseq.modules import MultiheadAttention
 from ..entmax import attention as fused_attention
 from ..entmax.activations import FLOAT32_ALPHA_MIN
 from ..entmax.normalizers import get_normalizer
-from .head_alpha import ALPHA_MIN, HeadAlpha
+from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
 
 logger = logging.getLogger(__name__)
 

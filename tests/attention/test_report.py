@@ -41,6 +41,24 @@ def test_report_from_checkpoints(multi30k_bin, tmp_path):
     trajectory = report.split("## Alpha trajectories")[1]
     assert [int(u) for u in re.findall(r"^\| (\d+) \|", trajectory, re.M)][:2] == [0, updates(tmp_path / "ck" / "checkpoint1.pt")]
 
+    # Checkpoints of another run were plotted as this run's history (its update 0 as this
+    # run's initialisation): another normaliser, or the same one from another seed.
+    for name, options, why in (("softmax", ["--attention-normalizer", "softmax"], "other initial alphas"),
+                               ("seed3", ["--seed", "3"], "other initial alphas")):
+        run_cli("fairseq-train", multi30k_bin, "--user-dir", USER_DIR, "--task", "translation",
+                "--arch", "entmax_transformer_tiny", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
+                "--cpu", "--seed", "2", "--max-epoch", "1", "--save-dir", tmp_path / name, "--num-workers", "0",
+                *options)
+        proc = run_cli("fairseq-sparse-attention-report", "--path", tmp_path / "ck" / "checkpoint_last.pt", "--data",
+                       multi30k_bin, "--out", tmp_path / f"r_{name}", "--trajectory", tmp_path / "ck" / "checkpoint1.pt",
+                       tmp_path / name / "checkpoint1.pt", check=False)
+        assert proc.returncode != 0, proc.stderr[-1500:]
+        assert (f"--trajectory {tmp_path / name / 'checkpoint1.pt'}: not a checkpoint of the run of --path "
+                f"{tmp_path / 'ck' / 'checkpoint_last.pt'} ({why}") in proc.stderr, proc.stderr[-1500:]
+    proc = run_cli("fairseq-sparse-attention-report", "--path", tmp_path / "ck" / "checkpoint_last.pt", "--data",
+                   multi30k_bin, "--out", tmp_path / "r0", "--max-sentences", "0", check=False)
+    assert proc.returncode != 0 and "--max-sentences 0: must be at least 1" in proc.stderr
+
 
 def heads_table(markdown):
     """{(site, layer): value per head} of a report table, its mean column left out."""

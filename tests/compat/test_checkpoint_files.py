@@ -52,3 +52,11 @@ def test_a_torn_checkpoint_is_named_with_the_whole_one_to_resume_from(tmp_path, 
     assert f"resume from it with --restore-file {whole[0]}" in message
     resumed = run_cli("fairseq-train", *common, "--max-update", "6", "--restore-file", whole[0])
     assert re.search(r"Loaded checkpoint .*checkpoint_1_4\.pt \(epoch 1 @ 4 updates\)", resumed.stdout)
+
+
+def test_a_text_file_given_as_a_checkpoint_is_named(tmp_path):
+    """It failed in torch's legacy unpickler with `KeyError: 101`."""
+    text = tmp_path / "notes.pt"
+    text.write_text("hello, not a checkpoint\n")
+    with pytest.raises(RuntimeError, match=rf"{re.escape(str(text))}: torn or not a checkpoint"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(text))

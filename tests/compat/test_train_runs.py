@@ -57,3 +57,13 @@ def test_rerunning_a_finished_run_trains_nothing_and_changes_no_file(tmp_path, a
     more = run_cli("fairseq-train", *common[:-1], "5")  # a larger budget still resumes
     assert "nothing to train" not in more.stdout + more.stderr
     assert updates(save / "checkpoint_last.pt") == 5
+
+
+def test_a_run_past_its_time_limit_is_finished_but_a_new_one_trains_its_first_update(tmp_path, ape_raw, tiny_bert):
+    save = tmp_path / "ckpt"
+    common = [ape_raw, *TRAIN, "--bert-model", tiny_bert, "--save-dir", save, "--stop-time-hours", "1e-9"]
+    run_cli("fairseq-train", *common)
+    assert updates(save / "checkpoint_last.pt") == 1, "a new run trains until the update that passes the limit"
+    again = run_cli("fairseq-train", *common)
+    assert "nothing to train: it has trained for" in again.stdout + again.stderr
+    assert updates(save / "checkpoint_last.pt") == 1

@@ -1,0 +1,286 @@
+"""Sparse attention in Hugging Face ``transformers`` models, through its attention interface.
+
+    import fairseq_sparse.hf
+    model = AutoModel.from_pretrained(NAME, attn_implementation="entmax15")   # or "sparsemax"
+    model = fairseq_sparse.hf.sparsify(model, "alpha_entmax")                 # a learnable alpha per head
+    model.save_pretrained(OUT)
+    model = fairseq_sparse.hf.from_pretrained(AutoModel, OUT)                 # the same normaliser and alphas
+
+Importing this module registers every normaliser of :mod:`fairseq_sparse.entmax.normalizers`
+as an attention implementation of ``transformers`` (``AttentionInterface``), with the
+eager attention's mask function (``AttentionMaskInterface``): models then pass it the
+same additive 4-D masks (padding, causal, sliding windows, cached keys) as to their eager
+attention, so no mask is dropped, and masked keys get probability exactly 0 under the
+sparse normalisers.  The attention is the eager one with its softmax replaced: scores
+``scaling q.k``, the mask added, the normaliser in float32, dropout in training, fewer
+key/value heads repeated for grouped-query attention; the probabilities are returned as
+the attention weights (``output_attentions=True``), with their exact zeros.  It runs on
+any device through the normalisers' kernels (the C++ kernel on CPU, Triton on CUDA); on
+CUDA a padding and/or causal mask goes to the fused ``entmax_attention`` instead, where
+no weights are asked for and no dropout applies.
+
+``alpha_entmax`` learns one alpha per query head (Correia, Niculae & Martins, EMNLP 2019)
+through the :class:`~fairseq_sparse.entmax.HeadAlpha` that :func:`sparsify` adds to each
+attention module: a registered submodule, so the optimizer, ``state_dict`` and
+``save_pretrained`` see it.  The choice is recorded in the model's config
+(``fairseq_sparse``), which :func:`from_pretrained` reads back.
+
+Imports torch and transformers, never fairseq.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from .entmax import attention as fused_attention
+from .entmax.activations import FLOAT32_ALPHA_MIN
+from .entmax.head_alpha import ALPHA_MIN, HeadAlpha
+from .entmax.normalizers import get_normalizer, normalizer_names
+
+# What some models pass an attention function to change the scores (T5's relative bias,
+# Gemma 2's soft cap, attention sinks): not applied here, so refused.
+UNSUPPORTED = ("position_bias", "softcap", "s_aux", "sinks")
+
+# The config attribute that records what sparsify() did, for from_pretrained().
+CONFIG_KEY = "fairseq_sparse"
+
+
+def _repeat_kv(states, groups):
+    """(B, H_kv, T, D) -> (B, H_kv * groups, T, D), each key/value head serving ``groups``
+    query heads in turn (grouped-query attention, as transformers' ``repeat_kv``)."""
+    if groups == 1:
+        return states
+    B, H, T, D = states.shape
+    return states[:, :, None].expand(B, H, groups, T, D).reshape(B, H * groups, T, D)
+
+
+def _causal_mask(q_len, k_len, device):
+    """Additive mask of query i seeing keys j <= i + k_len - q_len (the last query sees
+    every key, as with cached keys)."""
+    visible = torch.arange(k_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
+    return torch.zeros(q_len, k_len, device=device).masked_fill(~visible, float("-inf"))
+
+
+def _wants_weights(module, kwargs):
+    """Whether the caller asked for the attention weights (``output_attentions``)."""
+    if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
+        return True
+    try:  # transformers 5 collects them with hooks, whose collector says what it is collecting
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:
+        return False
+    collecting = _active_collector.get() or {}
+    return any("attentions" in key for key in collecting)
+
+
+def _fusable(module, query, dropout, kwargs):
+    """Whether the fused kernel (``entmax_attention``: CUDA, or CPU under Triton's
+    interpreter when asked with ``use_backend("triton")``) can serve this call: no
+    dropout in training, no weights asked for, and an alpha that float32 resolves."""
+    if not fused_attention._use_fused(query) or (module.training and dropout > 0) or _wants_weights(module, kwargs):
+        return False
+    head_alpha = getattr(module, "head_alpha", None)
+    return head_alpha is None or head_alpha.alpha_min >= FLOAT32_ALPHA_MIN
+
+
+def _fused_masks(module, attention_mask, q_len, k_len, kwargs):
+    """(key_padding_mask (B, Tk), causal) that give exactly ``attention_mask``, or None where
+    it is something else (a sliding window, packed sequences): then the explicit path runs.
+    The check compares the whole mask, which waits for the device once per call."""
+    causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", False))) and q_len > 1
+    if attention_mask is None:
+        return None, causal
+    if attention_mask.dtype == torch.bool:
+        masked = ~attention_mask[:, 0, :, :k_len]
+    else:
+        masked = attention_mask[:, 0, :, :k_len] == torch.finfo(attention_mask.dtype).min
+        if not bool(((attention_mask[:, 0, :, :k_len] == 0) | masked).all()):
+            return None  # an additive bias, not a mask
+    padding = masked[:, -1, :]  # the last query sees every key that is not padding
+    expected = padding[:, None, :].expand(-1, q_len, -1)
+    if causal:
+        expected = expected | (_causal_mask(q_len, k_len, masked.device) < 0)
+    if masked.shape != expected.shape or not torch.equal(masked, expected):
+        return None
+    return (padding if bool(padding.any()) else None), causal
+
+
+def attention_function(name):
+    """The attention function of the normaliser ``name``, as transformers calls it:
+    ``fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs)``
+    with (B, H, T, D) tensors; returns the output (B, T, H, D) and the probabilities
+    (B, H, Tq, Tk)."""
+    normalizer = get_normalizer(name, "attn_implementation")
+
+    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        for option in UNSUPPORTED:  # each changes the scores before the normaliser: refused, never dropped
+            if kwargs.get(option) is not None:
+                raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} passes {option}, which this "
+                                 "attention does not apply; use the model's eager attention")
+        heads, kv_heads = query.shape[1], key.shape[1]
+        if heads % kv_heads:
+            raise ValueError(f"{type(module).__name__}: {heads} query heads cannot share {kv_heads} key/value heads")
+        key, value = _repeat_kv(key, heads // kv_heads), _repeat_kv(value, heads // kv_heads)
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        if normalizer.sparse and _fusable(module, query, dropout, kwargs):
+            masks = _fused_masks(module, attention_mask, query.shape[2], key.shape[2], kwargs)
+            if masks is not None:
+                alpha = module.head_alpha() if normalizer.learned else normalizer.alpha
+                out = fused_attention.entmax_attention(query, key, value, alpha, causal=masks[1],
+                                                       key_padding_mask=masks[0], scale=scale)
+                return out.transpose(1, 2).contiguous(), None
+        scores = torch.matmul(query, key.transpose(-1, -2)).float() * scale
+        if attention_mask is not None:
+            if attention_mask.dtype == torch.bool:  # True: attend
+                scores = scores.masked_fill(~attention_mask[:, :, :, : key.shape[-2]], float("-inf"))
+            else:
+                mask = attention_mask[:, :, :, : key.shape[-2]]
+                scores = scores + mask.float()
+                if normalizer.sparse:  # masked exactly: a query that sees no key gets zeros, not a uniform row
+                    scores = scores.masked_fill(mask == torch.finfo(mask.dtype).min, float("-inf"))
+        elif kwargs.get("is_causal", getattr(module, "is_causal", False)) and query.shape[2] > 1:
+            scores = scores + _causal_mask(query.shape[2], key.shape[2], scores.device)
+        if normalizer.learned:
+            head_alpha = getattr(module, "head_alpha", None)
+            if head_alpha is None:
+                raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} has no learned alpha; "
+                                 f"call fairseq_sparse.hf.sparsify(model, {name!r}) first")
+            probs = normalizer(scores, -1, alpha=head_alpha().view(1, -1, 1, 1), alpha_min=head_alpha.alpha_min)
+        else:
+            probs = normalizer(scores, -1)
+        probs = probs.to(value.dtype)
+        weights = nn.functional.dropout(probs, p=dropout, training=module.training)
+        output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+        return output, probs
+
+    attend.__name__ = f"{name}_attention_forward"
+    attend.__doc__ = f"Eager attention with its softmax replaced by the {name} normaliser (fairseq_sparse.hf)."
+    return attend
+
+
+def register():
+    """Register every normaliser of the registry as an attention implementation (with the
+    eager mask function); called on import, and again after a normaliser is added."""
+    for name in normalizer_names():
+        AttentionInterface.register(name, attention_function(name))
+        AttentionMaskInterface.register(name, eager_mask)
+
+
+def attention_modules(model):
+    """The modules of ``model`` that call transformers' attention interface (those with a
+    ``scaling`` and an ``is_causal``: ``BertSelfAttention``, ``LlamaAttention``,
+    ``BartAttention``, ...), by name."""
+    return {name: m for name, m in model.named_modules() if hasattr(m, "scaling") and hasattr(m, "is_causal")}
+
+
+def query_heads(module):
+    """How many query heads an attention module has."""
+    for attribute in ("num_heads", "num_attention_heads"):
+        if isinstance(getattr(module, attribute, None), int):
+            return getattr(module, attribute)
+    projection = getattr(module, "q_proj", None) or getattr(module, "query", None)
+    head_dim = getattr(module, "head_dim", None) or getattr(module, "attention_head_size", None)
+    if isinstance(projection, nn.Linear) and head_dim:
+        return projection.out_features // head_dim
+    raise ValueError(f"{type(module).__name__}: cannot tell its number of query heads (no num_heads, "
+                     "num_attention_heads, or q_proj and head_dim)")
+
+
+def sparsify(model, normalizer, alpha_init="random", alpha_min=ALPHA_MIN):
+    """Switch every attention module of ``model`` to ``normalizer`` and return the model.
+
+    For a learned normaliser (``"alpha_entmax"``) each attention module gets a
+    :class:`~fairseq_sparse.entmax.HeadAlpha` of one alpha per query head (``alpha_init``:
+    a number in (alpha_min, 2), or ``"random"``: uniform in (alpha_min, 2) per head, from
+    torch's generator), as the submodule ``head_alpha``: call it before building the
+    optimizer.  The choice is recorded in ``model.config`` for :func:`from_pretrained`.
+    """
+    chosen = get_normalizer(normalizer, "normalizer")
+    modules = attention_modules(model)
+    if not modules:
+        raise ValueError(f"model: {type(model).__name__} has no attention module that transformers' attention "
+                         "interface serves (none with `scaling` and `is_causal`)")
+    parameter = next(model.parameters(), None)
+    for module in modules.values():
+        if chosen.learned:
+            if not isinstance(getattr(module, "head_alpha", None), HeadAlpha):
+                head_alpha = HeadAlpha(query_heads(module), alpha_init, alpha_min)
+                if parameter is not None:
+                    head_alpha.to(parameter.device)
+                module.head_alpha = head_alpha
+        elif hasattr(module, "head_alpha"):
+            del module.head_alpha
+    register()
+    model.set_attn_implementation(chosen.name)
+    record = {"normalizer": chosen.name}
+    if chosen.learned:
+        record.update(alpha_init=str(alpha_init), alpha_min=float(alpha_min))
+    model.config.update({CONFIG_KEY: record})
+    return model
+
+
+def head_alphas(model):
+    """{module name: alpha of each head} of a sparsified model with learned alphas."""
+    return {name: m.head_alpha().detach() for name, m in attention_modules(model).items()
+            if isinstance(getattr(m, "head_alpha", None), HeadAlpha)}
+
+
+def attention_density_counts(attentions, attention_mask):
+    """(nonzero weights, allowed weights) per layer, as tensors, over the (query, key) pairs
+    of real tokens: ``attentions`` as a model returns them with ``output_attentions=True``
+    (one (B, H, T, T) tensor per layer), ``attention_mask`` (B, T) with 1 at real tokens.
+    Their ratio is each layer's attention density (1 for softmax)."""
+    real = attention_mask.bool()
+    pairs = (real[:, None, :, None] & real[:, None, None, :])
+    nonzero = torch.stack([((w > 0) & pairs).sum() for w in attentions]).double()
+    allowed = torch.stack([pairs.expand_as(w).sum() for w in attentions]).double()
+    return nonzero, allowed
+
+
+def _saved_tensors(path, wanted):
+    """The tensors of a save_pretrained directory whose names end as ``wanted`` says."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    index = path / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    tensors = {}
+    for file in files:
+        if not (path / file).is_file():
+            raise FileNotFoundError(f"{path / file}: missing (from_pretrained reads save_pretrained's safetensors)")
+        tensors.update({k: v for k, v in load_file(str(path / file)).items() if wanted(k)})
+    return tensors
+
+
+def from_pretrained(model_class, path, **kwargs):
+    """``model_class.from_pretrained(path, **kwargs)`` for a model saved after
+    :func:`sparsify`: the same normaliser, and the learned alphas it was saved with."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    record = getattr(config, CONFIG_KEY, None)
+    if not record:
+        return model_class.from_pretrained(path, **kwargs)
+    register()
+    normalizer = get_normalizer(record["normalizer"], f"{path}: config {CONFIG_KEY}.normalizer")
+    model = model_class.from_pretrained(path, attn_implementation=normalizer.name, **kwargs)
+    sparsify(model, normalizer.name, record.get("alpha_init", "random"), record.get("alpha_min", ALPHA_MIN))
+    if normalizer.learned:
+        saved = _saved_tensors(path, lambda k: ".head_alpha." in k)
+        prefix = getattr(model, "base_model_prefix", "")
+        state = {}
+        for key in (k for k in model.state_dict() if ".head_alpha." in k):
+            names = [key, key.removeprefix(f"{prefix}."), f"{prefix}.{key}"]
+            found = next((n for n in names if n in saved), None)
+            if found is None:
+                raise ValueError(f"{path}: no saved {key} (saved with another model class, or before sparsify?)")
+            state[key] = saved[found]
+        model.load_state_dict(state, strict=False)
+    return model
+
+
+register()
