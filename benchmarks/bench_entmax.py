@@ -20,6 +20,7 @@ import entmax as reference_package
 import torch
 
 from fairseq_sparse.entmax import entmax15, entmax_alpha, has_cpp_kernel, sparsemax, support_size
+from timing import status_kib
 
 
 def per_head_alpha(heads):
@@ -57,14 +58,6 @@ def time_fwd_bwd(fn, x, up, budget_s=1.5, max_repeats=10):
     return statistics.median(times)
 
 
-def _status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _peak_child(name, shape, heads, queue):
     torch.manual_seed(0)
     x = torch.randn(shape, requires_grad=True)
@@ -74,9 +67,9 @@ def _peak_child(name, shape, heads, queue):
     x.grad = None
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     fn(x).backward(up)
-    queue.put((_status_kib("VmHWM") - before) * 1024)
+    queue.put((status_kib("VmHWM") - before) * 1024)
 
 
 def peak_extra_bytes(name, shape, heads):

@@ -17,7 +17,7 @@ import multiprocessing as mp
 
 import torch
 
-from timing import interleaved_ms, paired_ratio
+from timing import interleaved_ms, paired_ratio, status_kib
 
 IMPLEMENTATIONS = ("sdpa", "eager", "sparsemax", "entmax15", "alpha_entmax")
 
@@ -48,14 +48,6 @@ def training_step(model_path, batch, length, seed=0):
     return step, model
 
 
-def _status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _peak_child(name, model_path, batch, length, threads, queue):
     torch.set_num_threads(threads)
     warm, _ = training_step(model_path, 1, length)
@@ -64,9 +56,9 @@ def _peak_child(name, model_path, batch, length, threads, queue):
     step, _ = training_step(model_path, batch, length)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     step(name)
-    queue.put((_status_kib("VmHWM") - before) * 1024)
+    queue.put((status_kib("VmHWM") - before) * 1024)
 
 
 def peak_extra_bytes(name, model_path, batch, length):

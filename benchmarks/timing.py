@@ -87,3 +87,12 @@ def tiles_setting(text):
     if not all(n > 0 and n & (n - 1) == 0 for n in (block_m, block_n, warps)) or min(block_m, block_n) < 16:
         raise argparse.ArgumentTypeError(f"--tiles {text}: powers of two, tiles of at least 16")
     return block_m, block_n, warps
+
+
+def status_kib(field):
+    """A field of /proc/self/status in KiB (VmRSS, VmHWM): the benchmarks' CPU memory (Linux)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")

@@ -261,35 +261,24 @@ def _fixed_backward(ctx, dy, alpha):
     return _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype), None
 
 
-class SparsemaxFunction(Function):
-    """sparsemax(x) = argmin_{p in simplex} ||p - x||^2 = [x - tau]_+
-    (Martins & Astudillo, ICML 2016).  Jacobian: diag(s) - s s^T / |S|, s the support indicator.
-    A constant alpha, for which the threshold has a closed form on its support."""
-
-    ALPHA = 2.0
-
-    @staticmethod
+def _fixed_alpha_function(name, alpha, doc):
+    """An autograd Function of entmax at the constant ``alpha``, for which the threshold has
+    a closed form on its support (staticmethods closing over ``alpha``: torch.compile traces
+    them, where it cannot trace classmethods)."""
     def forward(ctx, x, dim):
-        return _fixed_forward(ctx, x, dim, 2.0)  # ALPHA, as a literal for torch.compile
+        return _fixed_forward(ctx, x, dim, alpha)
 
-    @staticmethod
     def backward(ctx, dy):
-        return _fixed_backward(ctx, dy, 2.0)
+        return _fixed_backward(ctx, dy, alpha)
+
+    return type(name, (Function,), {"__doc__": doc, "ALPHA": alpha, "__module__": __name__,
+                                    "forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
-class Entmax15Function(Function):
-    """1.5-entmax(x) = [x/2 - tau]_+^2 (Peters, Niculae & Martins, ACL 2019).
-    Jacobian: diag(g) - g g^T / sum g with g = sqrt(y)."""
-
-    ALPHA = 1.5
-
-    @staticmethod
-    def forward(ctx, x, dim):
-        return _fixed_forward(ctx, x, dim, 1.5)  # ALPHA, as a literal for torch.compile
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _fixed_backward(ctx, dy, 1.5)
+SparsemaxFunction = _fixed_alpha_function("SparsemaxFunction", 2.0, """sparsemax(x) = argmin_{p in simplex} ||p - x||^2 = [x - tau]_+
+    (Martins & Astudillo, ICML 2016).  Jacobian: diag(s) - s s^T / |S|, s the support indicator.""")
+Entmax15Function = _fixed_alpha_function("Entmax15Function", 1.5, """1.5-entmax(x) = [x/2 - tau]_+^2 (Peters, Niculae & Martins, ACL 2019).
+    Jacobian: diag(g) - g g^T / sum g with g = sqrt(y).""")
 
 
 class EntmaxAlphaFunction(Function):
