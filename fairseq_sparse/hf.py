@@ -87,7 +87,7 @@ def _fusable(module, query, dropout, kwargs):
     return head_alpha is None or head_alpha.alpha_min >= FLOAT32_ALPHA_MIN
 
 
-def _fused_masks(module, attention_mask, q_len, k_len, kwargs):
+def _fused_masks(module, attention_mask, batch, q_len, k_len, kwargs):
     """(key_padding_mask (B, Tk), causal) that give exactly ``attention_mask``, or None where
     it is something else (a sliding window, packed sequences): then the explicit path runs.
     The check compares the whole mask, which waits for the device once per call."""
@@ -100,6 +100,7 @@ def _fused_masks(module, attention_mask, q_len, k_len, kwargs):
         masked = attention_mask[:, 0, :, :k_len] == torch.finfo(attention_mask.dtype).min
         if not bool(((attention_mask[:, 0, :, :k_len] == 0) | masked).all()):
             return None  # an additive bias, not a mask
+    masked = masked.expand(batch, q_len, k_len) if masked.shape[0] == 1 else masked  # a mask shared by the batch
     padding = masked[:, -1, :]  # the last query sees every key that is not padding
     expected = padding[:, None, :].expand(-1, q_len, -1)
     if causal:
@@ -126,10 +127,14 @@ def attention_function(name):
             raise ValueError(f"{type(module).__name__}: {heads} query heads cannot share {kv_heads} key/value heads")
         key, value = _repeat_kv(key, heads // kv_heads), _repeat_kv(value, heads // kv_heads)
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        head_alpha = getattr(module, "head_alpha", None)
+        if normalizer.learned and head_alpha is None:
+            raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} has no learned alpha; "
+                             f"call fairseq_sparse.hf.sparsify(model, {name!r}) first")
         if normalizer.sparse and _fusable(module, query, dropout, kwargs):
-            masks = _fused_masks(module, attention_mask, query.shape[2], key.shape[2], kwargs)
+            masks = _fused_masks(module, attention_mask, query.shape[0], query.shape[2], key.shape[2], kwargs)
             if masks is not None:
-                alpha = module.head_alpha() if normalizer.learned else normalizer.alpha
+                alpha = head_alpha() if normalizer.learned else normalizer.alpha
                 out = fused_attention.entmax_attention(query, key, value, alpha, causal=masks[1],
                                                        key_padding_mask=masks[0], scale=scale)
                 return out.transpose(1, 2).contiguous(), None
@@ -145,10 +150,6 @@ def attention_function(name):
         elif kwargs.get("is_causal", getattr(module, "is_causal", False)) and query.shape[2] > 1:
             scores = scores + _causal_mask(query.shape[2], key.shape[2], scores.device)
         if normalizer.learned:
-            head_alpha = getattr(module, "head_alpha", None)
-            if head_alpha is None:
-                raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} has no learned alpha; "
-                                 f"call fairseq_sparse.hf.sparsify(model, {name!r}) first")
             probs = normalizer(scores, -1, alpha=head_alpha().view(1, -1, 1, 1), alpha_min=head_alpha.alpha_min)
         else:
             probs = normalizer(scores, -1)
