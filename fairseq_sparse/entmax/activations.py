@@ -129,18 +129,22 @@ def _alpha_rows(alpha, x, dim):
 
 
 def _check_alpha_range(alpha):
-    # Checked on alpha itself (one value per head), not on its per-row expansion.
-    if not bool(((alpha > 1) & (alpha <= 2)).all()):
-        lo, hi = alpha.min().item(), alpha.max().item()
-        raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{lo}, {hi}]")
+    """The smallest alpha, after checking that every alpha lies in (1, 2]: one value read
+    back to the host for both.  Checked on alpha itself (one value per head), not on its
+    per-row expansion."""
+    a = alpha.detach()
+    lowest = torch.where(((a > 1) & (a <= 2)).all(), a.min(), -1.0).item()
+    if lowest < 0:
+        raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{a.min().item()}, {a.max().item()}]")
+    return lowest
 
 
-def _precise(x2, alpha_rows, alpha, look):
+def _precise(x2, alpha_rows, lowest):
     """(rows, alpha rows) in a dtype that resolves alpha: float64 when a float32 call has
     an alpha below FLOAT32_ALPHA_MIN, whose alpha - 1 is then kept at FLOAT64_DELTA_MIN
-    or more.  ``look``: alpha may be read on the host, as its range check does (without
-    it, alpha is taken to be FLOAT32_ALPHA_MIN or more)."""
-    if x2.dtype != torch.float64 and look and bool(alpha.detach().min() < FLOAT32_ALPHA_MIN):
+    or more.  ``lowest``: the smallest alpha as the range check read it, or None where
+    alpha was not read (it is then taken to be FLOAT32_ALPHA_MIN or more)."""
+    if x2.dtype != torch.float64 and lowest is not None and lowest < FLOAT32_ALPHA_MIN:
         x2, alpha_rows = x2.double(), alpha_rows.double()
     if x2.dtype == torch.float64:
         alpha_rows = alpha_rows.clamp_min(1 + FLOAT64_DELTA_MIN)
@@ -288,10 +292,9 @@ class EntmaxAlphaFunction(Function):
     @staticmethod
     def forward(ctx, x, alpha, dim, check_alpha=True):
         x2, shape = _to_rows(x, dim)
-        if check_alpha:
-            _check_alpha_range(alpha)
+        lowest = _check_alpha_range(alpha) if check_alpha else None
         alpha_rows = _alpha_rows(alpha, x, dim)
-        x2, alpha_rows = _precise(x2, alpha_rows, alpha, check_alpha)
+        x2, alpha_rows = _precise(x2, alpha_rows, lowest)
         y2 = _forward_rows(x2, alpha_rows)
         ctx.save_for_backward(y2, alpha_rows)
         ctx.dim, ctx.shape, ctx.alpha_shape, ctx.alpha_dtype = dim, shape, alpha.shape, alpha.dtype

@@ -51,11 +51,7 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
             raise ValueError(f"entmax_attention: a tensor alpha has one value per head, shape ({H},), "
                              f"got {tuple(alpha.shape)}")
         if not alpha.is_cuda:  # on the GPU this check would wait for the device
-            a = alpha.detach()
-            lowest = torch.where(((a > 1) & (a <= 2)).all(), a.min(), -1.0).item()  # one read: range and lowest
-            if lowest < 0:
-                raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{a.min().item()}, {a.max().item()}]")
-            near_one = lowest < activations.FLOAT32_ALPHA_MIN
+            near_one = activations._check_alpha_range(alpha) < activations.FLOAT32_ALPHA_MIN
     else:
         raise TypeError(f"entmax_attention: alpha must be a float or a tensor of shape ({H},), got {type(alpha)}")
     if key_padding_mask is not None:
