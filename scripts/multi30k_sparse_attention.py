@@ -1,22 +1,31 @@
 """Softmax vs 1.5-entmax vs alpha-entmax transformers on Multi30k en-de, side by side.
 
-    python scripts/multi30k_sparse_attention.py --out outputs/multi30k [--max-epoch 4] [--device cuda]
+    python scripts/multi30k_sparse_attention.py --out outputs/multi30k [--max-epoch 4] [--device cuda] \
+        [--patience 5] [--test-prefix RAW/test_2017_flickr ...]
 
 Prepares the data (data_prep/multi30k.sh: sentencepiece, fairseq-preprocess) unless
 --data points at a binarised directory, trains one ``entmax_transformer`` per
-attention normaliser with identical settings and seed, translates
-``test_2016_flickr`` (beam 5) and writes ``results.md``:
+attention normaliser with identical settings and seed (keeping every epoch's
+checkpoint), translates ``test_2016_flickr`` and each ``--test-prefix`` set (beam 5)
+and writes ``results.md``:
 
 - BLEU of the detokenised output against the raw references (sacrebleu, with its signature);
-- training tokens per second (fairseq's ``wps``, mean over epochs) relative to softmax, same run;
-  rerunning the script on a finished ``--out`` trains nothing and only re-evaluates;
-- attention density per site (fraction of allowed keys with nonzero weight, valid split);
+- updates, training wall time and tokens per second (fairseq's ``wps``, mean over epochs)
+  relative to softmax, same run;
+- attention density per site (fraction of allowed keys with nonzero weight, valid split)
+  and the Jensen-Shannon diversity of the heads of each layer, for every model;
 - mean learned alpha per site, how far training moved any head's alpha from its
-  initialisation, and the full attention report of the alpha-entmax model.
+  initialisation, and the full attention report of the alpha-entmax model, with the
+  alpha trajectories of every head across the epoch checkpoints.
+
+Rerunning the script on the same ``--out`` resumes each training from its last checkpoint
+(a finished one trains nothing, one stopped at its plateau by ``--patience`` is not
+restarted) and re-evaluates.
 """
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -26,9 +35,13 @@ import sacrebleu
 import torch
 from cli_helpers import at_least, generate_hypotheses
 
+from fairseq_sparse import markdown
+from fairseq_sparse.ape.triplets import read_lines
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NORMALIZERS = ("softmax", "entmax15", "alpha_entmax")
+SITES = ("encoder", "decoder", "cross")
 
 
 def run(cmd, **kw):
@@ -40,6 +53,8 @@ def train_command(data, out, normalizer, args):
     save = out / normalizer
     save.mkdir(parents=True, exist_ok=True)
     limit = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours else []
+    if args.patience:
+        limit += ["--patience", args.patience]
     return [BIN / "fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "translation",
             "--arch", "entmax_transformer", "--attention-normalizer", normalizer,
             "--encoder-layers", args.layers, "--decoder-layers", args.layers,
@@ -49,16 +64,32 @@ def train_command(data, out, normalizer, args):
             "--share-all-embeddings", "--dropout", "0.2", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--max-tokens", "4096",
-            "--max-epoch", args.max_epoch, *limit, "--seed", "1", *device_flags(args), "--num-workers", "0",
-            "--no-epoch-checkpoints",
+            "--max-epoch", args.max_epoch, *limit, "--seed", args.seed, *device_flags(args), "--num-workers", "0",
+            # Every epoch's checkpoint is kept: they are the alpha trajectories' points.
             "--save-dir", save, "--tensorboard-logdir", out / "tensorboard" / normalizer,
             "--log-format", "json", "--log-file", save / "train.log"]
 
 
+EARLY_STOP = "early stop since valid performance hasn't improved"
+STOPPED_EARLY = "stopped_early"
+
+
+def stopped_early(save):
+    """Whether the run in ``save`` ended at its validation plateau (--patience).  fairseq keeps
+    no such record in its checkpoints, and a rerun would train --patience epochs more."""
+    marker = save / STOPPED_EARLY
+    if not marker.exists() and (save / "train.log").exists():
+        if EARLY_STOP in (save / "train.log").read_text(encoding="utf-8"):
+            marker.write_text("fairseq-train stopped at its validation plateau (--patience)\n", encoding="utf-8")
+    return marker.exists()
+
+
 def train_all(data, out, args):
     """Train one model per normaliser, ``--jobs`` at a time (concurrent runs share the
-    device, so their tokens/s are only comparable with each other)."""
-    commands = [train_command(data, out, n, args) for n in args.normalizers]
+    device, so their tokens/s are only comparable with each other).  A model that has
+    stopped at its plateau is not trained again; any other resumes from its last checkpoint."""
+    commands = [train_command(data, out, n, args) for n in args.normalizers
+                if not stopped_early(out / n)]
     for start in range(0, len(commands), args.jobs):
         batch = commands[start:start + args.jobs]
         procs = []
@@ -66,21 +97,62 @@ def train_all(data, out, args):
             print("+", " ".join(map(str, cmd)), flush=True)
             procs.append(subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL))
         for cmd, proc in zip(batch, procs):
+            log = Path(cmd[cmd.index("--log-file") + 1])
             if proc.wait() != 0:
-                raise SystemExit(f"training failed ({proc.returncode}): see {cmd[cmd.index('--log-file') + 1]}")
+                raise SystemExit(f"training failed ({proc.returncode}): see {log}")
+            stopped_early(log.parent)
 
 
 def training_summary(out, normalizer):
-    """(best checkpoint, mean training tokens/s over epochs, epochs trained)."""
+    """(best checkpoint, mean training tokens/s over epochs, epochs trained, updates, training
+    wall seconds)."""
     save = out / normalizer
     # One summary per epoch; fairseq may write a line more than once, and a rerun
     # of a finished experiment resumes (trains nothing) and reuses the earlier log.
-    wps = {}
+    epochs = {}
     for line in (save / "train.log").read_text().splitlines():
         if '"train_wps"' in line:
             record = json.loads(line[line.index("{"):])
-            wps[record["epoch"]] = float(record["train_wps"])
-    return save / "checkpoint_best.pt", statistics.mean(wps.values()), len(wps)
+            epochs[record["epoch"]] = record
+    last = epochs[max(epochs)]
+    return (save / "checkpoint_best.pt", statistics.mean(float(r["train_wps"]) for r in epochs.values()), len(epochs),
+            int(float(last["train_num_updates"])), float(last["train_wall"]))
+
+
+def epoch_checkpoints(save):
+    """The run's checkpoint{epoch}.pt files, in epoch order."""
+    return sorted(save.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[len("checkpoint"):]))
+
+
+def binarise_test_set(prefix, data, out, src="en", tgt="de"):
+    """A raw test set PREFIX.en / PREFIX.de encoded with the experiment's sentencepiece model
+    and binarised with its dictionaries under OUT/tests/NAME; returns (binarised directory,
+    raw references)."""
+    import sentencepiece as spm
+
+    model = data.parent / "spm.model"
+    if not model.exists():
+        raise SystemExit(f"--test-prefix {prefix}: no sentencepiece model next to --data ({model}); give the "
+                         "directory data_prep/multi30k.sh prepared")
+    files = [Path(f"{prefix}.{lang}") for lang in (src, tgt)]
+    for f in files:
+        if not f.is_file():
+            raise SystemExit(f"--test-prefix {prefix}: {f} not found")
+    texts = [list(read_lines(f)) for f in files]
+    if len(texts[0]) != len(texts[1]):
+        raise SystemExit(f"--test-prefix {prefix}: {files[0]} has {len(texts[0])} lines, {files[1]} {len(texts[1])}")
+    target = out / "tests" / files[0].stem
+    target.mkdir(parents=True, exist_ok=True)
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    for lang, lines in zip((src, tgt), texts):
+        pieces = sp.encode(lines, out_type=str)
+        (target / f"test.spm.{lang}").write_text("".join(" ".join(x) + "\n" for x in pieces), encoding="utf-8")
+    bin_dir = target / "bin"
+    if not (bin_dir / f"test.{src}-{tgt}.{src}.bin").exists():
+        run([BIN / "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--testpref", target / "test.spm",
+             "--destdir", bin_dir, "--srcdict", data / f"dict.{src}.txt", "--tgtdict", data / f"dict.{tgt}.txt",
+             "--workers", "1"])
+    return bin_dir, files[1]
 
 
 def device_flags(args):
@@ -110,6 +182,8 @@ def bleu(data, checkpoint, references, args):
 
 
 def attention_summary(checkpoint, data):
+    """({site: (mean density, mean alpha, largest alpha change)}, {(site, layer): head diversity})
+    on the validation split."""
     from fairseq_sparse.attention.report import collect, load, per_head
 
     model, task = load(checkpoint, data)
@@ -117,12 +191,12 @@ def attention_summary(checkpoint, data):
     density = per_head(acc, "density")
     learned, changes = model.head_alphas(), model.head_alpha_changes()
     by_site = {}
-    for site in ("encoder", "decoder", "cross"):
+    for site in SITES:
         vals = [x for (s, _), v in density.items() if s == site for x in v]
         alphas = [float(a) for (s, _), v in learned.items() if s == site for a in v]
         moved = max(float(c.abs().max()) for sl, c in changes.items() if sl[0] == site)
         by_site[site] = (statistics.mean(vals), statistics.mean(alphas), moved)
-    return by_site
+    return by_site, {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
 
 
 def main(argv=None):
@@ -143,6 +217,14 @@ def main(argv=None):
     parser.add_argument("--jobs", type=at_least(1), default=1,
                         help="models trained at the same time (default: %(default)s)")
     parser.add_argument("--stop-time-hours", type=float, help="also stop each training after this wall time")
+    parser.add_argument("--patience", type=at_least(1),
+                        help="also stop each training when its validation loss has not improved for this many "
+                             "epochs (fairseq's --patience); a model so stopped is not trained again")
+    parser.add_argument("--test-prefix", action="append", default=[], metavar="PREFIX",
+                        help="also translate and score the raw test set PREFIX.en / PREFIX.de (repeatable), e.g. "
+                             "another Multi30k test year")
+    parser.add_argument("--seed", type=int, default=1, help="training seed, the same for every model "
+                                                            "(default: %(default)s)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     prepared = args.out / "data"
@@ -152,45 +234,67 @@ def main(argv=None):
         args.data = prepared / "bin"
     references = args.data.parent / "test.raw.de"
 
+    extra = [binarise_test_set(prefix, args.data, args.out) for prefix in args.test_prefix]
     train_all(args.data, args.out, args)
     rows = {}
     for normalizer in args.normalizers:
-        checkpoint, wps, epochs = training_summary(args.out, normalizer)
+        checkpoint, wps, epochs, updates, wall = training_summary(args.out, normalizer)
         score, signature, missing = bleu(args.data, checkpoint, references, args)
-        rows[normalizer] = dict(bleu=score, wps=wps, epochs=epochs, missing=missing,
-                                attention=attention_summary(checkpoint, args.data))
+        others = [bleu(data, checkpoint, refs, args) for data, refs in extra]
+        attention, diversity = attention_summary(checkpoint, args.data)
+        rows[normalizer] = dict(bleu=score, wps=wps, epochs=epochs, updates=updates, wall=wall, missing=missing,
+                                others=others, attention=attention, diversity=diversity)
     if "alpha_entmax" in rows:
-        run([BIN / "fairseq-sparse-attention-report", "--path", args.out / "alpha_entmax" / "checkpoint_best.pt",
-             "--data", args.data, "--out", args.out / "alpha_entmax_report", "--sentences", "0", "1", "2"])
+        save = args.out / "alpha_entmax"
+        run([BIN / "fairseq-sparse-attention-report", "--path", save / "checkpoint_best.pt", "--data", args.data,
+             "--out", args.out / "alpha_entmax_report", "--sentences", "0", "1", "2",
+             "--trajectory", *epoch_checkpoints(save)])
 
     limit = f" (or {args.stop_time_hours} h each)" if args.stop_time_hours else ""
+    plateau = f", stopped after {args.patience} epochs without a better validation loss" if args.patience else ""
     together = f"; {args.jobs} trained at a time on the one device" if args.jobs > 1 else ""
+    base = rows[args.normalizers[0]]["wps"] if "softmax" not in rows else rows["softmax"]["wps"]
+
+    def per_site(values, fmt):
+        # NaN: a checkpoint written before the initial alphas were kept.
+        return " / ".join(fmt.format(v) if v == v else "unknown" for v in values)
+
     lines = [
         "# Multi30k en-de: softmax vs 1.5-entmax vs alpha-entmax attention", "",
         f"Model: entmax_transformer, {args.layers}+{args.layers} layers, {args.dim} wide, {args.heads} heads, "
-        f"shared embeddings, sentencepiece 8k; at most {args.max_epoch} epochs{limit}, seed 1, "
-        f"{device_name(args)}{together}. Test: test_2016_flickr, beam 5.", "",
+        f"shared embeddings, sentencepiece 8k; at most {args.max_epoch} epochs{limit}{plateau}, seed {args.seed}, "
+        f"{device_name(args)}{together}. Test: test_2016_flickr, beam 5; density and diversity on the "
+        "validation split.", "",
         f"sacrebleu signature: `{signature}`", "",
-        "| attention | BLEU | epochs | train tokens/s vs softmax | density enc / dec / cross | mean alpha enc / dec / cross "
-        "| largest alpha change since initialisation enc / dec / cross |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        markdown.table(
+            ["attention", "BLEU", "epochs", "train tokens/s vs softmax", "updates", "training wall time",
+             "density enc / dec / cross", "mean alpha enc / dec / cross",
+             "largest alpha change since initialisation enc / dec / cross"],
+            [[normalizer, f"{r['bleu']:.2f}", r["epochs"], f"{r['wps'] / base:.2f} ({r['wps']:.0f} tok/s)",
+              r["updates"], f"{r['wall'] / 60:.1f} min",
+              per_site([r["attention"][s][0] for s in SITES], "{:.3f}"),
+              per_site([r["attention"][s][1] for s in SITES], "{:.2f}"),
+              per_site([r["attention"][s][2] for s in SITES], "{:.3f}")] for normalizer, r in rows.items()]),
     ]
-    base = rows[args.normalizers[0]]["wps"] if "softmax" not in rows else rows["softmax"]["wps"]
+    if extra:
+        lines += ["", "BLEU on the other test sets (same checkpoints, beam 5):", "",
+                  markdown.table(["attention", *(Path(prefix).name for prefix in args.test_prefix)],
+                                 [[n, *(f"{o[0]:.2f}" for o in r["others"])] for n, r in rows.items()])]
+    layers = sorted(next(iter(rows.values()))["diversity"], key=lambda sl: (SITES.index(sl[0]), sl[1]))
+    lines += ["", "Head diversity per layer (Jensen-Shannon divergence between the heads, mean over queries; "
+              f"0: alike, log {args.heads} = {math.log(args.heads):.3f}: disjoint):", "",
+              markdown.table(["site", "layer", *rows],
+                             [[s, layer, *(f"{r['diversity'][(s, layer)]:.3f}" for r in rows.values())]
+                              for s, layer in layers])]
     for normalizer, r in rows.items():
-        att = r["attention"]
-        lines.append(
-            f"| {normalizer} | {r['bleu']:.2f} | {r['epochs']} | {r['wps'] / base:.2f} ({r['wps']:.0f} tok/s) | "
-            + " / ".join(f"{att[s][0]:.3f}" for s in ("encoder", "decoder", "cross")) + " | "
-            + " / ".join(f"{att[s][1]:.2f}" for s in ("encoder", "decoder", "cross")) + " | "
-            # NaN: a checkpoint written before the initial alphas were kept.
-            + " / ".join(f"{att[s][2]:.3f}" if att[s][2] == att[s][2] else "unknown"
-                         for s in ("encoder", "decoder", "cross")) + " |")
-    for normalizer, r in rows.items():
-        if r["missing"]:
-            lines.append(f"\n{normalizer}: fairseq-generate gave no output for {r['missing']} test sentences "
-                         "(scored as empty).")
+        for name, (_, _, missing) in [("test_2016_flickr", (None, None, r["missing"])),
+                                      *zip((Path(x).name for x in args.test_prefix), r["others"])]:
+            if missing:
+                lines.append(f"\n{normalizer}: fairseq-generate gave no output for {missing} sentences of {name} "
+                             "(scored as empty).")
     if "alpha_entmax" in rows:
-        lines += ["", "Alpha-entmax attention report: [alpha_entmax_report/report.md](alpha_entmax_report/report.md)"]
+        lines += ["", "Alpha-entmax attention report (alpha histograms and bimodality, trajectories, head roles): "
+                  "[alpha_entmax_report/report.md](alpha_entmax_report/report.md)"]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 

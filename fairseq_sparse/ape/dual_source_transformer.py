@@ -139,6 +139,7 @@ class DualSourceTransformerModel(EntmaxTransformerModel):
     """src and mt encoders, a decoder attending to both; random initialisation."""
 
     options_class = DualSourceOptions
+    attention_sites = ("encoder", "mt_encoder", "decoder", "cross", "mt_cross")
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -157,7 +158,7 @@ class DualSourceTransformerModel(EntmaxTransformerModel):
         src_part, mt_part = self.encoder.split(src_tokens)
         return {"encoder": src_part, "cross": src_part, "mt_encoder": mt_part, "mt_cross": mt_part}
 
-    def _attention_slots(self):
+    def attention_slots(self):
         for site, encoder in (("encoder", self.encoder.src_encoder), ("mt_encoder", self.encoder.mt_encoder)):
             for i, layer in enumerate(encoder.layers):
                 yield site, i, layer, "self_attn"

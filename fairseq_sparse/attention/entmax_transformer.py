@@ -106,6 +106,8 @@ class EntmaxTransformerModel(TransformerModel):
     """
 
     options_class = EntmaxTransformerOptions
+    # Every attention site of the model, in the order reports list them.
+    attention_sites = SITES
 
     @classmethod
     def add_args(cls, parser):
@@ -124,7 +126,7 @@ class EntmaxTransformerModel(TransformerModel):
         model = super().build_model(args, task)
         model.options = options
         model.output_normalizer = output_normalizer
-        for site, layer, owner, name in model._attention_slots():
+        for site, layer, owner, name in model.attention_slots():
             stock = getattr(owner, name)
             sparse = AlphaEntmaxAttention(
                 stock.embed_dim, stock.num_heads, kdim=stock.kdim, vdim=stock.vdim,
@@ -149,8 +151,9 @@ class EntmaxTransformerModel(TransformerModel):
         """{site: the source tokens its keys are} for the sites that attend over the encoder input."""
         return {"encoder": src_tokens, "cross": src_tokens}
 
-    def _attention_slots(self):
-        """(site, layer index, owning layer, attribute name) of every attention module."""
+    def attention_slots(self):
+        """(site, layer index, owning layer, attribute name) of every attention module: the
+        extension point of a model with attention sites of its own (and ``attention_sites``)."""
         for i, layer in enumerate(self.encoder.layers):
             yield "encoder", i, layer, "self_attn"
         for i, layer in enumerate(self.decoder.layers):
@@ -160,7 +163,7 @@ class EntmaxTransformerModel(TransformerModel):
 
     def attention_modules(self):
         """(site, layer index, AlphaEntmaxAttention) for every attention module."""
-        for site, i, owner, name in self._attention_slots():
+        for site, i, owner, name in self.attention_slots():
             yield site, i, getattr(owner, name)
 
     def head_alphas(self, initial=False):

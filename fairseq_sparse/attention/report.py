@@ -12,25 +12,27 @@ Writes ``report.md`` (tables) and, next to it:
   density.png           attention density per head (fraction of allowed keys with nonzero weight)
   diversity.png         Jensen-Shannon divergence between the heads of each layer
   attention_<n>_<site><layer>.png  attention maps of the chosen sentences, one panel per head
-and a head-role table: previous-token heads and subword-merging heads.
+and the head roles: previous-token, subword-merging and single-token heads.
+
+Three steps, each its own function: ``analyse`` (the statistics, from ``stats``), ``draw``
+(the figures, from ``figures``) and ``markdown_report``; the sites and their order are the
+model's own (``attention_sites``).
 """
 
 import argparse
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+import torch
+from fairseq import checkpoint_utils
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from fairseq import checkpoint_utils  # noqa: E402
+from ..markdown import table
+from . import figures, stats  # (importing this package loads the plugin: models, checkpoint allow-list)
 
-from . import stats  # noqa: E402  (importing this package loads the plugin: models, checkpoint allow-list)
-
-# dual_source_transformer adds an mt encoder and a decoder attention over it.
-SITES = ("encoder", "mt_encoder", "decoder", "cross", "mt_cross")
+# A head holds a role when its score reaches this.
 ROLE_THRESHOLD = 0.5
+# Token types found in fewer sentences are not a head's favourite: too few to say.
+MIN_TOKEN_SENTENCES = 10
 
 
 def load(path, data):
@@ -79,7 +81,8 @@ def num_updates(path):
 
 def collect(model, task, split, max_sentences, keep_sentences):
     """Per (site, layer): summed density, diversity, role scores and query counts over the
-    first ``max_sentences`` sentences; attention maps of the ``keep_sentences`` ids, wherever
+    first ``max_sentences`` sentences, and under "tokens" {key piece: [weight per head on it,
+    queries of the sentences holding it, those sentences]}; attention maps of the ``keep_sentences`` ids, wherever
     they are in the split."""
     task.load_dataset(split)
     dataset = task.dataset(split)
@@ -139,6 +142,14 @@ def collect(model, task, split, max_sentences, keep_sentences):
                     if kind[site] != "cross":
                         a["previous"] = a["previous"] + stats.previous_token_score(p)
                         a["previous_queries"] += p.size(1) - 1
+                    tokens = a.setdefault("tokens", {})
+                    for piece, mass in stats.token_mass(p, pieces[site]).items():
+                        if piece in tokens:
+                            tokens[piece][0] += mass
+                            tokens[piece][1] += p.size(1)
+                            tokens[piece][2] += 1
+                        else:
+                            tokens[piece] = [mass, p.size(1), 1]
                     if kind[site] == "encoder":
                         score, count = stats.same_word_score(p, words[site])
                         a["same_word"] = a["same_word"] + score
@@ -159,181 +170,181 @@ def per_head(acc, key, count_key="queries"):
     return {sl: (a[key] / max(a[count_key], 1)).tolist() for sl, a in acc.items() if count_key in a and a[count_key]}
 
 
-def heatmap(values, title, path, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}", text_color="w"):
-    rows = sorted(values, key=lambda sl: (SITES.index(sl[0]), sl[1]))
-    matrix = [values[r] for r in rows]
-    fig, ax = plt.subplots(figsize=(1.2 + 0.6 * len(matrix[0]), 0.8 + 0.45 * len(rows)))
-    im = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    ax.set_yticks(range(len(rows)), [f"{s} {layer}" for s, layer in rows])
-    ax.set_xticks(range(len(matrix[0])), [f"h{h}" for h in range(len(matrix[0]))])
-    for i, row in enumerate(matrix):
-        for j, v in enumerate(row):
-            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color=text_color)
-    fig.colorbar(im, ax=ax)
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def favourite_tokens(acc, min_sentences=MIN_TOKEN_SENTENCES):
+    """{(site, layer): [(piece, share) per head]}: the key token type each head puts most
+    weight on, as the share of the weight of the queries of the sentences holding it,
+    among the pieces found in at least ``min_sentences`` sentences."""
+    out = {}
+    for sl, a in acc.items():
+        frequent = [(piece, mass / queries) for piece, (mass, queries, sentences) in a.get("tokens", {}).items()
+                    if sentences >= min_sentences]
+        if not frequent:
+            continue
+        heads = len(frequent[0][1])
+        out[sl] = [max(((piece, float(share[h])) for piece, share in frequent), key=lambda x: x[1])
+                   for h in range(heads)]
+    return out
 
 
-def table(values, fmt="{:.3f}"):
-    rows = sorted(values, key=lambda sl: (SITES.index(sl[0]), sl[1]))
+def head_table(values, sites, fmt="{:.3f}"):
+    """A Markdown table of one value per head: a row per (site, layer), a column per head, and the mean."""
+    rows = sorted(values, key=lambda sl: (sites.index(sl[0]), sl[1]))
     heads = len(values[rows[0]])
-    lines = ["| site | layer | " + " | ".join(f"h{h}" for h in range(heads)) + " | mean |",
-             "| --- | --- | " + " | ".join("---" for _ in range(heads)) + " | --- |"]
-    for s, layer in rows:
-        v = values[(s, layer)]
-        lines.append(f"| {s} | {layer} | " + " | ".join(fmt.format(x) for x in v) + f" | {fmt.format(sum(v) / len(v))} |")
-    return "\n".join(lines)
+    return table(["site", "layer", *(f"h{h}" for h in range(heads)), "mean"],
+                          [[s, layer, *(fmt.format(x) for x in values[(s, layer)]),
+                            fmt.format(sum(values[(s, layer)]) / heads)] for s, layer in rows])
+
+
+def alpha_series(model, args):
+    """{(site, layer): [(updates, alpha per head)]} from the initialisation (where the
+    checkpoints keep it) through the --trajectory checkpoints, ordered by update."""
+    series = {}
+    for updates, path in sorted((num_updates(p), p) for p in args.trajectory):
+        m, _ = load(path, args.data)
+        check_same_run(model, m, path, args.path)
+        start = initial_alphas(m)
+        for sl, a in m.head_alphas().items():
+            if start is not None and sl not in series:
+                series[sl] = [(0, start[sl])]
+            series.setdefault(sl, []).append((updates, a.tolist()))
+    return series
+
+
+def analyse(model, task, args):
+    """Every statistic the report states, as plain values keyed by (site, layer)."""
+    acc, maps, sentences = collect(model, task, args.split, args.max_sentences, set(args.sentences))
+    initial = initial_alphas(model)
+    return dict(
+        sites=model.attention_sites,
+        alphas={sl: a.tolist() for sl, a in model.head_alphas().items()},
+        change=({sl: c.tolist() for sl, c in model.head_alpha_changes().items()} if initial is not None else None),
+        density=per_head(acc, "density"),
+        diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
+        previous=per_head(acc, "previous", "previous_queries"),
+        same_word=per_head(acc, "same_word", "same_word_queries"),
+        tokens=favourite_tokens(acc),
+        series=alpha_series(model, args) if args.trajectory else None,
+        maps=maps, sentences=sentences)
+
+
+def draw(result, model, out):
+    """The report's PNGs (see the module docstring) into ``out``."""
+    sites, alphas = result["sites"], result["alphas"]
+    figures.heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png",
+                    sites, 1.0, 2.0)
+    if result["change"] is not None:
+        change = result["change"]
+        bound = max(max(abs(x) for v in change.values() for x in v), 1e-3)
+        figures.heatmap(change, "alpha change since initialisation", out / "alpha_change.png", sites, -bound, bound,
+                        "RdBu_r", "{:+.3f}", "k")
+    figures.alpha_histogram(alphas, out / "alpha_histogram.png", sites)
+    figures.heatmap(result["density"], "attention density (fraction of keys with nonzero weight)",
+                    out / "density.png", sites, 0.0, 1.0, "magma")
+    heads = len(next(iter(alphas.values())))
+    figures.diversity(result["diversity"], heads, out / "diversity.png", sites, stats.max_head_diversity(heads))
+    if result["series"]:
+        figures.trajectories(result["series"], out / "alpha_trajectories.png", sites)
+    for (sid, site, layer), (p, queries, keys) in result["maps"].items():
+        cross = model.normalizer_site(site) == "cross"
+        figures.attention_map(p.float().numpy(), queries, keys, alphas[(site, layer)],
+                              f"sentence {sid}: {site} attention, layer {layer}",
+                              "query (token it predicts)" if cross else "query (token at the position)",
+                              out / f"attention_{sid}_{site}{layer}.png")
+
+
+def roles(result):
+    """Rows (role, site and layer, head, score) of the heads at or above ROLE_THRESHOLD."""
+    rows = []
+    for key, role in (("previous", "previous-token"), ("same_word", "subword-merging")):
+        for (site, layer), scores in result[key].items():
+            rows += [(role, f"{site} {layer}", f"h{h}", f"{s:.2f}") for h, s in enumerate(scores)
+                     if s >= ROLE_THRESHOLD]
+    for (site, layer), best in result["tokens"].items():
+        rows += [(f"single-token (`{piece}`)", f"{site} {layer}", f"h{h}", f"{share:.2f}")
+                 for h, (piece, share) in enumerate(best) if share >= ROLE_THRESHOLD]
+    return rows
+
+
+def markdown_report(result, args):
+    """report.md's text."""
+    sites, alphas = result["sites"], result["alphas"]
+    order = sorted(result["diversity"], key=lambda sl: (sites.index(sl[0]), sl[1]))
+    heads = len(next(iter(alphas.values())))
+    site_rows = []
+    for site in sites:
+        vals = [x for (s, _), v in alphas.items() if s == site for x in v]
+        if vals:
+            below, above, coefficient = stats.bimodality(vals)
+            site_rows.append([site, f"{min(vals):.2f} to {max(vals):.2f}", len(vals), f"{below:.2f}", f"{above:.2f}",
+                              f"{coefficient:.3f}"])
+    if result["change"] is not None:
+        change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
+                     "spreads the heads over (alpha_min, 2)):", "", head_table(result["change"], sites, "{:+.3f}"),
+                     "", "![](alpha_change.png)"]
+    else:
+        change_md = ["(The initial alphas are unknown: the checkpoint was written before they were kept.)"]
+    trajectory_md = []
+    if result["series"]:
+        series = result["series"]
+        rows = sorted(series, key=lambda sl: (sites.index(sl[0]), sl[1]))
+        denser, sparser, turned, counted = stats.first_moves(series)
+        trajectory_md = [
+            "## Alpha trajectories", "", "![](alpha_trajectories.png)", "",
+            f"Of {counted} heads, {denser} first moved to denser attention (alpha down), {sparser} to sparser and "
+            f"{counted - denser - sparser} by less than 0.001; {turned} of the {denser} that went denser then turned "
+            f"sparser again." if counted else
+            "(No head's initial alpha is known: the trajectories start at the first checkpoint.)", "",
+            "Mean alpha per site and layer (update 0: initialisation):", "",
+            table(["updates", *(f"{s} {layer}" for s, layer in rows)],
+                           [[updates, *(f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows)]
+                            for i, (updates, _) in enumerate(series[rows[0]])]), ""]
+    tokens = result["tokens"]
+    report = [
+        f"# Attention report: `{args.path}`", "",
+        f"Split `{args.split}`, {result['sentences']} sentences.", "",
+        "## Learned alpha per head", "", head_table(alphas, sites), "",
+        "![](alpha_per_head.png) ![](alpha_histogram.png)", "",
+        f"Per site: the share of heads below 1.3 and above 1.7, and Sarle's bimodality coefficient (above "
+        f"{stats.BIMODAL:.3f}, a uniform distribution's, for two modes or a strong skew):", "",
+        table(["site", "range", "heads", "below 1.3", "above 1.7", "bimodality coefficient"], site_rows), "",
+        *change_md, "",
+        "## Attention density per head", "",
+        "Mean fraction of the keys a query may attend to that get nonzero weight (softmax: 1.000).", "",
+        head_table(result["density"], sites), "", "![](density.png)", "",
+        "## Head diversity per layer", "",
+        f"Generalised Jensen-Shannon divergence between the {heads} heads, mean over queries "
+        f"(0: all heads alike; log {heads} = {stats.max_head_diversity(heads):.3f}: disjoint).", "",
+        table(["site", "layer", "JS"], [[s, layer, f"{result['diversity'][(s, layer)]:.3f}"]
+                                                 for s, layer in order]),
+        "", "![](diversity.png)", "",
+        "## Head roles", "",
+        f"Mean weight a head puts on the previous token (self-attention), on the other pieces of the same word "
+        f"(encoder, words split into several subwords) and on its favourite key token type (the share of the "
+        f"weight of the queries of sentences that hold it, among the types in at least {MIN_TOKEN_SENTENCES} "
+        f"sentences); heads at or above {ROLE_THRESHOLD}:", "",
+        table(["role", "site, layer", "head", "score"], roles(result) or [["(none)", "", "", ""]]), "",
+        "Previous-token score per head:", "",
+        head_table(result["previous"], sites) if result["previous"] else "(none)", "",
+        "Subword-merging score per head:", "",
+        head_table(result["same_word"], sites) if result["same_word"] else "(no multi-piece words)", "",
+        "Favourite key token type per head (share):", "",
+        table(["site", "layer", *(f"h{h}" for h in range(heads))],
+                       [[s, layer, *(f"`{piece}` {share:.2f}" for piece, share in tokens[(s, layer)])]
+                        for s, layer in order if (s, layer) in tokens]) if tokens else "(none)", "",
+        *trajectory_md,
+        "## Attention maps", "",
+        *[f"![](attention_{sid}_{site}{layer}.png)" for sid, site, layer in sorted(result["maps"])],
+    ]
+    return "\n".join(report) + "\n"
 
 
 def write_report(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model, task = load(args.path, args.data)
-    alphas = {sl: a.tolist() for sl, a in model.head_alphas().items()}
-    initial = initial_alphas(model)
-    acc, maps, sentences = collect(model, task, args.split, args.max_sentences, set(args.sentences))
-    dens = per_head(acc, "density")
-    diversity = {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
-    previous = per_head(acc, "previous", "previous_queries")
-    same_word = per_head(acc, "same_word", "same_word_queries")
-
-    heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png", 1.0, 2.0)
-    if initial is not None:
-        change = {sl: c.tolist() for sl, c in model.head_alpha_changes().items()}
-        bound = max(max(abs(x) for v in change.values() for x in v), 1e-3)
-        heatmap(change, "alpha change since initialisation", out / "alpha_change.png", -bound, bound, "RdBu_r",
-                "{:+.3f}", "k")
-        change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
-                     "spreads the heads over (alpha_min, 2)):", "", table(change, "{:+.3f}"), "", "![](alpha_change.png)"]
-    else:
-        change_md = ["(The initial alphas are unknown: the checkpoint was written before they were kept.)"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for site in SITES:
-        vals = [x for (s, _), v in alphas.items() if s == site for x in v]
-        if vals:
-            ax.hist(vals, bins=20, range=(1, 2), alpha=0.6, label=site)
-    ax.set_xlabel("alpha")
-    ax.set_ylabel("heads")
-    ax.legend()
-    ax.set_title("learned alpha by attention site")
-    fig.tight_layout()
-    fig.savefig(out / "alpha_histogram.png", dpi=120)
-    plt.close(fig)
-    heatmap(dens, "attention density (fraction of keys with nonzero weight)", out / "density.png", 0.0, 1.0, "magma")
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for site in SITES:
-        layers = sorted(layer for s, layer in diversity if s == site)
-        if layers:
-            ax.plot(layers, [diversity[(site, layer)] for layer in layers], marker="o", label=site)
-    heads = len(next(iter(alphas.values())))
-    ax.axhline(stats.max_head_diversity(heads), ls="--", c="gray", label=f"log {heads} (disjoint heads)")
-    ax.set_xlabel("layer")
-    ax.set_xticks(sorted({layer for _, layer in diversity}))
-    ax.set_ylabel("Jensen-Shannon divergence")
-    ax.set_title("head diversity per layer")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "diversity.png", dpi=120)
-    plt.close(fig)
-
-    trajectory_md = ""
-    if args.trajectory:
-        points = sorted((num_updates(p), p) for p in args.trajectory)
-        series = {}  # (site, layer) -> [(updates, alpha per head)]
-        for updates, path in points:
-            m, _ = load(path, args.data)
-            check_same_run(model, m, path, args.path)
-            start = initial_alphas(m)
-            for sl, a in m.head_alphas().items():
-                if start is not None and sl not in series:
-                    series[sl] = [(0, start[sl])]
-                series.setdefault(sl, []).append((updates, a.tolist()))
-        rows = sorted(series, key=lambda sl: (SITES.index(sl[0]), sl[1]))
-        sites = [site for site in SITES if any(s == site for s, _ in rows)]
-        layers = max(layer for _, layer in rows) + 1
-        # One panel per attention module: a row per site, a column per layer.
-        fig, axes = plt.subplots(len(sites), layers, figsize=(max(2.6 * layers, 5.2), 2.4 * len(sites)), sharex=True,
-                                 sharey=True, squeeze=False)
-        for ax in axes.flat:
-            ax.set_visible(False)
-        for site, layer in rows:
-            ax = axes[sites.index(site), layer]
-            ax.set_visible(True)
-            pts = series[(site, layer)]
-            for h in range(len(pts[0][1])):
-                ax.plot([u for u, _ in pts], [a[h] for _, a in pts], marker=".", lw=1, label=f"h{h}")
-            ax.set_title(f"{site} {layer}", fontsize=9)
-        for ax in axes[-1]:
-            ax.set_xlabel("updates")
-        for ax in axes[:, 0]:
-            ax.set_ylabel("alpha")
-        axes[0, 0].set_ylim(1.0, 2.0)
-        axes[0, 0].legend(fontsize=6)
-        fig.suptitle("alpha trajectories per head (update 0: initialisation)")
-        fig.tight_layout()
-        fig.savefig(out / "alpha_trajectories.png", dpi=120)
-        plt.close(fig)
-        trajectory_md = ("\n## Alpha trajectories\n\n![](alpha_trajectories.png)\n\nMean alpha per site and layer "
-                         "(update 0: initialisation):\n\n| updates | " + " | ".join(f"{s} {layer}" for s, layer in rows)
-                         + " |\n|" + " --- |" * (len(rows) + 1) + "\n")
-        for i, (updates, _) in enumerate(series[rows[0]]):
-            trajectory_md += f"| {updates} | " + " | ".join(
-                f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows) + " |\n"
-
-    for (sid, site, layer), (p, queries, keys) in maps.items():
-        cross = model.normalizer_site(site) == "cross"
-        h = p.size(0)
-        # Panels grow with the sentence so that every position keeps a readable label.
-        width, height = max(3.2, 0.11 * len(keys) + 0.8), max(3.4, 0.11 * len(queries) + 1.6)
-        fig, axes = plt.subplots(1, h, figsize=(width * h, height), squeeze=False)
-        for j in range(h):
-            ax = axes[0, j]
-            ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1, aspect="auto")
-            ax.set_title(f"head {j}, alpha {alphas[(site, layer)][j]:.2f}", fontsize=8)
-            ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=5)
-            ax.set_yticks(range(len(queries)), queries, fontsize=5)
-            ax.set_xlabel("key (token at the position)", fontsize=6)
-        axes[0, 0].set_ylabel("query (token it predicts)" if cross else "query (token at the position)",
-                              fontsize=6)
-        fig.suptitle(f"sentence {sid}: {site} attention, layer {layer}")
-        fig.tight_layout()
-        fig.savefig(out / f"attention_{sid}_{site}{layer}.png", dpi=120)
-        plt.close(fig)
-
-    roles = []
-    for (site, layer), scores in previous.items():
-        roles += [f"| previous-token | {site} {layer} | h{h} | {s:.2f} |" for h, s in enumerate(scores) if s >= ROLE_THRESHOLD]
-    for (site, layer), scores in same_word.items():
-        roles += [f"| subword-merging | {site} {layer} | h{h} | {s:.2f} |" for h, s in enumerate(scores) if s >= ROLE_THRESHOLD]
-
-    report = [
-        f"# Attention report: `{args.path}`", "",
-        f"Split `{args.split}`, {sentences} sentences.", "",
-        "## Learned alpha per head", "", table(alphas), "", "![](alpha_per_head.png) ![](alpha_histogram.png)", "",
-        *change_md, "",
-        "## Attention density per head", "",
-        "Mean fraction of the keys a query may attend to that get nonzero weight (softmax: 1.000).", "",
-        table(dens), "", "![](density.png)", "",
-        "## Head diversity per layer", "",
-        f"Generalised Jensen-Shannon divergence between the {heads} heads, mean over queries "
-        f"(0: all heads alike; log {heads} = {stats.max_head_diversity(heads):.3f}: disjoint).", "",
-        "| site | layer | JS |", "| --- | --- | --- |",
-        *[f"| {s} | {layer} | {diversity[(s, layer)]:.3f} |" for s, layer in sorted(diversity, key=lambda sl: (SITES.index(sl[0]), sl[1]))],
-        "", "![](diversity.png)", "",
-        "## Head roles", "",
-        f"Mean weight a head puts on the previous token (self-attention) and on the other pieces of the "
-        f"same word (encoder, words split into several subwords); heads at or above {ROLE_THRESHOLD}:", "",
-        "| role | site, layer | head | score |", "| --- | --- | --- | --- |", *(roles or ["| (none) | | | |"]), "",
-        "Previous-token score per head:", "", table(previous) if previous else "(none)", "",
-        "Subword-merging score per head:", "", table(same_word) if same_word else "(no multi-piece words)", "",
-        trajectory_md,
-        "## Attention maps", "",
-        *[f"![](attention_{sid}_{site}{layer}.png)" for sid, site, layer in sorted(maps)],
-    ]
-    (out / "report.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    result = analyse(model, task, args)
+    draw(result, model, out)
+    (out / "report.md").write_text(markdown_report(result, args), encoding="utf-8")
     return out / "report.md"
 
 

@@ -50,6 +50,67 @@ def same_word_score(p, word_ids):
     return (p[:, rows] * same[rows].float()).sum(-1).sum(-1), int(rows.sum())
 
 
+def token_mass(p, key_pieces):
+    """Per key token type: {piece: (H,) weight the heads put on that piece, summed over
+    queries and over the positions where it occurs}.  With the number of queries of the
+    sentences in which a piece occurs, a head that attends to one token type (a question
+    mark, the end of sentence) shows as one piece holding most of its mass."""
+    columns = p.sum(1)  # (H, S)
+    mass = {}
+    for j, piece in enumerate(key_pieces):
+        mass[piece] = mass[piece] + columns[:, j] if piece in mass else columns[:, j].clone()
+    return mass
+
+
+def bimodality(values, low=1.3, high=1.7):
+    """(share of ``values`` below ``low``, share above ``high``, Sarle's bimodality
+    coefficient) of a set of learned alphas; the coefficient
+
+        b = (g^2 + 1) / (k + 3 (n - 1)^2 / ((n - 2) (n - 3)))
+
+    (g the sample skewness, k the excess kurtosis) exceeds 5/9, its value for a uniform
+    distribution, for bimodal or strongly skewed samples (Pfister et al., 2013).  NaN for
+    fewer than 4 values or values that are all alike."""
+    n = len(values)
+    below = sum(v < low for v in values) / max(n, 1)
+    above = sum(v > high for v in values) / max(n, 1)
+    if n < 4:
+        return below, above, math.nan
+    mean = sum(values) / n
+    m2 = sum((v - mean) ** 2 for v in values) / n
+    if m2 == 0:
+        return below, above, math.nan
+    m3 = sum((v - mean) ** 3 for v in values) / n
+    m4 = sum((v - mean) ** 4 for v in values) / n
+    # Sample skewness and excess kurtosis with their small-sample corrections.
+    g = math.sqrt(n * (n - 1)) / (n - 2) * m3 / m2 ** 1.5
+    k = (n - 1) / ((n - 2) * (n - 3)) * ((n + 1) * (m4 / m2 ** 2 - 3) + 6)
+    return below, above, (g ** 2 + 1) / (k + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+
+
+BIMODAL = 5 / 9
+
+
+def first_moves(series, tol=1e-3):
+    """How the heads' alphas set off and where they went, from ``series`` =
+    {(site, layer): [(updates, alpha per head)]} starting at the initialisation:
+    (denser first, sparser first, denser first and then sparser again, heads), a move
+    smaller than ``tol`` counting as neither.  The paper finds most heads first become
+    denser and some then turn sparse (Correia, Niculae & Martins, 2019)."""
+    denser = sparser = turned = heads = 0
+    for points in series.values():
+        if len(points) < 2:
+            continue
+        for h in range(len(points[0][1])):
+            path = [a[h] for _, a in points]
+            heads += 1
+            first = next((b - path[0] for b in path[1:] if abs(b - path[0]) >= tol), 0.0)
+            denser += first < 0
+            sparser += first > 0
+            turned += first < 0 and path[-1] - min(path) >= tol
+    return denser, sparser, turned, heads
+
+
 def word_ids_from_pieces(pieces, specials=()):
     """Word index of each subword piece: sentencepiece ('\u2581' starts a word),
     BERT's WordPiece ('##' continues a word) or subword-nmt ('@@' ends a non-final

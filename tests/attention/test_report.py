@@ -38,6 +38,20 @@ def test_report_from_checkpoints(multi30k_bin, tmp_path):
         initial = state[f"{owner}.head_alpha.initial_alpha"].tolist()
         assert [a - c for a, c in zip(values, change[(site, layer)])] == pytest.approx(initial, abs=2e-3)
     assert "## Head roles" in report
+    # Per site: shares of heads below 1.3 and above 1.7 and the bimodality coefficient.
+    sites = re.findall(r"^\| (encoder|decoder|cross) \| [0-9.]+ to [0-9.]+ \| 8 \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
+                       report, re.M)
+    assert [s for s, *_ in sites] == ["encoder", "decoder", "cross"]
+    assert all(0 <= float(below) + float(above) <= 1 for _, below, above, _ in sites)
+    moves = re.search(r"Of (\d+) heads, (\d+) first moved to denser attention \(alpha down\), (\d+) to sparser and "
+                      r"(\d+) by less than 0.001; (\d+) of the \2 that", report)
+    assert moves and int(moves[1]) == 24 == sum(map(int, moves.groups()[1:4])) and int(moves[5]) <= int(moves[2])
+    # Each head's favourite key token: 40 validation sentences, so every site has pieces in 10 of them.
+    favourite = report.split("Favourite key token type per head")[1].split("## ")[0]
+    rows = re.findall(r"^\| (encoder|decoder|cross) \| (\d) \| (.*) \|$", favourite, re.M)
+    assert len(rows) == 6
+    shares = [float(x) for _, _, cells in rows for x in re.findall(r"` ([0-9.]+)", cells)]
+    assert len(shares) == 24 and all(0 < x <= 1 for x in shares)
     trajectory = report.split("## Alpha trajectories")[1]
     assert [int(u) for u in re.findall(r"^\| (\d+) \|", trajectory, re.M)][:2] == [0, updates(tmp_path / "ck" / "checkpoint1.pt")]
 
@@ -145,3 +159,23 @@ def test_dual_source_report_has_every_attention_site(tmp_path, tiny_bert, monkey
     assert sorted(learned) == sorted([(s, 0) for s in sites] + [("decoder", 1), ("cross", 1), ("mt_cross", 1)])
     for site in sites:
         assert (out / f"attention_0_{site}0.png").stat().st_size > 5000, site
+
+
+def test_figures_fit_their_titles_and_wrap_many_heads(tmp_path):
+    """A 4-head heatmap is wide enough for its title; a 12-head attention map is a grid of
+    MAP_COLUMNS heads a row (not one row of 12 panels) with a colour bar."""
+    from PIL import Image
+
+    from fairseq_sparse.attention import figures
+
+    sites = ("encoder", "decoder", "cross")
+    values = {("encoder", 0): [1.2, 1.5, 1.7, 1.9], ("decoder", 0): [1.1, 1.3, 1.6, 2.0]}
+    figures.heatmap(values, "attention density (fraction of keys with nonzero weight)", tmp_path / "h.png", sites)
+    width, _ = Image.open(tmp_path / "h.png").size
+    assert width >= figures.MIN_WIDTH * 120
+    p = torch.softmax(torch.randn(12, 9, 9), -1).numpy()
+    tokens = [f"t{i}" for i in range(9)]
+    figures.attention_map(p, tokens, tokens, [1.5] * 12, "sentence 0", "query", tmp_path / "m.png")
+    width, height = Image.open(tmp_path / "m.png").size
+    panel_width, panel_height = 3.2 * 120, 3.4 * 120  # the smallest panel, in pixels at 120 dpi
+    assert figures.MAP_COLUMNS == 4 and height >= 3 * panel_height and width < 6 * panel_width

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from fairseq_sparse.attention import stats
@@ -43,3 +44,35 @@ def test_previous_token_and_same_word_scores():
     merge[0, 0, 0] = 1.0
     score, count = stats.same_word_score(merge, words)
     assert count == 3 and score.tolist() == [3.0]
+
+
+def test_token_mass_sums_each_token_type_over_its_positions():
+    torch.manual_seed(0)
+    p = torch.softmax(torch.randn(3, 5, 4), -1)
+    pieces = ["a", "?", "a", "</s>"]
+    mass = stats.token_mass(p, pieces)
+    assert sorted(mass) == ["</s>", "?", "a"]
+    torch.testing.assert_close(mass["a"], p[:, :, 0].sum(1) + p[:, :, 2].sum(1))
+    torch.testing.assert_close(mass["?"], p[:, :, 1].sum(1))
+    torch.testing.assert_close(sum(mass.values()), torch.full((3,), 5.0))
+
+
+def test_bimodality_matches_scipy_and_separates_two_modes():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    values = [1.05, 1.1, 1.12, 1.15, 1.2, 1.08, 1.8, 1.85, 1.9, 1.95, 1.88, 1.92]
+    below, above, coefficient = stats.bimodality(values)
+    assert (below, above) == (0.5, 0.5)
+    g, k, n = scipy_stats.skew(values, bias=False), scipy_stats.kurtosis(values, bias=False), len(values)
+    assert coefficient == pytest.approx((g ** 2 + 1) / (k + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3))))
+    assert coefficient > stats.BIMODAL
+    one_mode = [1.5 + 0.01 * x for x in (-3, -2, -1, -1, 0, 0, 0, 1, 1, 2, 3)]
+    assert stats.bimodality(one_mode)[2] < stats.BIMODAL
+    assert math.isnan(stats.bimodality([1.2, 1.3, 1.4])[2]) and math.isnan(stats.bimodality([1.5] * 5)[2])
+
+
+def test_first_moves_count_denser_sparser_and_turned_heads():
+    series = {("encoder", 0): [(0, [1.5, 1.5, 1.5, 1.5]), (100, [1.4, 1.6, 1.5, 1.5]), (200, [1.45, 1.7, 1.5, 1.3]),
+                               (300, [1.5, 1.7, 1.5, 1.2])],
+              ("decoder", 0): [(0, [1.2, 1.9])]}  # one point: no move to count
+    # h0 denser then sparser again; h1 sparser; h2 never moved; h3 first moved at 200, denser.
+    assert stats.first_moves(series) == (2, 1, 1, 4)

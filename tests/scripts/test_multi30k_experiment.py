@@ -12,20 +12,40 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     prepare(tmp_path / "data", raw)
     out = tmp_path / "exp"
     proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
-                      "--max-epoch", "1", "--dim", "32", "--layers", "1", "--jobs", "3")
+                      "--max-epoch", "2", "--dim", "32", "--layers", "1", "--jobs", "3", "--test-prefix", raw / "val")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results
     rows = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \| (\d+) \| ([0-9.]+) \(.*\| (.*) \| (.*) \| (.*) \|$",
                       results, re.M)
     assert [r[0] for r in rows] == ["softmax", "entmax15", "alpha_entmax"]
-    assert [int(r[2]) for r in rows] == [1, 1, 1]
+    assert [int(r[2]) for r in rows] == [2, 2, 2]
     assert float(rows[0][3]) == 1.0
     softmax_density = [float(x) for x in rows[0][4].split(" / ")]
     assert softmax_density == [1.0, 1.0, 1.0]
     assert all(0 < float(x) < 1 for x in rows[1][4].split(" / "))  # 1.5-entmax heads are sparse
     assert [float(x) for x in rows[1][5].split(" / ")] == [1.5, 1.5, 1.5]
     assert [float(x) for x in rows[1][6].split(" / ")] == [0, 0, 0]  # a fixed alpha does not move
-    # Learned alphas may move (by little in this 1-epoch run, still in its warm-up), never past (1.01, 2).
+    # Learned alphas may move (by little in this 2-epoch run, still in its warm-up), never past (1.01, 2).
     assert all(0 <= float(x) < 0.99 for x in rows[2][6].split(" / "))
     assert (out / "alpha_entmax_report" / "report.md").exists()
+    # Updates and wall time; the extra test set scored from the same checkpoints; diversity per layer, every model.
+    updates = re.findall(r"^\| (?:softmax|entmax15|alpha_entmax) \| [0-9.]+ \| 2 \| [0-9.]+ \([0-9]+ tok/s\) \| (\d+) \| "
+                         r"([0-9.]+) min \|", results, re.M)
+    assert len(updates) == 3 and len({u for u, _ in updates}) == 1 and int(updates[0][0]) > 0
+    other = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \|$", results.split("other test sets")[1], re.M)
+    assert [n for n, _ in other] == ["softmax", "entmax15", "alpha_entmax"] and all(float(b) >= 0 for _, b in other)
+    diversity = re.findall(r"^\| (encoder|decoder|cross) \| 0 \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
+                           results.split("Head diversity per layer")[1], re.M)
+    assert [d[0] for d in diversity] == ["encoder", "decoder", "cross"]
+    assert all(0 <= float(x) <= 1.3863 for d in diversity for x in d[1:])  # log 4 heads
+    # The alpha-entmax report: trajectories from update 0 through both epoch checkpoints,
+    # histograms with their bimodality, diversity and head roles.
+    report_dir = out / "alpha_entmax_report"
+    report = (report_dir / "report.md").read_text()
+    for png in ("alpha_trajectories", "alpha_histogram", "diversity"):
+        assert (report_dir / f"{png}.png").stat().st_size > 5000, png
+    trajectory = report.split("## Alpha trajectories")[1].split("## ")[0]
+    assert [int(u) for u in re.findall(r"^\| (\d+) \|", trajectory, re.M)][0] == 0
+    assert len(re.findall(r"^\| (\d+) \|", trajectory, re.M)) == 3
+    assert "bimodality coefficient" in report and "| role | site, layer | head | score |" in report

@@ -1,0 +1,127 @@
+"""The attention report's figures: matplotlib, one function per figure, each writing one PNG.
+
+Every function takes plain values keyed by ``(site, layer)`` and the model's site order
+(``attention_sites``), so that it draws any model built on ``entmax_transformer``.
+"""
+
+import math
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Attention maps of more heads than this wrap onto further rows.
+MAP_COLUMNS = 4
+# Narrowest figure, in inches: a title wider than its panel would be cut at both edges.
+MIN_WIDTH = 6.0
+
+
+def _save(fig, path):
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _rows(values, sites):
+    return sorted(values, key=lambda sl: (sites.index(sl[0]), sl[1]))
+
+
+def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}", text_color="w"):
+    """One row per (site, layer), one column per head, each cell labelled with its value."""
+    rows = _rows(values, sites)
+    matrix = [values[r] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 0.6 * len(matrix[0])), 1.2 + 0.45 * len(rows)),
+                           layout="constrained")
+    im = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_yticks(range(len(rows)), [f"{s} {layer}" for s, layer in rows])
+    ax.set_xticks(range(len(matrix[0])), [f"h{h}" for h in range(len(matrix[0]))])
+    for i, row in enumerate(matrix):
+        for j, v in enumerate(row):
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color=text_color)
+    fig.colorbar(im, ax=ax)
+    ax.set_title(textwrap.fill(title, 60), fontsize=10)
+    _save(fig, path)
+
+
+def alpha_histogram(alphas, path, sites):
+    """The learned alphas of each site over (1, 2)."""
+    fig, ax = plt.subplots(figsize=(MIN_WIDTH, 3.5), layout="constrained")
+    for site in sites:
+        vals = [x for (s, _), v in alphas.items() if s == site for x in v]
+        if vals:
+            ax.hist(vals, bins=20, range=(1, 2), alpha=0.6, label=site)
+    ax.set_xlabel("alpha")
+    ax.set_ylabel("heads")
+    ax.legend()
+    ax.set_title("learned alpha by attention site", fontsize=10)
+    _save(fig, path)
+
+
+def diversity(values, heads, path, sites, max_diversity):
+    """Jensen-Shannon divergence between the heads of each layer, one line per site."""
+    fig, ax = plt.subplots(figsize=(MIN_WIDTH, 3.5), layout="constrained")
+    for site in sites:
+        layers = sorted(layer for s, layer in values if s == site)
+        if layers:
+            ax.plot(layers, [values[(site, layer)] for layer in layers], marker="o", label=site)
+    ax.axhline(max_diversity, ls="--", c="gray", label=f"log {heads} (disjoint heads)")
+    ax.set_xlabel("layer")
+    ax.set_xticks(sorted({layer for _, layer in values}))
+    ax.set_ylabel("Jensen-Shannon divergence")
+    ax.set_title("head diversity per layer", fontsize=10)
+    ax.legend()
+    _save(fig, path)
+
+
+def trajectories(series, path, sites):
+    """``series``: {(site, layer): [(updates, alpha per head)]}; one panel per attention
+    module, a row per site and a column per layer."""
+    rows = _rows(series, sites)
+    present = [site for site in sites if any(s == site for s, _ in rows)]
+    layers = max(layer for _, layer in rows) + 1
+    fig, axes = plt.subplots(len(present), layers, figsize=(max(2.6 * layers, MIN_WIDTH), 2.4 * len(present) + 0.6),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    for ax in axes.flat:
+        ax.set_visible(False)
+    for site, layer in rows:
+        ax = axes[present.index(site), layer]
+        ax.set_visible(True)
+        pts = series[(site, layer)]
+        for h in range(len(pts[0][1])):
+            ax.plot([u for u, _ in pts], [a[h] for _, a in pts], marker=".", lw=1, label=f"h{h}")
+        ax.set_title(f"{site} {layer}", fontsize=9)
+    for ax in axes[-1]:
+        ax.set_xlabel("updates")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("alpha")
+    axes[0, 0].set_ylim(1.0, 2.0)
+    axes[0, 0].legend(fontsize=6)
+    fig.suptitle("alpha trajectories per head (update 0: initialisation)", fontsize=10)
+    _save(fig, path)
+
+
+def attention_map(p, queries, keys, head_alphas, title, query_label, path):
+    """The attention of every head over one sentence, ``MAP_COLUMNS`` heads a row, with one
+    colour bar; ``p`` an array (H, len(queries), len(keys)); every row and column labelled."""
+    heads = p.shape[0]
+    columns = min(heads, MAP_COLUMNS)
+    grid_rows = math.ceil(heads / columns)
+    # Panels grow with the sentence so that every position keeps a readable label.
+    width, height = max(3.2, 0.11 * len(keys) + 0.8), max(3.4, 0.11 * len(queries) + 1.6)
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(max(MIN_WIDTH, width * columns + 1.0), height * grid_rows),
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat[heads:]:
+        ax.set_visible(False)
+    for j in range(heads):
+        ax = axes.flat[j]
+        im = ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1, aspect="auto")
+        ax.set_title(f"head {j}, alpha {head_alphas[j]:.2f}", fontsize=8)
+        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=5)
+        ax.set_yticks(range(len(queries)), queries, fontsize=5)
+        ax.set_xlabel("key (token at the position)", fontsize=6)
+        if j % columns == 0:
+            ax.set_ylabel(query_label, fontsize=6)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path)
