@@ -15,7 +15,7 @@ allocates, as a ratio to SDPA's.
 
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
 recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
-threshold solver, ``attention_kernel.solver(certify=False, tile_start=False)``, and, with
+threshold solver, ``kernel_variants.PLAIN_SOLVER``, and, with
 ``--kept R,K``, from several scores kept per key tile; the passes over the keys each
 makes: ``bench_attention_passes.py``) and with a learnable
 alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
@@ -41,8 +41,9 @@ import torch.nn.functional as F
 
 from fairseq_sparse.entmax import (entmax15, entmax_alpha, entmax_attention, has_triton_kernel, sparsemax,
                                    support_size, use_backend)
-from fairseq_sparse.entmax import attention_kernel
+from fairseq_sparse.entmax.attention_kernel import KernelConfig
 from bench_attention_passes import kept_setting  # this script's folder is on sys.path
+from kernel_variants import PLAIN_SOLVER
 from timing import describe, interleaved_ms, paired_ratio
 
 DEVICE = "cuda"
@@ -79,25 +80,23 @@ def variants(heads, causal, lengths_pow2, kept=None):
         "entmax15 (triton)": unfused(entmax15, causal),
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
         "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
-        "fused entmax15, plain solver": entmax15_with_solver(causal, certify=False, tile_start=False),
+        "fused entmax15, plain solver": entmax15_with_solver(causal, PLAIN_SOLVER),
         "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
             lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype), causal),
     }
     if kept:
-        fns["fused entmax15, kept {},{}".format(*kept)] = entmax15_with_solver(causal, kept=kept)
+        fns["fused entmax15, kept {},{}".format(*kept)] = entmax15_with_solver(causal, KernelConfig(kept=kept))
     if adasplash is not None and lengths_pow2:
         fns["AdaSplash entmax15"] = lambda q, k, v: adasplash(q, k, v, alpha=1.5, is_causal=causal)
     return (alpha, head_alpha), fns
 
 
-def entmax15_with_solver(causal, **solver):
-    """Fused 1.5-entmax attention under attention_kernel.solver(**solver): plain Newton from
-    0 (certify=False, tile_start=False), or another start (kept=...)."""
+def entmax15_with_solver(causal, config):
+    """Fused 1.5-entmax attention with the kernels run as the KernelConfig ``config``."""
     def attention(q, k, v):
-        with attention_kernel.solver(**solver):
-            return entmax_attention(q, k, v, 1.5, causal=causal)
+        return entmax_attention(q, k, v, 1.5, causal=causal, kernel=config)
     return attention
 
 
@@ -122,7 +121,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=20, help="rounds, each timing every variant once")
     parser.add_argument("--kept", type=kept_setting, metavar="R,K",
                         help="also time the fused 1.5-entmax started from R scores kept per key tile in K slots "
-                             "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
+                             "(KernelConfig(kept=...); e.g. kernel_variants.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
     parser.add_argument("--no-unfused-entmax", action="store_true",
                         help="skip the unfused Triton normalisers (they hold the (T, T) scores)")

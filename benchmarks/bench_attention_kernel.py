@@ -4,19 +4,18 @@ In one run on one GPU this times the forward kernel alone (as in training: og an
 row statistics written) and forward+backward of ``entmax_attention``, next to SDPA's
 forward and forward+backward, for variants of the kernel:
 
-- the threshold solver at alpha = 1.5 (``attention_kernel.solver``): plain Newton from
-  0 then the exact threshold on the support, certified by the Newton passes
-  (``CERTIFY``), the package's, certified and started from the threshold of each
-  row's largest tile maxima (``TILE_START``), and, with ``--kept R,K``, from a
-  richer start (R scores kept per key tile in K slots, with which a row can skip
-  Newton altogether; ``attention_kernel.KEPT_CANDIDATE``'s 4,32 made fewer passes but
-  a slower forward on an H100, docs/attention.md);
+- the threshold solver at alpha = 1.5 (``KernelConfig``): plain Newton from 0 then the
+  exact threshold on the support, certified by the Newton passes (``certify``), the
+  package's, certified and started from the threshold of each row's largest tile
+  maxima (``tile_start``), and, with ``--kept R,K``, from a richer start (R scores kept
+  per key tile in K slots, with which a row can skip Newton altogether;
+  ``kernel_variants.KEPT_CANDIDATE``; docs/attention.md);
 - a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
   Newton tolerance of float32, float16 (the package's for half-precision inputs) or
   bfloat16 (a runtime argument, no new compile); with ``--kept``, from the richer
   start at float16's;
 - with ``--tile-sweep``, tile shapes (query rows x keys, warps, pipeline stages;
-  ``attention_kernel.tile_shape``) at the package's solver.
+  ``KernelConfig.tiles``) at the package's solver.
 
 It prints the forward's passes over the key tiles per query tile (the kernel counts
 them) and the largest difference of the output, dq and (per head) d alpha from the
@@ -35,7 +34,6 @@ this script, not a timing).
 """
 
 import argparse
-import contextlib
 import functools
 import os
 import statistics
@@ -49,9 +47,11 @@ if not CUDA:  # before the kernels are defined
 import torch.nn.functional as F  # noqa: E402
 
 from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backend  # noqa: E402
+from fairseq_sparse.entmax.attention_kernel import PACKAGE, KernelConfig  # noqa: E402
 from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 from bench_attention_passes import kept_setting  # noqa: E402  (this script's folder is on sys.path)
+from kernel_variants import CERTIFIED_FROM_ZERO, PLAIN_SOLVER  # noqa: E402
 from timing import describe, interleaved_ms, paired_ratio  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
@@ -63,21 +63,6 @@ SHAPES_CPU = [None, (32, 16, 1, None)]
 
 def label(shape):
     return "default" if shape is None else "{}x{} w{} s{}".format(*(x if x is not None else "-" for x in shape))
-
-
-@contextlib.contextmanager
-def kernel_settings(tiles=None, certify=True, tile_start=True, kept=None, tol=None):
-    """The kernel's tile shape, solver (attention_kernel.solver) and Newton tolerance for
-    a block (the tolerance is a runtime argument of the forward kernel: no new compile)."""
-    saved = attention_kernel._tolerance
-    if tol is not None:
-        attention_kernel._tolerance = lambda q, fixed: tol
-    try:
-        with attention_kernel.solver(certify, tile_start, kept), \
-                contextlib.nullcontext() if tiles is None else attention_kernel.tile_shape(*tiles):
-            yield
-    finally:
-        attention_kernel._tolerance = saved
 
 
 def shape_setting(text):
@@ -93,29 +78,30 @@ def shape_setting(text):
 
 
 def variants(head_alpha, tile_sweep, kept=None, shapes=None):
-    """(alpha label, alpha, variant label, kernel_settings kwargs); the first of each alpha
-    is the reference of the others.  ``shapes``: the tile sweep's, if not all."""
+    """(alpha label, alpha, variant label, KernelConfig); the first of each alpha is the
+    reference of the others.  ``shapes``: the tile sweep's, if not all."""
     if tile_sweep:
         shapes = shapes or (SHAPES_GPU if CUDA else SHAPES_CPU)
         for name, alpha in (("1.5", 1.5), ("per head", head_alpha)):
             for tiles in shapes:
-                yield name, alpha, label(tiles), dict(tiles=tiles)
+                yield name, alpha, label(tiles), KernelConfig(tiles=tiles)
         return
-    yield "1.5", 1.5, "plain", dict(certify=False, tile_start=False)
-    yield "1.5", 1.5, "certified", dict(tile_start=False)
-    yield "1.5", 1.5, "certified, tile start", {}
+    yield "1.5", 1.5, "plain", PLAIN_SOLVER
+    yield "1.5", 1.5, "certified", CERTIFIED_FROM_ZERO
+    yield "1.5", 1.5, "certified, tile start", PACKAGE
     if kept:
-        yield "1.5", 1.5, "certified, kept {},{}".format(*kept), dict(kept=kept)
-    yield "per head", head_alpha, "float32 tol, from 0", dict(tile_start=False, tol=newton_tol(torch.float32))
+        yield "1.5", 1.5, "certified, kept {},{}".format(*kept), KernelConfig(kept=kept)
+    yield "per head", head_alpha, "float32 tol, from 0", KernelConfig(tile_start=False,
+                                                                      tolerance=newton_tol(torch.float32))
     # Then from the tile maxima, at the tolerances of float32, float16 (the package's for
     # half-precision inputs: attention_kernel._tolerance) and bfloat16.
     for tol_dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = newton_tol(tol_dtype)
         name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
-        yield "per head", head_alpha, name, dict(tol=tol)
+        yield "per head", head_alpha, name, KernelConfig(tolerance=tol)
     if kept:
-        yield "per head", head_alpha, "float16 tol, kept {},{}".format(*kept), dict(tol=newton_tol(torch.float16),
-                                                                                    kept=kept)
+        yield "per head", head_alpha, "float16 tol, kept {},{}".format(*kept), KernelConfig(
+            tolerance=newton_tol(torch.float16), kept=kept)
 
 
 def main():
@@ -130,7 +116,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=10, help="rounds, each timing every variant once")
     parser.add_argument("--kept", type=kept_setting, metavar="R,K",
                         help="also time the start from R scores kept per key tile in K slots "
-                             "(attention_kernel.solver(kept=...); e.g. attention_kernel.KEPT_CANDIDATE = 4,32)")
+                             "(KernelConfig(kept=...); e.g. kernel_variants.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--tile-sweep", action="store_true", help="tile shapes instead of solver variants")
     parser.add_argument("--shapes", type=shape_setting, nargs="+", metavar="M,N,W,S",
@@ -163,12 +149,6 @@ def main():
                     attention().backward(up)
             return run
 
-        def with_settings(fn, settings):
-            def run():
-                with kernel_settings(**settings):
-                    return fn()
-            return run
-
         sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)  # noqa: E731
 
         def sdpa_forward():
@@ -177,19 +157,18 @@ def main():
 
         timed = {"sdpa fwd": sdpa_forward, "sdpa all": fwd_bwd(sdpa)}
         rows, references = [], {}
-        for name, alpha, variant, settings in variants(head_alpha, args.tile_sweep, args.kept, args.shapes):
+        for name, alpha, variant, config in variants(head_alpha, args.tile_sweep, args.kept, args.shapes):
             per_head = torch.is_tensor(alpha)
             alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
             forward = functools.partial(attention_kernel.forward, q.detach(), k.detach(), v.detach(), alpha_heads,
-                                        _fixed(alpha), args.causal, None, scale, alpha_stats=per_head)
-            attention = functools.partial(entmax_attention, q, k, v, alpha, causal=args.causal)
+                                        fixed_kind(alpha), args.causal, None, scale, alpha_stats=per_head, config=config)
+            attention = functools.partial(entmax_attention, q, k, v, alpha, causal=args.causal, kernel=config)
             try:  # each variant once, untimed: it compiles, counts its passes and gives its gradients
-                with kernel_settings(**settings):
-                    o, _, stats = forward()
-                    rows_per_tile = attention_kernel._blocks(args.head_dim, device)[0]
-                    passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
-                    fwd_bwd(attention)()
-                    grads = (q.grad.detach().clone(), head_alpha.grad.detach().clone() if per_head else None)
+                o, _, stats = forward()
+                rows_per_tile = attention_kernel._blocks(args.head_dim, device, config)[0]
+                passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
+                fwd_bwd(attention)()
+                grads = (q.grad.detach().clone(), head_alpha.grad.detach().clone() if per_head else None)
             except Exception as e:  # e.g. a tile shape over the shared memory: say so and go on
                 rows.append((name, variant, describe(e, 90)))
                 continue
@@ -198,8 +177,8 @@ def main():
             diff_dq = (grads[0].float() - ref[1].float()).abs().max().item()
             diff_da = f"{((grads[1] - ref[2]).abs().max() / ref[2].abs().max()).item():10.1e}" if per_head else ""
             rows.append((name, variant, f"{passes:6.2f} {diff_o:7.1e} {diff_dq:7.1e} {diff_da}"))
-            timed[(name, variant, "fwd")] = with_settings(forward, settings)
-            timed[(name, variant, "all")] = with_settings(fwd_bwd(attention), settings)
+            timed[(name, variant, "fwd")] = forward
+            timed[(name, variant, "all")] = fwd_bwd(attention)
             if CUDA:
                 torch.cuda.empty_cache()
         times = interleaved_ms(timed, args.repeats)

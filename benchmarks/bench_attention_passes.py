@@ -7,10 +7,10 @@ passes certified the exact threshold themselves), and one for the output.  Each 
 costs a Q K^T over all key tiles, so on a GPU their number bounds the forward time.
 The kernel records, for each query tile, how many it made; this prints their mean and
 maximum over the query tiles for sparsemax, 1.5-entmax and alpha-entmax with one alpha
-per head (1.25 to 1.75), with four solvers in the same run
-(``attention_kernel.solver``): plain (Newton from 0, then the threshold on the support),
-certified (``CERTIFY``), the package's, certified and starting from the threshold
-of each row's largest tile maxima (``TILE_START``), and from several scores kept per
+per head (1.25 to 1.75), with four solvers in the same run (``KernelConfig``): plain
+(Newton from 0, then the threshold on the support), certified (``certify``), the
+package's, certified and starting from the threshold of each row's largest tile maxima
+(``tile_start``), and from several scores kept per
 key tile (``--kept R,K``: R per tile in K slots per row, with the bound on the scores
 left out that lets a row skip Newton altogether); then the last solver's passes over
 the plain solver's, and the largest difference between the plain solver's output and
@@ -26,6 +26,7 @@ rows by 64 keys) unless told otherwise.
 """
 
 import argparse
+import dataclasses
 import os
 
 import torch
@@ -34,36 +35,35 @@ if not torch.cuda.is_available():  # before the kernels are defined
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from fairseq_sparse.entmax import attention_kernel  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
+from kernel_variants import CERTIFIED_FROM_ZERO, KEPT_CANDIDATE, PLAIN_SOLVER  # noqa: E402
 
 
 def passes(q, k, v, alpha, causal, solver, tiles):
-    """(mean passes per query tile, max, output) of one forward with ``solver``
-    (attention_kernel.solver's arguments)."""
+    """(mean passes per query tile, max, output) of one forward with the KernelConfig
+    ``solver`` at ``tiles`` (BLOCK_M, BLOCK_N) and 4 warps."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
-    with attention_kernel.solver(**solver), attention_kernel.tile_shape(*tiles, warps=4):
-        o, _, stats = attention_kernel.forward(q, k, v, heads.float(), _fixed(alpha), causal, None,
-                                               q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha))
+    config = dataclasses.replace(solver, tiles=(*tiles, 4, None))
+    o, _, stats = attention_kernel.forward(q, k, v, heads.float(), fixed_kind(alpha), causal, None,
+                                           q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha), config=config)
     per_tile = stats[:, attention_kernel.STAT_PASSES, ::tiles[0]]
     return per_tile.mean().item(), per_tile.max().item(), o
 
 
 def kept_setting(text):
-    """argparse type of --kept: "R,K" as attention_kernel.solver(kept=(R, K)) takes it, checked
-    by the solver itself (R scores kept per key tile, K slots per row)."""
+    """argparse type of --kept: "R,K" as KernelConfig(kept=(R, K)) takes it, checked by
+    KernelConfig itself (R scores kept per key tile, K slots per row)."""
     try:
         kept = tuple(int(x) for x in text.split(","))
-        with attention_kernel.solver(kept=kept):
-            pass
-    except ValueError as e:
+        attention_kernel.KernelConfig(kept=kept)
+    except (ValueError, TypeError) as e:
         raise argparse.ArgumentTypeError(f"{text}: {e}")
     return kept
 
 
 def solvers(kept):
-    return {"plain": dict(certify=False, tile_start=False), "certified": dict(certify=True, tile_start=False),
-            "+ tile start": dict(certify=True, tile_start=True),
-            "kept {},{}".format(*kept): dict(certify=True, tile_start=True, kept=kept)}
+    return {"plain": PLAIN_SOLVER, "certified": CERTIFIED_FROM_ZERO, "+ tile start": attention_kernel.PACKAGE,
+            "kept {},{}".format(*kept): attention_kernel.KernelConfig(kept=kept)}
 
 
 def main():
@@ -77,9 +77,9 @@ def main():
                              "bench_attention_gpu.py; trained attention is sharper)")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
-    parser.add_argument("--kept", type=kept_setting, default="{},{}".format(*attention_kernel.KEPT_CANDIDATE),
+    parser.add_argument("--kept", type=kept_setting, default="{},{}".format(*KEPT_CANDIDATE),
                         metavar="R,K", help="the last solver keeps each key tile's R largest scores in K slots per "
-                                            "row (default: attention_kernel.KEPT_CANDIDATE, %(default)s)")
+                                            "row (default: kernel_variants.KEPT_CANDIDATE, %(default)s)")
     args = parser.parse_args()
     settings = solvers(args.kept)
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -31,7 +31,7 @@ or cheaper launches can.  (Counted on CPU with the Triton kernels stubbed, one f
 call dispatches about as many PyTorch ops as fairseq's own attention, forward and
 backward, plus 4 Triton launches; the explicit path 2.)
 
-A seventh row times the fused alpha-entmax transformer with ``attention_kernel.one_tile(False)``:
+A seventh row times the fused alpha-entmax transformer with ``KernelConfig(one_tile=False)``:
 each forward pass recomputes its scores from q and k, as before keys that fit one tile (up to
 64 here: every batch) were scored once; its ratio to the fused row is that change's worth.
 
@@ -56,10 +56,12 @@ import torch.nn.functional as F
 from fairseq import options, tasks
 
 import fairseq_sparse
-from fairseq_sparse.entmax import attention_kernel
+from fairseq_sparse.entmax.attention_kernel import KernelConfig
+from fairseq_sparse.modules import AlphaEntmaxAttention
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+from kernel_variants import SCORES_RECOMPUTED  # noqa: E402
 from timing import interleaved_ms, paired_ratio, tiles_setting  # noqa: E402
 VARIANTS = [  # name, arch, normaliser, fused path
     ("stock transformer (softmax)", "transformer_iwslt_de_en", None, False),
@@ -117,11 +119,17 @@ def batches(n, tokens, length, vocab, pad, eos, generator, device):
     return out
 
 
-def trainer(model, data, pad, device, setting=None):
+def with_kernel(model, config):
+    """``model`` with every attention module's fused kernels run as the KernelConfig ``config``."""
+    for module in model.modules():
+        if isinstance(module, AlphaEntmaxAttention):
+            module.kernel_config = config
+    return model
+
+
+def trainer(model, data, pad, device):
     """A callable making one training step of `model` per call, on the next batch of `data`
-    (cycled): forward under bf16 autocast, label-smoothed cross-entropy, backward, Adam;
-    with `setting` (a callable giving a context manager, such as attention_kernel.tile_shape's),
-    each step inside that context."""
+    (cycled): forward under bf16 autocast, label-smoothed cross-entropy, backward, Adam."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     state = {"i": 0}
 
@@ -136,24 +144,17 @@ def trainer(model, data, pad, device, setting=None):
         loss.backward()
         optimizer.step()
 
-    if setting is None:
-        return step
-
-    def step_in_setting():
-        with setting():
-            step()
-
-    return step_in_setting
+    return step
 
 
-def peak_memory(model, data, pad, device, setting=None):
+def peak_memory(model, data, pad, device):
     """Peak bytes allocated by one training step of `model`, alone on the GPU (None on CPU)."""
     if device != "cuda":
         return None
     model.to(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    step = trainer(model, data, pad, device, setting)
+    step = trainer(model, data, pad, device)
     step()
     step()  # Adam's state exists from the first step on
     torch.cuda.synchronize()
@@ -255,13 +256,15 @@ def main():
     # The fused per-head model as it was before keys that fit one tile were scored once: every
     # forward pass recomputes its scores (and at head dim 128 over two tiles of 32 keys).
     recomputed = "alpha-entmax, fused, scores recomputed each pass"
-    variants, settings = list(VARIANTS) + [(recomputed, *fused_per_head)], {}
-    settings[recomputed] = lambda: attention_kernel.one_tile(False)
+    variants, kernels = list(VARIANTS) + [(recomputed, *fused_per_head)], {}
+    kernels[recomputed] = SCORES_RECOMPUTED
     if args.tiles:
         name = "alpha-entmax, fused, {} x {} tiles, {} warps".format(*args.tiles)
         variants.append((name, *fused_per_head))
-        settings[name] = lambda: attention_kernel.tile_shape(*args.tiles)  # Triton's default pipeline stages
+        kernels[name] = KernelConfig(tiles=tuple(args.tiles))  # Triton's default pipeline stages
     models = build_variants(model_args, args.vocab, variants)
+    for name, config in kernels.items():
+        with_kernel(models[name], config)
     dictionary = next(iter(models.values())).decoder.dictionary
     pad, eos = dictionary.pad(), dictionary.eos()
     data = batches(args.steps + args.warmup + 2, args.tokens, args.length, len(dictionary), pad, eos,
@@ -273,11 +276,11 @@ def main():
           f"{sum(p.numel() for p in models[stock].parameters()) / 1e6:.1f}M parameters; "
           f"~{args.tokens} target tokens per batch, sentences of {args.length // 2}-{3 * args.length // 2} tokens; "
           f"{args.steps} rounds after {args.warmup} untimed steps each", file=sys.stderr)
-    memory = {name: peak_memory(model, data, pad, args.device, settings.get(name)) for name, model in models.items()}
+    memory = {name: peak_memory(model, data, pad, args.device) for name, model in models.items()}
     steps = {}
     for name, model in models.items():
         model.to(args.device)
-        steps[name] = trainer(model, data, pad, args.device, settings.get(name))
+        steps[name] = trainer(model, data, pad, args.device)
         for _ in range(args.warmup):
             steps[name]()
     # interleaved_ms calls each step twice before its rounds (a first call, then one to size

@@ -73,13 +73,15 @@ class CountOps(TorchDispatchMode):
 def stub_kernels(launches):
     """Stand-ins for attention_kernel.forward and .backward with their outputs' shapes, each
     adding its Triton launches (1 forward; 3 backward: r, dk and dv, dq) to `launches`."""
-    def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True):
+    def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
+                config=attention_kernel.PACKAGE):
         launches[0] += 1
         B, H, Tq, _ = q.shape
         og = torch.empty_like(q) if backward else None
         return torch.empty_like(q), og, torch.zeros((B * H, attention_kernel.NUM_STATS, Tq), device=q.device)
 
-    def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad):
+    def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
+                 config=attention_kernel.PACKAGE):
         launches[0] += 3
         dalpha = torch.empty((q.shape[0] * q.shape[1], q.shape[2]), device=q.device) if alpha_grad else None
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dalpha
@@ -95,7 +97,7 @@ def stubbed():
     forward, backward = stub_kernels(launches)
     with mock.patch.object(attention_kernel, "forward", forward), \
             mock.patch.object(attention_kernel, "backward", backward), \
-            mock.patch.object(fused_attention, "_use_fused", lambda q: True):
+            mock.patch.object(fused_attention, "uses_fused_kernel", lambda q: True):
         yield launches
 
 

@@ -38,7 +38,7 @@ if not torch.cuda.is_available():  # before the kernels are defined (--check-ker
 
 from fairseq_sparse.entmax import attention_kernel  # noqa: E402
 from fairseq_sparse.entmax.reference import MAX_NEWTON_ITER, newton_tol  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import _fixed  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 
 # Newton's tolerance on the step for a generic alpha, as the kernel takes it (_tolerance):
 # float32's for float32 inputs, float16's for half-precision ones.
@@ -108,7 +108,7 @@ def starts(z, alpha, fixed, tol, block_n):
     T = z.shape[1]
     pad = (-T) % block_n
     tile_max = torch.nn.functional.pad(z, (0, pad), value=-math.inf).view(z.shape[0], -1, block_n).max(2).values
-    kept = tile_max.topk(min(attention_kernel.KEPT[1], tile_max.shape[1]), dim=1).values
+    kept = tile_max.topk(min(attention_kernel.PACKAGE.kept[1], tile_max.shape[1]), dim=1).values
     margin = attention_kernel.SUBSET_MARGIN.value  # as the kernel starts: a little below the kept threshold
     package = subset_threshold(kept, alpha, fixed, attention_kernel.SUBSET_NEWTON_STEPS.value, tol) - margin
 
@@ -125,9 +125,9 @@ def kernel_threshold_passes(q, k, alpha, causal, tiles):
     """The kernel's own passes per query tile for the threshold with the package's solver, on
     inputs in their dtype: its count less the maxima's and the output's passes."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha)
-    with attention_kernel.tile_shape(*tiles, warps=4):
-        _, _, stats = attention_kernel.forward(q, k, k, heads.float(), _fixed(alpha), causal, None,
-                                               q.shape[-1] ** -0.5, alpha_stats=False)
+    _, _, stats = attention_kernel.forward(q, k, k, heads.float(), fixed_kind(alpha), causal, None,
+                                           q.shape[-1] ** -0.5, alpha_stats=False,
+                                           config=attention_kernel.KernelConfig(tiles=(*tiles, 4)))
     return stats[:, attention_kernel.STAT_PASSES, ::tiles[0]] - 2
 
 

@@ -81,7 +81,7 @@ def _fusable(module, query, dropout, kwargs):
     """Whether the fused kernel (``entmax_attention``: CUDA, or CPU under Triton's
     interpreter when asked with ``use_backend("triton")``) can serve this call: no
     dropout in training, no weights asked for, and an alpha that float32 resolves."""
-    if not fused_attention._use_fused(query) or (module.training and dropout > 0) or _wants_weights(module, kwargs):
+    if not fused_attention.uses_fused_kernel(query) or (module.training and dropout > 0) or _wants_weights(module, kwargs):
         return False
     head_alpha = getattr(module, "head_alpha", None)
     return head_alpha is None or head_alpha.alpha_min >= FLOAT32_ALPHA_MIN

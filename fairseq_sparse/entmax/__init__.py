@@ -12,6 +12,7 @@ from .activations import (  # noqa: F401
     SparsemaxFunction,
     entmax15,
     entmax_alpha,
+    current_backend,
     has_cpp_kernel,
     has_triton_kernel,
     sparsemax,

@@ -29,6 +29,7 @@ otherwise the pure-PyTorch reference in ``reference.py``.
 """
 
 import contextlib
+import contextvars
 from typing import Optional, Tuple
 
 import torch
@@ -49,7 +50,9 @@ FLOAT32_ALPHA_MIN = 1.01
 FLOAT64_DELTA_MIN = 1e-8
 
 _BACKENDS = ("auto", "torch", "cpp", "triton")
-_BACKEND = "auto"
+# The backend of the current thread or task (``use_backend``): a context variable, so that
+# one thread's choice never reaches another's calls.
+_backend = contextvars.ContextVar("fairseq_sparse_entmax_backend", default="auto")
 
 
 def has_cpp_kernel():
@@ -65,8 +68,8 @@ def has_triton_kernel():
 def use_backend(name):
     """Within a block, use ``"torch"`` (the reference) everywhere, or ``"auto"``: the C++
     kernel on CPU and the Triton kernel on CUDA where available.  ``"cpp"`` and
-    ``"triton"`` are ``"auto"`` that fails early if that kernel is missing."""
-    global _BACKEND
+    ``"triton"`` are ``"auto"`` that fails early if that kernel is missing.  The choice holds
+    in the calling thread (or asyncio task) only."""
     if name not in _BACKENDS:
         raise ValueError(f"unknown entmax backend {name!r}: expected one of {', '.join(_BACKENDS)}")
     if name == "cpp" and cpp_kernel.load() is None:
@@ -74,11 +77,16 @@ def use_backend(name):
                            "see fairseq_sparse/entmax/cpp_kernel.py")
     if name == "triton" and triton_kernel is None:
         raise RuntimeError("the Triton entmax kernel needs the `triton` package (CUDA builds of torch ship it)")
-    previous, _BACKEND = _BACKEND, name
+    token = _backend.set(name)
     try:
         yield
     finally:
-        _BACKEND = previous
+        _backend.reset(token)
+
+
+def current_backend():
+    """The backend ``use_backend`` chose for the calling thread: "auto" unless inside it."""
+    return _backend.get()
 
 
 def _compute_dtype(dtype):
@@ -87,15 +95,16 @@ def _compute_dtype(dtype):
 
 def _use_cpp(x):
     # The device is checked first, so that CUDA users never compile the CPU kernel.
-    return _BACKEND != "torch" and x.device.type == "cpu" and cpp_kernel.load() is not None
+    return _backend.get() != "torch" and x.device.type == "cpu" and cpp_kernel.load() is not None
 
 
 def _use_triton(x):
-    if _BACKEND == "torch" or triton_kernel is None or not triton_kernel.supports(x):
+    backend = _backend.get()
+    if backend == "torch" or triton_kernel is None or not triton_kernel.supports(x):
         return False
     # CPU tensors reach the kernel only under Triton's interpreter, and only when asked
     # for by name (the tests); otherwise the C++ kernel serves the CPU.
-    return x.is_cuda or _BACKEND == "triton"
+    return x.is_cuda or backend == "triton"
 
 
 def _to_rows(x, dim):
@@ -128,7 +137,7 @@ def _alpha_rows(alpha, x, dim):
     return a.reshape(-1, 1).to(_compute_dtype(x.dtype)).contiguous()
 
 
-def _check_alpha_range(alpha):
+def check_alpha_range(alpha):
     """The smallest alpha, after checking that every alpha lies in (1, 2]: one value read
     back to the host for both.  Checked on alpha itself (one value per head), not on its
     per-row expansion."""
@@ -292,7 +301,7 @@ class EntmaxAlphaFunction(Function):
     @staticmethod
     def forward(ctx, x, alpha, dim, check_alpha=True):
         x2, shape = _to_rows(x, dim)
-        lowest = _check_alpha_range(alpha) if check_alpha else None
+        lowest = check_alpha_range(alpha) if check_alpha else None
         alpha_rows = _alpha_rows(alpha, x, dim)
         x2, alpha_rows = _precise(x2, alpha_rows, lowest)
         y2 = _forward_rows(x2, alpha_rows)

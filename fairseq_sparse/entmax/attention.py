@@ -20,7 +20,7 @@ from . import activations
 
 try:
     from . import attention_kernel
-    from .triton_kernel import _fixed  # the row-wise kernels' closed forms (1.5, 2)
+    from .triton_kernel import fixed_kind  # the row-wise kernels' closed forms (1.5, 2)
 except ImportError:  # no Triton
     attention_kernel = None
 
@@ -51,7 +51,7 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
             raise ValueError(f"entmax_attention: a tensor alpha has one value per head, shape ({H},), "
                              f"got {tuple(alpha.shape)}")
         if not alpha.is_cuda:  # on the GPU this check would wait for the device
-            near_one = activations._check_alpha_range(alpha) < activations.FLOAT32_ALPHA_MIN
+            near_one = activations.check_alpha_range(alpha) < activations.FLOAT32_ALPHA_MIN
     else:
         raise TypeError(f"entmax_attention: alpha must be a float or a tensor of shape ({H},), got {type(alpha)}")
     if key_padding_mask is not None:
@@ -63,17 +63,20 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
     return near_one
 
 
-def _use_fused(q):
+def uses_fused_kernel(q):
+    """Whether ``entmax_attention`` runs the fused kernels for queries like ``q``: Triton
+    present, a CUDA tensor (unless ``use_backend("torch")``) or a CPU tensor under Triton's
+    interpreter inside ``use_backend("triton")``, and heads no wider than MAX_HEAD_DIM."""
     if attention_kernel is None or not attention_kernel.supports(q):
         return False
     if q.shape[-1] > attention_kernel.MAX_HEAD_DIM:  # wider heads would not fit the tiles in registers
         return False
     if q.is_cuda:
-        return activations._BACKEND != "torch"
-    return activations._BACKEND == "triton"  # CPU tensors: only under the interpreter, when asked
+        return activations.current_backend() != "torch"
+    return activations.current_backend() == "triton"  # CPU tensors: only under the interpreter, when asked
 
 
-def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
+def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D); returns (B, H, Tq, D).
 
     ``alpha``: a float in (1, 2] (2 is sparsemax), or a tensor of shape (H,), one per
@@ -81,16 +84,18 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     in float64 (except for a CUDA tensor, whose values are not read).  ``key_padding_mask``: (B, Tk) bool, True at padding
     (fairseq's convention).  ``causal``: query i sees keys j <= i + Tk - Tq (the last
     query is aligned with the last key).  ``scale``: default 1 / sqrt(D).  A query that
-    sees no key gets zeros (and zero gradients).
+    sees no key gets zeros (and zero gradients).  ``kernel``: how the fused kernels run, an
+    ``attention_kernel.KernelConfig`` (None: the package's); it never changes the result.
     """
     near_one = _check(q, k, v, alpha, key_padding_mask, scale)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
         alpha = float(alpha)
-    if _use_fused(q) and not near_one:
-        fixed = _fixed(alpha)
+    if uses_fused_kernel(q) and not near_one:
+        fixed = fixed_kind(alpha)
         heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
-        return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale)
+        config = attention_kernel.PACKAGE if kernel is None else kernel
+        return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config)
     return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale)
 
 
@@ -125,19 +130,20 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
 
 
 class FusedEntmaxAttention(Function):
-    """The Triton kernels as an autograd Function; ``alpha_heads`` is (H,), float32 or not."""
+    """The Triton kernels as an autograd Function; ``alpha_heads`` is (H,), float32 or not;
+    ``config`` an ``attention_kernel.KernelConfig``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale):
+    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config):
         q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
         alpha_grad = alpha_heads.requires_grad
         # Inference (no input needs a gradient) skips og, the backward pass's statistic.
         o, og, stats = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale, alpha_stats=alpha_grad,
-                                                backward=any(ctx.needs_input_grad[:4]))
+                                                backward=any(ctx.needs_input_grad[:4]), config=config)
         ctx.save_for_backward(q, k, v, og, stats, heads, kpm)
-        ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype = fixed, causal, scale, alpha_heads.dtype
+        ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
         return o
 
     @staticmethod
@@ -145,9 +151,9 @@ class FusedEntmaxAttention(Function):
         q, k, v, og, stats, heads, kpm = ctx.saved_tensors
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
-            q, k, v, do, og, stats, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad)
+            q, k, v, do, og, stats, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]
             dalpha = dalpha_rows.view(B, H, -1).sum(dim=(0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None

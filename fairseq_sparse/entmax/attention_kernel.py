@@ -7,19 +7,18 @@ For one query row (Peters, Niculae & Martins, 2019; Correia, Niculae & Martins, 
 
 A program holds BLOCK_M query rows of one (batch, head) and walks the key tiles,
 recomputing each tile's scores from q and k on every pass (as FlashAttention does), unless
-every key fits one tile (ONE_TILE: short sentences), whose scores it computes once and
-keeps in registers:
+every key fits one tile (``KernelConfig.one_tile``: short sentences), whose scores it
+computes once and keeps in registers:
 
-1. the row maxima, keeping some of each row's largest scores on the way (KEPT: by
-   default its 8 largest tile maxima);
+1. the row maxima, keeping some of each row's largest scores on the way
+   (``KernelConfig.kept``: by default its 8 largest tile maxima);
 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, k = 1 / (alpha - 1), one pass per step:
    h is convex and decreasing, so from any tau with h(tau) >= 0 the iterates climb onto
    the root without overshooting (``reference.threshold``, the same solver row by row,
    starts from tau = 0, where h >= 0 since max z = 1).  The kernel starts from the
    threshold of the kept scores alone: dropping keys only lowers h, so a subset's
    threshold is a lower bound of the row's, found in registers without a pass, and
-   often close (from the 8 tile maxima Newton makes 0.7 to 2.1 passes fewer;
-   ``_subset_threshold``).  Kept several to a key tile, the pass also tracks the largest
+   often close (``_subset_threshold``).  Kept several to a key tile, the pass also tracks the largest
    score it left out; where that lies at or below the kept scores' threshold, every key
    left out is off the support, the kept threshold is the row's, and the row makes no
    Newton pass at all.  Every iterate is a lower bound of tau, so a key tile with no
@@ -55,9 +54,15 @@ Scores, thresholds and statistics are float32 whatever the input dtype (a generi
 alpha with half-precision inputs stops Newton at float16's tolerance: ``_tolerance``);
 products with v and dO take p and ds in the input dtype, as FlashAttention does.  Under
 ``TRITON_INTERPRET=1`` (set before import) the kernels run on CPU tensors.
+
+How the kernels compute (never what: every configuration gives the same attention, to
+rounding) is a ``KernelConfig`` argument, ``PACKAGE`` unless a caller says otherwise; the
+variants that are not the package's choice serve the benchmarks and the tests that
+compare them (docs/attention.md says which were measured and why the package's won).
 """
 
-import contextlib
+import dataclasses
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -65,7 +70,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .reference import MAX_NEWTON_ITER, newton_tol
-from .triton_kernel import INTERPRET, TINY, _exp_remainder
+from .triton_kernel import INTERPRET, TINY, exp_remainder
 
 # Row statistics kept between the passes (float32, one row each), and the passes over the
 # key tiles the forward kernel made for the row's query tile (a diagnostic: benchmarks).
@@ -74,38 +79,58 @@ NUM_STATS = 7
 # Below this, sc (the alpha gradient's statistic) is summed term by term rather than in
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
-# Whether Newton starts from the threshold of scores kept in the maxima's pass (a lower
-# bound: _subset_threshold) rather than from 0; and which: the KEPT[0] largest scores of
-# every key tile, of which each row keeps its KEPT[1] largest.  (1, 8), each row's 8
-# largest tile maxima, is the package's start.  With more than one score per tile
-# the pass also tracks the largest score it did not keep, and a row whose kept threshold
-# lies above it has its threshold before any Newton pass (docstring, 1.);
-# benchmarks/bench_attention_passes.py counts the passes of each.
-TILE_START = True
-KEPT = (1, 8)
-# A richer start, 4 scores a tile in 32 slots: it cuts the passes by a third to more than
-# half (T = 1,024: sparsemax 4.6 -> 2.0 per query tile, 1.5-entmax 5.1 -> 3.4, and 2.1
-# on sharper scores), but on an H100 its forward took 0.94x to 1.26x the package's start's
-# time, longer in 9 of 10 settings (2026-11-27, docs/attention.md): its maxima's pass
-# costs about one pass per score kept.  Not the package's; kept for the benchmarks'
-# --kept and for kernel_ptx.py, which compiles it.
-KEPT_CANDIDATE = (4, 32)
 SUBSET_NEWTON_STEPS = tl.constexpr(8)
 SUBSET_MARGIN = tl.constexpr(2e-6)
-# Whether the Newton passes certify the exact threshold of alpha = 2 and 1.5 (docstring, 3.);
-# False is the plain Newton-then-polish solver, kept for benchmarks and tests to compare
-# (solver()).
-CERTIFY = True
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
-# Keys that fit one tile have their scores computed once and kept in registers for every
-# pass of the forward kernel (ONE_TILE; ``one_tile(False)`` recomputes them, to compare).
-# On CUDA the forward takes up to ONE_TILE_KEYS keys in one tile, as wide as the next power
-# of two (at least 16, tl.dot's least): training batches of sentences (15 to 45 tokens in
-# bench_training_gpu.py) then read q and k once, where with the default tiles (32 keys at
-# head dim 128) they made five to seven passes over two tiles (counted under the interpreter).
-ONE_TILE = True
+# On CUDA the forward kernel takes up to this many keys in one tile (as wide as the next
+# power of two, at least 16, tl.dot's least), so that training batches of sentences read
+# q and k once (KernelConfig.one_tile).
 ONE_TILE_KEYS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """How the fused kernels run; the defaults are the package's (``PACKAGE``).
+
+    - ``certify``: the Newton passes certify the exact threshold of alpha = 2 and 1.5
+      (module docstring, 3.); off, the plain Newton-then-polish solver.
+    - ``tile_start``: Newton starts from the threshold of the scores kept in the maxima's
+      pass (a lower bound, ``_subset_threshold``) rather than from 0.
+    - ``kept``: (scores kept per key tile, slots per row) for that start; with more than
+      one score a tile the pass also tracks the largest score left out, and a row whose
+      kept threshold lies above it has its threshold before any Newton pass.
+    - ``one_tile``: keys that fit one tile have their scores computed once and kept in
+      registers for every pass of the forward kernel (up to ``ONE_TILE_KEYS`` on CUDA).
+    - ``tiles``: (BLOCK_M, BLOCK_N, num_warps, num_stages or None) for every kernel,
+      whatever the head dim and device, instead of the device's default (and then no
+      one-tile widening).
+    - ``tolerance``: Newton's tolerance on its step instead of the package's for the
+      inputs' dtype (``_tolerance``); a runtime argument of the forward kernel.
+    """
+    certify: bool = True
+    tile_start: bool = True
+    kept: Tuple[int, int] = (1, 8)
+    one_tile: bool = True
+    tiles: Optional[Tuple[int, int, int, Optional[int]]] = None
+    tolerance: Optional[float] = None
+
+    def __post_init__(self):
+        per_tile, slots = self.kept
+        if not (1 <= per_tile <= 16 and slots >= per_tile and slots & (slots - 1) == 0):
+            raise ValueError(f"KernelConfig(kept={self.kept}): need 1 <= scores per tile <= 16 and a power-of-two "
+                             "number of slots at least as large")
+        object.__setattr__(self, "kept", (int(per_tile), int(slots)))
+        if self.tiles is not None:
+            if len(self.tiles) == 3:
+                object.__setattr__(self, "tiles", (*self.tiles, None))
+            block_m, block_n, warps, _ = self.tiles
+            if min(block_m, block_n) < 16 or block_m & (block_m - 1) or block_n & (block_n - 1) or warps < 1:
+                raise ValueError(f"KernelConfig(tiles={self.tiles}): tiles are powers of two of at least 16 (tl.dot's "
+                                 "least), with at least one warp")
+
+
+PACKAGE = KernelConfig()
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
 STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C = (
@@ -482,7 +507,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                     u = log_p - mu[:, None]
-                    acc_c += tl.sum(tl.where(p > 0.0, p * _exp_remainder(am1 * u), 0.0), axis=1)
+                    acc_c += tl.sum(tl.where(p > 0.0, p * exp_remainder(am1 * u), 0.0), axis=1)
             sc = acc_c / p_safe
             passes += 1
         # log1p(sc): its series where 1 + sc would round (sc >= 0).
@@ -585,7 +610,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
                 on = p > 0.0
                 u = log_p - mu[:, None]
                 w = am1 * u + c[:, None]
-                phi_w = _exp_remainder(w)
+                phi_w = exp_remainder(w)
                 terms = (c[:, None] - phi_w) / (am1 * am1) + mu[:, None] * (phi_w - w) / am1
                 dalpha += tl.sum(tl.where(on, dp * (p / p_safe[:, None]) * terms, 0.0), axis=1)
     tl.store(DQ + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
@@ -612,56 +637,17 @@ def _r_kernel(DO, OG, STATS, R, sdb, sdh, sdm, sdd, sob, soh, som, sod, rows, H,
     tl.store(R + offs_r, tl.sum(do * og, axis=1) / tl.maximum(g_sum, TINY), mask=offs_r < rows)
 
 
-@contextlib.contextmanager
-def solver(certify=True, tile_start=True, kept=None):
-    """Within it, the forward kernel's threshold solver with the certified threshold
-    (CERTIFY) and the start from kept scores (TILE_START) on or off, and ``kept`` = (scores
-    kept per key tile, slots per row) for that start (KEPT; None: the package's); both
-    off is plain Newton from 0 and then the threshold on the support.  For benchmarks and
-    tests to compare; the defaults are the package's."""
-    global CERTIFY, TILE_START, KEPT
-    if kept is not None:
-        per_tile, slots = kept
-        if not (1 <= per_tile <= 16 and slots >= per_tile and slots & (slots - 1) == 0):
-            raise ValueError(f"kept={kept}: need 1 <= scores per tile <= 16 and a power-of-two number of slots "
-                             "at least as large")
-    saved = CERTIFY, TILE_START, KEPT
-    CERTIFY, TILE_START, KEPT = certify, tile_start, KEPT if kept is None else tuple(kept)
-    try:
-        yield
-    finally:
-        CERTIFY, TILE_START, KEPT = saved
-
-
 def supports(q):
     """Tensors these kernels take: on CUDA, or on CPU under Triton's interpreter."""
     return (q.is_cuda or (INTERPRET and q.device.type == "cpu")) \
         and q.dtype in (torch.float32, torch.float16, torch.bfloat16)
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) for every kernel instead of the device's
-# default, while ``tile_shape`` is active (benchmarks/bench_attention_kernel.py and
-# bench_attention_passes.py).
-_TILE_SHAPE = None
-
-
-@contextlib.contextmanager
-def tile_shape(block_m, block_n, warps, stages=None):
-    """Within it, every kernel runs with these tiles, warps and software-pipeline stages
-    (None: Triton's default), whatever the head dim and device."""
-    global _TILE_SHAPE
-    saved, _TILE_SHAPE = _TILE_SHAPE, (block_m, block_n, warps, stages)
-    try:
-        yield
-    finally:
-        _TILE_SHAPE = saved
-
-
-def _blocks(d, device_type):
+def _blocks(d, device_type, config=PACKAGE):
     """(BLOCK_M, BLOCK_N, BLOCK_D, launch options)."""
     block_d = max(16, triton.next_power_of_2(d))
-    if _TILE_SHAPE is not None:
-        block_m, block_n, warps, stages = _TILE_SHAPE
+    if config.tiles is not None:
+        block_m, block_n, warps, stages = config.tiles
         return block_m, block_n, block_d, dict(num_warps=warps, **({} if stages is None else dict(num_stages=stages)))
     if device_type == "cpu":  # the interpreter: small tiles keep the numpy work small
         return 16, 16, block_d, dict(num_warps=1)
@@ -670,26 +656,14 @@ def _blocks(d, device_type):
     return 64, 32, block_d, dict(num_warps=4)
 
 
-@contextlib.contextmanager
-def one_tile(enabled):
-    """Within it, whether the forward kernel computes the scores of keys that fit one tile
-    once (ONE_TILE, the package's) or on every pass; for benchmarks and tests to compare."""
-    global ONE_TILE
-    saved, ONE_TILE = ONE_TILE, bool(enabled)
-    try:
-        yield
-    finally:
-        ONE_TILE = saved
-
-
-def _forward_blocks(d, keys, device_type):
+def _forward_blocks(d, keys, device_type, config=PACKAGE):
     """(BLOCK_M, BLOCK_N, BLOCK_D, launch options, one tile) of the forward kernel for
-    ``keys`` keys: on CUDA, unless ``tile_shape`` is active, up to ONE_TILE_KEYS keys fit one
+    ``keys`` keys: on CUDA, unless ``config.tiles`` is set, up to ONE_TILE_KEYS keys fit one
     tile of the next power of two; the interpreter keeps its small tiles."""
-    block_m, block_n, block_d, launch = _blocks(d, device_type)
-    if ONE_TILE and device_type == "cuda" and _TILE_SHAPE is None and keys <= ONE_TILE_KEYS:
+    block_m, block_n, block_d, launch = _blocks(d, device_type, config)
+    if config.one_tile and device_type == "cuda" and config.tiles is None and keys <= ONE_TILE_KEYS:
         block_n = max(16, triton.next_power_of_2(keys))
-    return block_m, block_n, block_d, launch, ONE_TILE and keys <= block_n
+    return block_m, block_n, block_d, launch, config.one_tile and keys <= block_n
 
 
 def _precision(q):
@@ -699,15 +673,15 @@ def _precision(q):
     return "ieee" if q.dtype == torch.float32 else "tf32"
 
 
-def _tolerance(q, fixed):
+def _tolerance(q, fixed, config=PACKAGE):
     """Newton's tolerance on its step, float32's unless a generic alpha meets half-precision
     inputs: there it is float16's (5.5e-3, so the threshold is left within about 3e-5),
-    which saves 1.0 of 6.1 passes per query tile and 22% of the forward time on an H100
-    (from 0 rather than the tile maxima: 1.3 of 7.7, and 8% to 16% of forward+backward;
-    benchmarks/bench_attention_kernel.py); the outputs stay within their own rounding and
-    the alpha gradient moves by under 1e-4 of itself.  (bfloat16's own, 2.6e-2, moved dq
-    by up to 0.57 against float16's 0.04.)  The fixed alphas keep float32's: their
-    closed-form threshold needs the support exact."""
+    which saves Newton passes while the outputs stay within their own rounding and the
+    alpha gradient moves by under 1e-4 of itself (bfloat16's own tolerance would move dq
+    visibly; docs/attention.md has the measurements).  The fixed alphas keep float32's:
+    their closed-form threshold needs the support exact."""
+    if config.tolerance is not None:
+        return config.tolerance
     half = q.dtype in (torch.float16, torch.bfloat16) and fixed == 0
     return newton_tol(torch.float16 if half else torch.float32)
 
@@ -731,7 +705,8 @@ def _padding_arg(key_padding_mask, q):
     return key_padding_mask if key_padding_mask is not None else q.new_zeros((q.shape[0], 1), dtype=torch.int8)
 
 
-def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True):
+def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
+            config=PACKAGE):
     """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,).
     Without ``backward`` (inference) og is not computed (None)."""
     B, H, Tq, D = q.shape
@@ -739,26 +714,28 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     o = torch.empty_like(q)
     og = torch.empty_like(q) if backward else None
     stats = torch.zeros((B * H, NUM_STATS, Tq), dtype=torch.float32, device=q.device)
-    block_m, block_n, block_d, launch, single = _forward_blocks(D, Tk, q.device.type)
+    block_m, block_n, block_d, launch, single = _forward_blocks(D, Tk, q.device.type, config)
     kpm = _padding_arg(key_padding_mask, q)
     grid = (triton.cdiv(Tq, block_m), B * H)
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed), MAX_NEWTON_ITER,
+        kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
-        CERTIFY=CERTIFY and fixed != 0, TILE_START=TILE_START, KEPT_PER_TILE=KEPT[0], KEPT_SLOTS=KEPT[1],
+        CERTIFY=config.certify and fixed != 0, TILE_START=config.tile_start, KEPT_PER_TILE=config.kept[0],
+        KEPT_SLOTS=config.kept[1],
         ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats
 
 
-def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad):
+def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
+             config=PACKAGE):
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     # r_i = sum_j g_ij dp_ij / sum_j g_ij = dO_i . og_i / G_i (zero for a row without keys).
     rows = B * H * Tq
     r = torch.empty((B, H, Tq), dtype=torch.float32, device=q.device)
-    block_m, block_n, block_d, launch = _blocks(D, q.device.type)
+    block_m, block_n, block_d, launch = _blocks(D, q.device.type, config)
     block_r = 16 if q.device.type == "cpu" else 64
     if rows:
         _r_kernel[(triton.cdiv(rows, block_r),)](do, og, stats, r, *do.stride(), *og.stride(), rows, H, Tq, D,

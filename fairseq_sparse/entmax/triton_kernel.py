@@ -48,7 +48,9 @@ def supports(x2):
         and x2.dtype in (torch.float32, torch.float16, torch.bfloat16) and 0 < x2.shape[-1] <= MAX_ROW
 
 
-def _fixed(alpha):
+def fixed_kind(alpha):
+    """The kernels' FIXED constant for ``alpha``: SPARSEMAX or ENTMAX15 for those constant
+    alphas (closed-form thresholds), GENERIC for any other and for a tensor alpha."""
     if isinstance(alpha, float):
         return {2.0: SPARSEMAX, 1.5: ENTMAX15}.get(alpha, GENERIC)
     return GENERIC
@@ -149,17 +151,17 @@ def _backward_kernel(y_ptr, dy_ptr, alpha_ptr, dx_ptr, dalpha_ptr, d, stride_y, 
         mu = tl.sum(yhat * log_y, axis=0)
         delta = alpha - 1.0
         u = tl.where(on, log_y - mu, 0.0)
-        s = tl.sum(yhat * _exp_remainder(delta * u), axis=0)
+        s = tl.sum(yhat * exp_remainder(delta * u), axis=0)
         # log1p(s): its series where 1 + s would round (s >= 0).
         c = tl.where(s < 1e-3, s * (1.0 - s * (0.5 - s * (1.0 / 3.0 - s * 0.25))), tl.log(1.0 + s))
         w = delta * u + c
-        phi_w = _exp_remainder(w)
+        phi_w = exp_remainder(w)
         terms = tl.where(on, (c - phi_w) / (delta * delta) + mu * (phi_w - w) / delta, 0.0)
         tl.store(dalpha_ptr + row, tl.sum(dy * yhat * terms, axis=0))
 
 
 @triton.jit
-def _exp_remainder(w):
+def exp_remainder(w):
     """phi(w) = exp(-w) - 1 + w, by its series w^2 (1/2! - w/3! + ... + w^6/8!) for |w| < 1/2."""
     series = 1.0 / 40320.0
     series = 1.0 / 5040.0 - w * series
@@ -180,7 +182,7 @@ def forward(x2, alpha):
     block, num_warps = _launch_config(d)
     _forward_kernel[(rows,)](
         x2, _alpha_per_row(alpha, rows, x2.device), y2, d, x2.stride(0), y2.stride(0),
-        newton_tol(torch.float32), MAX_NEWTON_ITER, FIXED=_fixed(alpha), BLOCK=block, num_warps=num_warps)
+        newton_tol(torch.float32), MAX_NEWTON_ITER, FIXED=fixed_kind(alpha), BLOCK=block, num_warps=num_warps)
     return y2
 
 
@@ -195,5 +197,5 @@ def backward(y2, dy2, alpha, alpha_grad):
         _backward_kernel[(rows,)](
             y2, dy2, _alpha_per_row(alpha, rows, y2.device), dx2, dalpha, d,
             y2.stride(0), dy2.stride(0), dx2.stride(0),
-            ALPHA_GRAD=alpha_grad, FIXED=_fixed(alpha), BLOCK=block, num_warps=num_warps)
+            ALPHA_GRAD=alpha_grad, FIXED=fixed_kind(alpha), BLOCK=block, num_warps=num_warps)
     return dx2, (dalpha if alpha_grad else None)

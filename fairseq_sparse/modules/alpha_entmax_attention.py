@@ -51,6 +51,8 @@ class AlphaEntmaxAttention(MultiheadAttention):
         self.causal_attn_mask = causal_attn_mask
         # False keeps the explicit path everywhere (benchmarks compare the two).
         self.use_fused_kernel = True
+        # How the fused kernels run (an attention_kernel.KernelConfig; None: the package's).
+        self.kernel_config = None
         self._dropout_noted = False
         # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
         self.normalizer = get_normalizer(normalizer)
@@ -130,7 +132,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
     def _fused_applies(self, query, attn_mask, incremental_state):
         if not self.use_fused_kernel or self.record_attention or self.bias_k is not None or self.add_zero_attn:
             return False
-        if not fused_attention._use_fused(query):
+        if not fused_attention.uses_fused_kernel(query):
             return False
         if self.head_alpha is not None and self.head_alpha.alpha_min < FLOAT32_ALPHA_MIN:
             return False  # such alphas need float64 (entmax_alpha), which the fused kernel has not
@@ -200,7 +202,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
         if self.normalizer.sparse:
             alpha = self.head_alpha() if self.head_alpha is not None else self.normalizer.alpha
             attn = fused_attention.entmax_attention(q, k, v, alpha, causal=causal, key_padding_mask=key_padding_mask,
-                                                    scale=self.scaling)
+                                                    scale=self.scaling, kernel=self.kernel_config)
         else:
             attn = _softmax_attention(q, k, v, causal, key_padding_mask, self.scaling)
         if beam > 1:

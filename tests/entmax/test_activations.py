@@ -224,3 +224,29 @@ def test_shapes_without_rows_behave_as_softmax(name, shape, dim):
 def test_a_dim_out_of_range_is_an_index_error_that_says_so(name):
     with pytest.raises(IndexError, match="out of range"):
         NORMALISERS[name](torch.randn(2, 3, dtype=torch.float64), dim=2)
+
+
+def test_backend_choice_holds_in_its_own_thread_only(backend):
+    """use_backend is per thread: another thread's block neither reaches this thread's
+    calls nor outlives itself, and this thread's choice does not reach a new thread."""
+    import threading
+
+    from fairseq_sparse.entmax import current_backend
+
+    entered, release, seen = threading.Event(), threading.Event(), []
+
+    def other():
+        seen.append(current_backend())
+        with use_backend("torch" if backend == "cpp" else "cpp"):
+            entered.set()
+            release.wait(10)
+            seen.append(current_backend())
+        seen.append(current_backend())
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert entered.wait(10)
+    assert current_backend() == backend
+    release.set()
+    thread.join(10)
+    assert seen == ["auto", "torch" if backend == "cpp" else "cpp", "auto"] and current_backend() == backend

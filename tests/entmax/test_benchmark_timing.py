@@ -89,9 +89,10 @@ def test_training_benchmark_runs_every_variant_in_rounds_on_cpu():
 
 
 def test_training_benchmark_settings_reach_every_kernel_launch(monkeypatch):
-    """bench_training_gpu.py's settings (--tiles; one_tile(False) for the scores recomputed
-    on every pass): every fused kernel launched in that model's training step (forward and
-    backward, under Triton's interpreter) gets them, and a model without them the package's."""
+    """bench_training_gpu.py's kernel configurations (--tiles; one_tile=False for the scores
+    recomputed on every pass), set on a model's attention modules: every fused kernel
+    launched in that model's training step (forward and backward, under Triton's
+    interpreter) gets them, and a model without them the package's."""
     pytest.importorskip("triton")
     import bench_training_gpu as bench
     import fairseq_sparse
@@ -107,13 +108,15 @@ def test_training_benchmark_settings_reach_every_kernel_launch(monkeypatch):
                          torch.Generator().manual_seed(0), "cpu")
     seen = []
     blocks = attention_kernel._blocks
-    monkeypatch.setattr(attention_kernel, "_blocks", lambda *a: seen.append(
-        (attention_kernel._TILE_SHAPE, attention_kernel.ONE_TILE)) or blocks(*a))
+    monkeypatch.setattr(attention_kernel, "_blocks", lambda d, device, config=attention_kernel.PACKAGE: seen.append(
+        (config.tiles, config.one_tile)) or blocks(d, device, config))
     with use_backend("triton"):
-        bench.trainer(model, data, dictionary.pad(), "cpu", lambda: attention_kernel.tile_shape(32, 16, 2))()
+        bench.trainer(bench.with_kernel(model, attention_kernel.KernelConfig(tiles=(32, 16, 2))), data,
+                      dictionary.pad(), "cpu")()
         launched = len(seen)
-        bench.trainer(model, data, dictionary.pad(), "cpu", lambda: attention_kernel.one_tile(False))()
-        bench.trainer(model, data, dictionary.pad(), "cpu")()
+        bench.trainer(bench.with_kernel(model, attention_kernel.KernelConfig(one_tile=False)), data,
+                      dictionary.pad(), "cpu")()
+        bench.trainer(bench.with_kernel(model, None), data, dictionary.pad(), "cpu")()
     # 3 attention sites (encoder, decoder, cross) x forward and backward; fairseq's alignment
     # layer asks the last cross-attention for its weights, so that one stays explicit.
     assert launched >= 4 and set(seen[:launched]) == {((32, 16, 2, None), True)}

@@ -4,7 +4,7 @@ k, v and each head's alpha.  On CUDA where there is a GPU, otherwise on CPU tens
 under Triton's interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py), which
 runs the kernels' own code through numpy, at small shapes."""
 
-import contextlib
+import dataclasses
 
 import entmax as reference_package
 import pytest
@@ -56,8 +56,9 @@ def assert_close(got, want, tol, what):
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol:g}"
 
 
-def check(q, k, v, do, alpha, tol=2e-5, dtype=torch.float32, **kw):
-    o, grads = fused(q, k, v, do, alpha, dtype, **kw)
+def check(q, k, v, do, alpha, tol=2e-5, dtype=torch.float32, kernel=None, **kw):
+    """The fused attention (run with the KernelConfig ``kernel``) against the reference."""
+    o, grads = fused(q, k, v, do, alpha, dtype, kernel=kernel, **kw)
     o_ref, grads_ref = expected(q, k, v, do, alpha, **kw)
     assert o.dtype == dtype and o.shape == o_ref.shape
     assert_close(o, o_ref, tol, "output")
@@ -93,9 +94,9 @@ def test_fixed_alpha_matches_reference(alpha):
 
 @pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.3])], ids=["sparsemax", "entmax15", "alpha1.3"])
 def test_faster_solvers_make_fewer_passes(alpha):
-    """The solvers of attention_kernel.solver: plain Newton from 0 (then the threshold on
-    the support), certified thresholds (CERTIFY, alpha = 2 and 1.5 only), and Newton
-    started from the threshold of each row's largest tile maxima (TILE_START).  Each
+    """The solvers of KernelConfig: plain Newton from 0 (then the threshold on the
+    support), certified thresholds (``certify``, alpha = 2 and 1.5 only), and Newton
+    started from the threshold of each row's largest tile maxima (``tile_start``).  Each
     output matches the reference (the other tests check the package's solver, gradients
     included), and each query tile makes no more passes over the keys than with the plain
     solver, fewer in all (counted by the kernel itself)."""
@@ -106,14 +107,14 @@ def test_faster_solvers_make_fewer_passes(alpha):
     o_ref, _ = expected(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = torch.full((1,), float(alpha), device=DEVICE)
-    kind = triton_kernel._fixed(alpha if fixed else heads)
+    kind = triton_kernel.fixed_kind(alpha if fixed else heads)
     passes = {}
     for certify, tile_start in ((False, False), (True, False), (True, True)):
         if (certify and not fixed) and not tile_start:
             continue  # a generic alpha has no certified threshold
-        with attention_kernel.solver(certify, tile_start):
-            o, _, stats = attention_kernel.forward(q32, k32, v32, heads, kind, True, mask.to(DEVICE).view(torch.int8),
-                                                   0.25, alpha_stats=not fixed)
+        config = attention_kernel.KernelConfig(certify=certify, tile_start=tile_start)
+        o, _, stats = attention_kernel.forward(q32, k32, v32, heads, kind, True, mask.to(DEVICE).view(torch.int8),
+                                               0.25, alpha_stats=not fixed, config=config)
         assert_close(o, o_ref, 2e-5, f"output, solver {certify, tile_start}")
         passes[certify, tile_start] = stats[:, attention_kernel.STAT_PASSES].cpu()
     plain = passes.pop((False, False))
@@ -126,7 +127,7 @@ def test_faster_solvers_make_fewer_passes(alpha):
 @pytest.mark.parametrize("kept", [(2, 16), (4, 8)], ids=lambda k: f"R{k[0]}K{k[1]}")
 @pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.3, 1.7])], ids=["sparsemax", "entmax15", "per_head"])
 def test_threshold_from_kept_scores(alpha, kept):
-    """Several scores kept per key tile (attention_kernel.solver(kept=(R, K))): a row whose
+    """Several scores kept per key tile (KernelConfig(kept=(R, K))): a row whose
     kept scores' threshold lies above every score left out takes it without a Newton pass.
     Output and all gradients against the reference with causal rows, key padding, a
     query with no key and Tq != Tk (K = 8 slots overflow at these lengths, so scores are
@@ -139,20 +140,20 @@ def test_threshold_from_kept_scores(alpha, kept):
     mask[1, 45:] = True
     mask[0, :51] = True  # with causal alignment, batch 0's first query sees no key
     kw = dict(causal=True, key_padding_mask=mask)
-    with attention_kernel.solver(kept=kept), attention_kernel.tile_shape(16, 16, warps=1):
-        check(q, k, v, do, alpha, **kw)
+    check(q, k, v, do, alpha, kernel=attention_kernel.KernelConfig(kept=kept, tiles=(16, 16, 1)), **kw)
     fixed = not torch.is_tensor(alpha)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     alphas = torch.full((heads,), float(alpha), device=DEVICE) if fixed else alpha.to(DEVICE)
     passes = {}
-    for setting in (None, kept):
-        with attention_kernel.solver(kept=setting), attention_kernel.tile_shape(16, 16, warps=1):
-            kind = triton_kernel._fixed(alpha if fixed else alphas)
-            _, _, stats = attention_kernel.forward(q32, k32, v32, alphas, kind, True, mask.to(DEVICE).view(torch.int8),
-                                                   0.25, alpha_stats=not fixed)
+    for setting in (attention_kernel.PACKAGE.kept, kept):
+        config = attention_kernel.KernelConfig(kept=setting, tiles=(16, 16, 1))
+        kind = triton_kernel.fixed_kind(alpha if fixed else alphas)
+        _, _, stats = attention_kernel.forward(q32, k32, v32, alphas, kind, True, mask.to(DEVICE).view(torch.int8),
+                                               0.25, alpha_stats=not fixed, config=config)
         passes[setting] = stats[:, attention_kernel.STAT_PASSES].cpu()
-    assert bool((passes[kept] <= passes[None]).all()), passes
-    assert passes[kept].min().item() == 2 and passes[kept].sum() < passes[None].sum(), passes
+    package = passes[attention_kernel.PACKAGE.kept]
+    assert bool((passes[kept] <= package).all()), passes
+    assert passes[kept].min().item() == 2 and passes[kept].sum() < package.sum(), passes
 
 
 @pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.4])], ids=["sparsemax", "entmax15", "alpha1.4"])
@@ -172,8 +173,7 @@ def test_scores_pushed_out_of_the_slots_are_not_certified_away(alpha):
     k[0, 0, top, 0] = 1.0 + 0.002 * (top // 16).double()
     v = torch.randn(1, 1, Tk, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     do = torch.ones_like(q)
-    with attention_kernel.solver(kept=(4, 8)), attention_kernel.tile_shape(16, 16, warps=1):
-        o, grads = fused(q, k, v, do, alpha)
+    o, grads = fused(q, k, v, do, alpha, kernel=attention_kernel.KernelConfig(kept=(4, 8), tiles=(16, 16, 1)))
     o_ref, grads_ref = expected(q, k, v, do, alpha)
     assert_close(o, o_ref, 2e-5, "output")
     assert_close(grads[2], grads_ref[2], 2e-5, "dv")
@@ -182,20 +182,25 @@ def test_scores_pushed_out_of_the_slots_are_not_certified_away(alpha):
 
 
 def test_kept_scores_setting_is_checked():
-    """A slot count the kernel cannot tile (not a power of two) is refused by name."""
+    """A slot count the kernel cannot tile (not a power of two), or a tile it cannot take,
+    is refused by name; the configuration cannot be changed once made."""
     with pytest.raises(ValueError, match="kept"):
-        with attention_kernel.solver(kept=(4, 12)):
-            pass
+        attention_kernel.KernelConfig(kept=(4, 12))
+    with pytest.raises(ValueError, match="tiles"):
+        attention_kernel.KernelConfig(tiles=(8, 16, 1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        attention_kernel.PACKAGE.certify = False
 
 
 def test_other_tile_shapes_match_the_reference():
-    """attention_kernel.tile_shape (benchmarks/bench_attention_kernel.py sweeps it on a GPU):
-    tiles of other heights and widths than the default, every kernel, still exact, and
-    the default comes back after it."""
+    """KernelConfig.tiles (benchmarks/bench_attention_kernel.py sweeps it on a GPU): tiles of
+    other heights and widths than the default, every kernel, still exact; the package's
+    configuration keeps the device's default."""
     q, k, v, do = inputs(1, 2, 37, 29, 16, seed=5, spread=1.0)
-    with attention_kernel.tile_shape(32, 16, 1):
-        assert attention_kernel._blocks(16, DEVICE)[:2] == (32, 16)
-        check(q, k, v, do, torch.tensor([1.3, 1.8]), causal=True, key_padding_mask=torch.arange(29)[None] > 25)
+    config = attention_kernel.KernelConfig(tiles=(32, 16, 1))
+    assert attention_kernel._blocks(16, DEVICE, config)[:2] == (32, 16)
+    check(q, k, v, do, torch.tensor([1.3, 1.8]), causal=True, key_padding_mask=torch.arange(29)[None] > 25,
+          kernel=config)
     assert attention_kernel._blocks(16, DEVICE)[:2] == ((16, 16) if DEVICE == "cpu" else (64, 64))
 
 
@@ -206,7 +211,7 @@ PER_HEAD = torch.tensor([1.1, 1.5, 1.9])
                                             (PER_HEAD, 29, (16, 32))],
                          ids=["sparsemax", "entmax15", "per_head", "per_head_29_keys_in_32"])
 def test_keys_that_fit_one_tile_are_scored_once(alpha, Tk, tiles):
-    """Keys that fit one tile (ONE_TILE): the forward kernel computes their scores once and
+    """Keys that fit one tile (KernelConfig.one_tile): the forward kernel computes their scores once and
     every pass reads them from registers.  The output, og and every row statistic (the
     passes counted included) are those of recomputing the scores on every pass, bit for bit,
     and the output and all four gradients match the reference, causal with padding."""
@@ -215,30 +220,29 @@ def test_keys_that_fit_one_tile_are_scored_once(alpha, Tk, tiles):
     mask[1, Tk // 2:] = True
     heads = alpha.float() if torch.is_tensor(alpha) else torch.full((3,), alpha)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
-    with attention_kernel.tile_shape(*tiles, warps=1) if tiles else contextlib.nullcontext():
-        assert attention_kernel._forward_blocks(16, Tk, DEVICE)[4]
-        runs = []
-        for once in (True, False):
-            with attention_kernel.one_tile(once):
-                runs.append(attention_kernel.forward(q32, k32, v32, heads.to(DEVICE), triton_kernel._fixed(alpha), True,
-                                                     mask.to(DEVICE).view(torch.int8), 0.25,
-                                                     alpha_stats=torch.is_tensor(alpha)))
-        assert all(torch.equal(a, b) for a, b in zip(*runs))
-        check(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25)
+    shape = dict(tiles=(*tiles, 1)) if tiles else {}
+    assert attention_kernel._forward_blocks(16, Tk, DEVICE, attention_kernel.KernelConfig(**shape))[4]
+    runs = []
+    for once in (True, False):
+        runs.append(attention_kernel.forward(q32, k32, v32, heads.to(DEVICE), triton_kernel.fixed_kind(alpha), True,
+                                             mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=torch.is_tensor(alpha),
+                                             config=attention_kernel.KernelConfig(one_tile=once, **shape)))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    check(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25,
+          kernel=attention_kernel.KernelConfig(**shape))
 
 
 def test_forward_tiles_for_keys_that_fit_one():
     """On CUDA the forward kernel widens (or narrows) its key tile to the next power of two
     for up to ONE_TILE_KEYS keys, from the 32 it takes at head dim 128; not beyond, not
-    under tile_shape, not with one_tile(False); the interpreter keeps its 16 x 16 tiles."""
+    with KernelConfig.tiles set, not with one_tile=False; the interpreter keeps its 16 x 16 tiles."""
     blocks = attention_kernel._forward_blocks
     assert [blocks(128, keys, "cuda")[1::3] for keys in (45, 64, 65, 10)] == [
         (64, True), (64, True), (32, False), (16, True)]
     assert blocks(64, 33, "cuda")[:2] + (blocks(64, 33, "cuda")[4],) == (64, 64, True)
-    with attention_kernel.tile_shape(32, 16, 1):
-        assert blocks(128, 45, "cuda")[1::3] == (16, False) and blocks(128, 16, "cuda")[1::3] == (16, True)
-    with attention_kernel.one_tile(False):
-        assert blocks(128, 45, "cuda")[1::3] == (32, False)
+    tiles = attention_kernel.KernelConfig(tiles=(32, 16, 1))
+    assert blocks(128, 45, "cuda", tiles)[1::3] == (16, False) and blocks(128, 16, "cuda", tiles)[1::3] == (16, True)
+    assert blocks(128, 45, "cuda", attention_kernel.KernelConfig(one_tile=False))[1::3] == (32, False)
     assert blocks(16, 13, "cpu")[1::3] == (16, True) and blocks(16, 17, "cpu")[1::3] == (16, False)
 
 
