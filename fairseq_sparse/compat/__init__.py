@@ -1,39 +1,111 @@
-"""The fixes fairseq needs for this plugin, each narrow, documented and tested.
+"""The fixes fairseq needs for this plugin: one table (``PATCHES``), each fix narrow,
+documented in its module and tested, and applied only where the installed fairseq has
+the bug it fixes.
 
-- :mod:`.checkpoints`: fairseq checkpoints load under torch >= 2.6 (``weights_only``)
-  without turning pickle safety off;
-- :mod:`.batching`: the last batch of every split is kept, and a resumed run gets the
-  batches of an uninterrupted one;
-- :mod:`.criterion_state`: a criterion with buffers but no parameters is checkpointed;
-- :mod:`.precision`: ``--fp16`` / ``--bf16`` without a GPU is a plain error, and ``--amp``
-  trains in bfloat16 there instead of silently in float32;
-- :mod:`.checkpoint_files`: every checkpoint file is written atomically, and a torn
-  one is named with the whole checkpoint to resume from;
-- :mod:`.prefetch`: a finished run exits cleanly instead of aborting on fairseq's
-  prefetching thread;
-- :mod:`.train_runs`: one live ``fairseq-train`` run per ``--save-dir``, and rerunning a
-  finished run trains nothing.
+Every entry says what it rebinds, why, and which fairseq releases it was written for
+(``FAIRSEQ_RELEASES``); on another release a fix is applied only where probing the
+behaviour shows the bug (``batching``), and otherwise left out with a warning naming it,
+since rebinding the internals of an unknown release could break more than it mends.
+``FAIRSEQ_SPARSE_NO_COMPAT=1`` turns every fix off, to tell a fairseq behaviour from
+one of ours.
 
 Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
 when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
 imported; ``import fairseq_sparse.entmax`` alone applies nothing.
 """
 
-_applied = False
+import dataclasses
+import importlib
+import logging
+import os
+from typing import Callable, Optional, Tuple
+
+logger = logging.getLogger(__name__)
+
+# The fairseq releases every fix was written and tested against: the last official
+# release and the ``ve-fairseq`` build of its main branch that the package installs.
+FAIRSEQ_RELEASES = ("0.12.2", "0.12.3")
+# Set to 1 to apply no fix at all.
+NO_COMPAT = "FAIRSEQ_SPARSE_NO_COMPAT"
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """One fix: ``module`` (in this package, with an ``apply()``), what it rebinds, why, and
+    optionally ``has_bug``, a probe of the installed fairseq used on releases outside
+    FAIRSEQ_RELEASES (None: the fix is left out there)."""
+    module: str
+    rebinds: Tuple[str, ...]
+    why: str
+    has_bug: Optional[Callable[[], bool]] = None
+
+
+def _batch_by_size_drops_the_last_batch():
+    import numpy as np
+    from fairseq.data import data_utils
+
+    fairseqs_own = getattr(data_utils.batch_by_size, "__wrapped__", data_utils.batch_by_size)  # if already fixed
+    batches = fairseqs_own(np.arange(9), lambda i: 1, max_sentences=8, required_batch_size_multiple=8)
+    return sum(len(b) for b in batches) < 9
+
+
+PATCHES = (
+    Patch("checkpoints", ("torch.serialization's weights-only allow-list", "checkpoint_utils._upgrade_state_dict"),
+          "fairseq checkpoints load under torch >= 2.6 (weights_only) without turning pickle safety off, and the "
+          "options of older checkpoints move to where this package reads them"),
+    Patch("batching", ("data_utils.batch_by_size", "FairseqTask.get_batch_iterator"),
+          "the last, incomplete batch of every split is kept (after 0.12.2 fairseq drops it), and a resumed run "
+          "gets the batches of an uninterrupted one", _batch_by_size_drops_the_last_batch),
+    Patch("criterion_state", ("Trainer.state_dict", "Trainer.load_checkpoint"),
+          "a criterion with buffers but no parameters is checkpointed, so a resumed run continues its state"),
+    Patch("precision", ("distributed_utils.call_main", "AMPOptimizer.__init__", "FairseqTask.train_step"),
+          "--fp16 / --bf16 without a GPU is a plain error, and --amp trains in bfloat16 there instead of silently "
+          "in float32"),
+    Patch("checkpoint_files", ("checkpoint_utils.torch_persistent_save", "checkpoint_utils.PathManager",
+                               "checkpoint_utils.load_checkpoint_to_cpu"),
+          "every checkpoint file is written atomically, and a torn one is named with the whole checkpoint to "
+          "resume from"),
+    Patch("prefetch", ("iterators.BackgroundConsumer.run", "an atexit hook"),
+          "a finished run exits cleanly instead of aborting on fairseq's prefetching thread"),
+    Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train"),
+          "one live fairseq-train run per --save-dir, and rerunning a finished run trains nothing"),
+)
+
+_applied = None
+
+
+def applies(patch, version):
+    """(whether ``patch`` is applied under fairseq ``version``, why not if it is not)."""
+    if version in FAIRSEQ_RELEASES:
+        return True, None
+    if patch.has_bug is not None:
+        if patch.has_bug():
+            return True, None
+        return False, f"fairseq {version} does not have the bug it fixes (probed)"
+    return False, (f"written for fairseq {' and '.join(FAIRSEQ_RELEASES)}, not {version}: its internals may have "
+                   "changed")
 
 
 def apply():
-    """Apply every fix (idempotent)."""
+    """Apply the fixes that the installed fairseq needs (idempotent); returns the names of
+    those applied."""
     global _applied
-    if _applied:
-        return
-    from . import batching, checkpoint_files, checkpoints, criterion_state, precision, prefetch, train_runs
+    if _applied is not None:
+        return _applied
+    if os.environ.get(NO_COMPAT, "") not in ("", "0"):
+        logger.warning("%s is set: no fairseq fix is applied (%s)", NO_COMPAT, ", ".join(p.module for p in PATCHES))
+        _applied = ()
+        return _applied
+    import fairseq
 
-    checkpoints.apply()
-    batching.apply()
-    criterion_state.apply()
-    precision.apply()
-    checkpoint_files.apply()
-    prefetch.apply()
-    train_runs.apply()
-    _applied = True
+    version = getattr(fairseq, "__version__", "unknown")
+    applied = []
+    for patch in PATCHES:
+        ok, why_not = applies(patch, version)
+        if not ok:
+            logger.warning("fairseq_sparse.compat.%s not applied: %s (%s)", patch.module, why_not, patch.why)
+            continue
+        importlib.import_module(f"{__name__}.{patch.module}").apply()
+        applied.append(patch.module)
+    _applied = tuple(applied)
+    return _applied
