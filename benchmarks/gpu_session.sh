@@ -32,7 +32,7 @@
 #
 # `vae` trains, on the GPU, HSVAE Beta(10, 1) at KL weights psi 0.01, lambda 0.001 and the vanilla
 # VAE at psi 0.01, seeds 1 to 3 each, six runs at once (scripts/sentence_vae_stability.py --gpu:
-# the 2 CPU cores' settings of docs/results.md, batch 64), one epoch at a time for as many epochs as
+# the 2 CPU cores' settings of docs/results/ape.md, batch 64), one epoch at a time for as many epochs as
 # fit 540 s, each analysed on the device's CPU (frozen-encoder accuracy, Hoyer, spike pattern); sends
 # back vae.log, table_eE.md per epoch and vae.tgz (logs, stability.json, plots and every epoch's
 # analysis, analysis/RUN/epochE/; no checkpoints).
@@ -164,7 +164,7 @@ ape)
         ape-pharma
     ;;
 vae-pack)
-    # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results.md, "ten
+    # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results/vae.md, "ten
     # times the sentences"), binarised (5 MB), into the git-ignored .carry/vae.
     grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
     rm -rf .carry/vae /tmp/yahoo_big_raw

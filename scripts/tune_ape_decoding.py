@@ -46,7 +46,7 @@ from fairseq_sparse.modules.bert import load_bert_tokenizer  # noqa: E402
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
 DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, math.inf]
 # Word edits between a post-edit and its MT (None: no limit).  On WMT APE IT a CPU model's
-# repairs took a median of 1 word edit, its breakages 3 (docs/results.md).
+# repairs took a median of 1 word edit, its breakages 3 (docs/results/ape.md).
 DEFAULT_MAX_EDITS = [None, 1, 2, 3, 5, 10]
 # TER points: candidates of a 25-word sentence that differ by one word are 4 points apart.
 DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]
@@ -374,7 +374,7 @@ def main(argv=None):
     parser.add_argument("--keep-mt-risk", nargs="*", default=None,
                         help="values of R tried (TER points; 'inf': keep every MT); the option alone tries "
                              f"{' '.join(f'{r:g}' for r in DEFAULT_RISKS)}; left out, the risk gate is not tried (on "
-                             "IT it lost to the margin gate: docs/results.md)")
+                             "IT it lost to the margin gate: docs/results/ape.md)")
     parser.add_argument("--beam", type=int, default=5, help="beam size")
     parser.add_argument("--max-len-b", type=int, default=200,
                         help="longest post-edit in tokens, as fairseq-generate's --max-len-b (default: %(default)s)")

@@ -49,7 +49,7 @@ MBR with ties to the MT; R = inf keeps every MT.  Tried for edits the beam's
 runners-up do not share (an item dropped from a list the others keep), which should
 leave the MT nearest to them all; measured on WMT APE IT it lost to the margin gate:
 a candidate's risk advantage can hardly exceed its distance from the MT, so the limit
-passes large edits and stops small ones (docs/results.md).  Both gates at once are
+passes large edits and stops small ones (docs/results/ape.md).  Both gates at once are
 refused.  With either gate each returned hypothesis also carries ``candidates``
 (tokens, total log-probability, score as the beam normalises it, ``is_mt``), from which
 tuning applies any M, E or R afterwards.

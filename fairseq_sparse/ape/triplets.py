@@ -122,7 +122,7 @@ class MaskedMTDataset(BaseWrapperDataset):
     it 0.003 bits a token more when each sentence's src was swapped for another's:
     scripts/ape_source_ablation.py).  A masked MT word can only be recovered from the source
     and the context, so the src segment has to be read.  ``[CLS]``, the src segment, both
-    ``[SEP]`` and the target are never touched.  Measured there (docs/results.md): at 0.2 the
+    ``[SEP]`` and the target are never touched.  Measured there (docs/results/ape.md): at 0.2 the
     model read its source ten times more and post-edited far worse after the same 750
     updates, so the task's default is off."""
 
