@@ -1,19 +1,14 @@
-import atexit
 import json
-import locale
 import os
-import select
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.cli_forkserver import console_script
+from tests._harness import ordering, triton_interpreter
+from tests._harness.commands import BIN, REPO, _run, run_cli, run_script  # noqa: F401
 
 # Without CUDA, Triton's interpreter runs the Triton kernels on CPU tensors, so that CI tests
 # them (tests/entmax/test_triton_kernel.py): it must be set before the kernels are defined,
@@ -22,56 +17,10 @@ from tests.cli_forkserver import console_script
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-
-def _interpret_helpers_without_repatching():
-    """Make Triton's interpreter patch triton.language once per helper per launch.
-
-    Triton 3.9's interpreter patches triton.language for a kernel launch (and restores it
-    after), and again at every call of a @triton.jit helper from the kernel: that runs
-    inspect.getmembers over triton.language and its tensor and math modules each time,
-    only to find them patched already.  The fused attention kernels call their helpers
-    thousands of times per launch, and that was 43% of their time in the interpreter
-    (9.3 s -> 5.3 s for one forward and backward at 2 x 5 heads x 17 x 33, bit for bit
-    the same outputs and gradients).  The first call of each helper in a launch still
-    patches as before, so a helper whose module sees a part of triton.language the
-    kernel's does not still gets it.  Other Triton versions are left as they are."""
-    try:
-        import triton
-        from triton.runtime import interpreter
-    except ImportError:
-        return
-    if not triton.__version__.startswith("3.9."):  # requirements.txt's; checked on it
-        return
-    launch, helper_call = interpreter.GridExecutor.__call__, interpreter.InterpretedFunction.__call__
-    patched = set()
-
-    def launch_once(self, *args, **kwargs):
-        patched.clear()
-        try:
-            return launch(self, *args, **kwargs)
-        finally:
-            patched.clear()
-
-    def call_helper(self, *args, **kwargs):
-        if self.fn not in patched:
-            patched.add(self.fn)
-            return helper_call(self, *args, **kwargs)
-        fn = self.rewrite()
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:  # as Triton's own call reports it
-            raise interpreter.InterpreterError(repr(e)) from e
-
-    interpreter.GridExecutor.__call__ = launch_once
-    interpreter.InterpretedFunction.__call__ = call_helper
-
-
 if os.environ.get("TRITON_INTERPRET") == "1":
-    _interpret_helpers_without_repatching()
+    triton_interpreter.apply()
 
-REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-BIN = Path(sys.executable).parent
 
 
 def shared_data(*parts):
@@ -97,95 +46,9 @@ def yelp_corpus(directory, train, valid, test):
     return directory
 
 
-class _ForkServer:
-    """tests/cli_forkserver.py, started once per test process: run_cli's console scripts and
-    run_script's scripts are forked from it after torch, fairseq and transformers are
-    imported, instead of each importing them again (most of a 5.5 s start on 2 cores; the
-    suite makes about 185 calls)."""
-
-    def __init__(self):
-        self.env = _import_env()
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("cli_forkserver.py"))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
-        self.pending = b""
-        atexit.register(self.proc.kill)
-
-    def answer(self, timeout=None):
-        """The server's next JSON line, or None after `timeout` seconds without one."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while b"\n" not in self.pending:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.proc.stdout], [], [], wait)[0]:
-                return None
-            chunk = os.read(self.proc.stdout.fileno(), 4096)
-            if not chunk:
-                raise RuntimeError(f"tests/cli_forkserver.py exited ({self.proc.wait()})")
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        return json.loads(line)
-
-    def run(self, cmd, cwd, timeout):
-        with tempfile.TemporaryDirectory() as tmp:
-            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
-            request = {"argv": cmd, "cwd": str(cwd or os.getcwd()), "env": dict(os.environ),
-                       "stdout": str(out), "stderr": str(err)}
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            pid = self.answer()["pid"]
-            done = self.answer(timeout)
-            if done is None:
-                os.kill(pid, signal.SIGKILL)
-                self.answer()
-                raise subprocess.TimeoutExpired(cmd, timeout)
-            # As subprocess.run(text=True) reads them: the locale's encoding, universal newlines.
-            stdout, stderr = (Path(f).read_text(encoding=locale.getpreferredencoding(False)) for f in (out, err))
-        return subprocess.CompletedProcess(cmd, done["returncode"], stdout, stderr)
-
-
-_fork_server = None
-
-
-def _import_env():
-    """The environment as far as it can change what the server's imports did: all of it but
-    PYTEST_CURRENT_TEST, which pytest sets anew for every test (the child gets it too)."""
-    env = dict(os.environ)
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
-
-
-def run_cli(name, *args, cwd=None, check=True, timeout=600):
-    """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
-    return _run([str(BIN / name), *map(str, args)], console_script(name) is not None, cwd, check, timeout)
-
-
-def run_script(name, *args, cwd=None, check=False, timeout=900):
-    """`python scripts/NAME ARGS` (or `python NAME ARGS` where NAME is a path under the
-    repository, such as data_prep/hsvae_sets.py) and return it, as
-    subprocess.run(capture_output=True, text=True) would. The script's own fairseq
-    commands and `python scripts/...` runs are forked too (tests/cli_forkserver.py,
-    fork_commands_here)."""
-    script = REPO / name if "/" in name else REPO / "scripts" / name
-    return _run([sys.executable, str(script), *map(str, args)], True, cwd, check, timeout)
-
-
-def _run(cmd, forkable, cwd, check, timeout):
-    """Through the fork server unless FAIRSEQ_SPARSE_TESTS_FORK=0, or the environment has
-    changed since the server started (it imported torch and the rest under the old one)."""
-    global _fork_server
-    forked = os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and forkable
-    if forked and _fork_server is None:
-        _fork_server = _ForkServer()
-    if forked and _fork_server.env == _import_env():
-        proc = _fork_server.run(cmd, cwd, timeout)
-    else:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
-
-
 def assert_two_gloo_workers_equal_one(common, tmp_path):
     """fairseq-train `common` (3 updates) on two gloo CPU ranks, one process each as fairseq
-    needs on CPU (run at once by tests/run_together.py), and on one process with
+    needs on CPU (run at once by tests/_harness/run_together.py), and on one process with
     --update-freq 2: the same total batch, so the same updates and parameters."""
     import socket
 
@@ -198,8 +61,8 @@ def assert_two_gloo_workers_equal_one(common, tmp_path):
     ranks = [[str(BIN / "fairseq-train"), *map(str, common), "--save-dir", str(tmp_path / "two"),
               "--distributed-world-size", "2", "--distributed-rank", str(rank), "--distributed-backend", "gloo",
               "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"] for rank in (0, 1)]
-    # Both at once, each forked from the server (tests/run_together.py).
-    together = _run([sys.executable, str(Path(__file__).with_name("run_together.py")), *map(json.dumps, ranks)],
+    # Both at once, each forked from the server (tests/_harness/run_together.py).
+    together = _run([sys.executable, str(REPO / "tests" / "_harness" / "run_together.py"), *map(json.dumps, ranks)],
                     True, None, False, 300)
     assert together.returncode == 0, together.stdout[-3500:] + together.stderr[-2000:]
     run_cli("fairseq-train", *common, "--save-dir", tmp_path / "one", "--update-freq", "2")
@@ -311,6 +174,4 @@ def ape_trained(tmp_path_factory, tiny_bert):
 
 
 def pytest_collection_modifyitems(items):
-    """tests/scripts/ first: its end-to-end runs take half a minute to two minutes each, and
-    started last they would leave one pytest-xdist worker running them alone at the end."""
-    items.sort(key=lambda item: not item.nodeid.startswith("tests/scripts/"))
+    ordering.scripts_first(items)

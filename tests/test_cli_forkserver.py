@@ -1,4 +1,4 @@
-"""tests/cli_forkserver.py: a forked call ends as a fresh interpreter's run of the same
+"""tests/_harness/forkserver.py: a forked call ends as a fresh interpreter's run of the same
 program does (the status, what it printed, its atexit handlers and threads), though it
 skips the interpreter's module teardown."""
 
@@ -71,3 +71,18 @@ def test_a_scripts_commands_are_forked_unless_their_environment_says_otherwise(t
     script.write_text(SCRIPT, encoding="utf-8")
     proc = _run([sys.executable, str(script), str(child)], True, tmp_path, True, 120)
     assert proc.stdout.split() == ["forked", "forked", "forked", "fresh"]
+
+
+def test_an_environment_the_server_was_not_written_for_starts_commands_fresh(tmp_path, monkeypatch):
+    """The server checks the Python and fairseq it was written for; elsewhere a command is
+    started fresh (with one warning), and runs the same."""
+    from tests._harness import commands, forkserver
+
+    assert forkserver.supported() == (True, None)  # this environment: the pinned stack
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM.format(ending=""), encoding="utf-8")
+    monkeypatch.setattr(forkserver, "supported", lambda: (False, "written for fairseq 0.12.2 and 0.12.3, not 0.13"))
+    monkeypatch.setattr(commands, "_support", None)
+    with pytest.warns(UserWarning, match="forkserver.py not used: written for fairseq .* not 0.13"):
+        proc = _run([sys.executable, str(script)], True, tmp_path, False, 60)
+    assert proc.returncode == 0 and proc.stdout.startswith("fresh\n")

@@ -3,7 +3,7 @@ else 1 with the output of the first that failed, once the others are stopped.
 
 tests/conftest.py runs the two gloo ranks of a distributed fairseq-train this way,
 through its fork server: the ranks, started by this script, are then forked as the
-experiment scripts' commands are (tests/cli_forkserver.py, fork_commands_here) rather
+experiment scripts' commands are (tests/_harness/forkserver.py, fork_commands_here) rather
 than started fresh, which saves each rank the import of fairseq and the interpreter's
 teardown (about 10 s on 2 cores)."""
 

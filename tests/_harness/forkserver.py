@@ -1,5 +1,5 @@
 """A fork server for the console scripts and the scripts/*.py the tests run
-(tests/conftest.py: run_cli, run_script).
+(tests/_harness/commands.py: run_cli, run_script).
 
 Every fairseq CLI process spends about 5.5 s of a 2-core machine importing torch and
 fairseq (fairseq imports all its tasks, models and criterions, and through two of them
@@ -24,6 +24,10 @@ unconfigured and replays fairseq's configuration at its own first `import fairse
 (replay_fairseq_logging), and each CLI logs as it would from a fresh start. fairseq_cli
 and the plugin are imported in the child, as a fresh process imports them.
 
+It relies on CPython 3.11's ``subprocess.Popen._execute_child`` and on how fairseq 0.12
+configures logging at import (``WRITTEN_FOR``); ``supported()`` says whether this is that
+environment, and elsewhere the tests start every command fresh.
+
 Protocol (one call at a time, JSON lines): the caller writes
 {"argv", "cwd", "env", "stdout", "stderr"} on stdin; the server answers {"pid": ...}
 when the child is forked and {"returncode": ...} when it has exited.
@@ -37,6 +41,31 @@ import os
 import runpy
 import socket
 import sys
+
+# The environment this server was written and checked against.
+WRITTEN_FOR = {"python": (3, 11), "fairseq": ("0.12.2", "0.12.3")}
+
+
+def supported():
+    """(whether the server applies here, why not): Linux, CPython WRITTEN_FOR["python"] and
+    one of the fairseq releases of WRITTEN_FOR["fairseq"]."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if not sys.platform.startswith("linux"):
+        return False, f"written for Linux (fork, prctl), not {sys.platform}"
+    if sys.version_info[:2] != WRITTEN_FOR["python"] or sys.implementation.name != "cpython":
+        return False, f"written for CPython {'.'.join(map(str, WRITTEN_FOR['python']))}, not {sys.version.split()[0]}"
+    for distribution in ("ve-fairseq", "fairseq"):
+        try:
+            installed = version(distribution)
+            break
+        except PackageNotFoundError:
+            continue
+    else:
+        return False, "fairseq is not installed"
+    if installed not in WRITTEN_FOR["fairseq"]:
+        return False, f"written for fairseq {' and '.join(WRITTEN_FOR['fairseq'])}, not {installed}"
+    return True, None
 
 
 def replay_fairseq_logging(handlers, root_level):

@@ -1,0 +1,120 @@
+"""run_cli and run_script: the tests' commands, forked from the fork server
+(``forkserver.py``) where it supports this Python and fairseq, else started fresh."""
+
+import atexit
+import json
+import locale
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from . import forkserver
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+class _ForkServer:
+    """tests/_harness/forkserver.py, started once per test process: run_cli's console scripts and
+    run_script's scripts are forked from it after torch, fairseq and transformers are
+    imported, instead of each importing them again (most of a 5.5 s start on 2 cores; the
+    suite makes about 185 calls)."""
+
+    def __init__(self):
+        self.env = _import_env()
+        self.proc = subprocess.Popen([sys.executable, str(Path(forkserver.__file__))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        self.pending = b""
+        atexit.register(self.proc.kill)
+
+    def answer(self, timeout=None):
+        """The server's next JSON line, or None after `timeout` seconds without one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.proc.stdout], [], [], wait)[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError(f"tests/_harness/forkserver.py exited ({self.proc.wait()})")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, cmd, cwd, timeout):
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            request = {"argv": cmd, "cwd": str(cwd or os.getcwd()), "env": dict(os.environ),
+                       "stdout": str(out), "stderr": str(err)}
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            pid = self.answer()["pid"]
+            done = self.answer(timeout)
+            if done is None:
+                os.kill(pid, signal.SIGKILL)
+                self.answer()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            # As subprocess.run(text=True) reads them: the locale's encoding, universal newlines.
+            stdout, stderr = (Path(f).read_text(encoding=locale.getpreferredencoding(False)) for f in (out, err))
+        return subprocess.CompletedProcess(cmd, done["returncode"], stdout, stderr)
+
+
+_fork_server = None
+
+
+def _import_env():
+    """The environment as far as it can change what the server's imports did: all of it but
+    PYTEST_CURRENT_TEST, which pytest sets anew for every test (the child gets it too)."""
+    env = dict(os.environ)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def run_cli(name, *args, cwd=None, check=True, timeout=600):
+    """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
+    return _run([str(BIN / name), *map(str, args)], forkserver.console_script(name) is not None, cwd, check, timeout)
+
+
+def run_script(name, *args, cwd=None, check=False, timeout=900):
+    """`python scripts/NAME ARGS` (or `python NAME ARGS` where NAME is a path under the
+    repository, such as data_prep/hsvae_sets.py) and return it, as
+    subprocess.run(capture_output=True, text=True) would. The script's own fairseq
+    commands and `python scripts/...` runs are forked too (tests/_harness/forkserver.py,
+    fork_commands_here)."""
+    script = REPO / name if "/" in name else REPO / "scripts" / name
+    return _run([sys.executable, str(script), *map(str, args)], True, cwd, check, timeout)
+
+
+_support = None
+
+
+def _forking_supported():
+    """Whether the fork server was written for this Python and fairseq (once per process,
+    with a warning where not: the commands then start fresh, slower but the same)."""
+    global _support
+    if _support is None:
+        _support, why_not = forkserver.supported()
+        if not _support:
+            warnings.warn(f"tests/_harness/forkserver.py not used: {why_not}; every command starts fresh")
+    return _support
+
+
+def _run(cmd, forkable, cwd, check, timeout):
+    """Through the fork server unless FAIRSEQ_SPARSE_TESTS_FORK=0, or the environment has
+    changed since the server started (it imported torch and the rest under the old one)."""
+    global _fork_server
+    forked = os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and forkable and _forking_supported()
+    if forked and _fork_server is None:
+        _fork_server = _ForkServer()
+    if forked and _fork_server.env == _import_env():
+        proc = _fork_server.run(cmd, cwd, timeout)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
