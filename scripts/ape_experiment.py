@@ -8,7 +8,7 @@ Domains (../shared/data/ape): ``pharma``, WMT17 APE de-en (25K triplets, good MT
 ``it``, WMT16/17 APE en-de, IT (16,068 triplets of the seed paper's own training
 data, phrase-based MT).  The last --held-out (1,000) triplets are the test split, the
 --held-out before them the dev split (``valid``), the rest train.  Tuning sees dev
-only (scripts/tune_ape_decoding.py: one beam pass per --conservativeness value, the
+only (fairseq_sparse.ape.tuning, fairseq-sparse-tune-ape: one beam pass per --conservativeness value, the
 margin gate's margins, each with every edit limit, and, with --keep-mt-risk, the risk
 gate's limits applied to what it scored); the test split is decoded with plain beam
 search, with the chosen values and with the best values of a gate not chosen (so that
@@ -68,7 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fairseq_sparse.ape.triplets import write_triplets
-from cli_helpers import FAIRSEQ_TRAIN, epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
+from fairseq_sparse.experiments import FAIRSEQ_TRAIN, epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "ape"
@@ -333,13 +333,13 @@ def main(argv=None):
     parser.add_argument("--conservativeness", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 4.0],
                         help="values tried on dev (one beam pass each)")
     parser.add_argument("--keep-mt-margin", nargs="+", default=None,
-                        help="margins tried on dev ('off' for no gate; default: tune_ape_decoding.py's)")
+                        help="margins tried on dev ('off' for no gate; default: fairseq-sparse-tune-ape's)")
     parser.add_argument("--keep-mt-max-edits", nargs="+", default=None,
                         help="edit limits tried with every finite margin on dev ('off' for none; default: "
-                             "tune_ape_decoding.py's)")
+                             "fairseq-sparse-tune-ape's)")
     parser.add_argument("--keep-mt-risk", nargs="*", default=None,
                         help="risk limits (TER points) of the minimum-Bayes-risk gate tried on dev; the option "
-                             "alone tries tune_ape_decoding.py's; left out, that gate is not tried")
+                             "alone tries fairseq-sparse-tune-ape's; left out, that gate is not tried")
     args = parser.parse_args(argv)
     if args.max_update == "auto":
         if args.stop_time_hours <= 0:
@@ -361,7 +361,7 @@ def main(argv=None):
     args.out = args.out or REPO / "outputs" / f"ape-{args.domain}"
     args.device_name = device_name(args)
 
-    import tune_ape_decoding as tuning  # fairseq is imported here, after the options are checked
+    from fairseq_sparse.ape import tuning  # fairseq is imported here, after the options are checked
 
     data = args.out / "data"
     sizes = split_corpus(args.corpus, data, args.held_out)

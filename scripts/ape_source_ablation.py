@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from fairseq_sparse.ape.triplets import write_triplets
-from cli_helpers import read_corpus, run_logged
+from fairseq_sparse.experiments import read_corpus, run_logged
 
 REPO = Path(__file__).resolve().parents[1]
 FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]

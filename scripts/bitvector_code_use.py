@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import fairseq_sparse  # noqa: E402
-from cli_helpers import FULL_MNIST, bits_per_pixel  # noqa: E402
+from fairseq_sparse.experiments import FULL_MNIST, bits_per_pixel  # noqa: E402
 
 HISTOGRAM_SMOOTHING = 0.1
 CHUNK = 100  # images at a time: their decoder logits are CHUNK x 784 x 256 floats

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import interval_metrics  # noqa: E402
+from fairseq_sparse.experiments import interval_metrics  # noqa: E402
 
 CURVES = (("decoder_calls", "codes decoded per image"), ("code_entropy_bits", "entropy of q (bits per image)"),
           ("score_shared", "scores: shared by the batch (solid), spread (dashed)"),

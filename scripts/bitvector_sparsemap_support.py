@@ -33,7 +33,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import FULL_MNIST, at_least, bits_per_pixel  # noqa: E402
+from fairseq_sparse.experiments import FULL_MNIST, at_least, bits_per_pixel  # noqa: E402
 from fairseq_sparse.latent import BitVector  # noqa: E402
 from fairseq_sparse.latent.bitvector_vae_model import BitVectorVAEModel  # noqa: E402
 from fairseq_sparse.latent.estimators import build_estimator  # noqa: E402

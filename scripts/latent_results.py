@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cli_helpers import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,  # noqa: E402
+from fairseq_sparse.experiments import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,  # noqa: E402
                          training_done)
 
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import sacrebleu
 import torch
-from cli_helpers import at_least, generate_hypotheses
+from fairseq_sparse.experiments import at_least, generate_hypotheses
 
 from fairseq_sparse import markdown
 from fairseq_sparse.ape.triplets import read_lines

@@ -40,7 +40,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cli_helpers import FAIRSEQ_TRAIN, at_least, epoch_metrics, job_env, training_done
+from fairseq_sparse.experiments import FAIRSEQ_TRAIN, at_least, epoch_metrics, job_env, training_done
 
 REPO = Path(__file__).resolve().parents[1]
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting

@@ -74,9 +74,8 @@ def assert_two_gloo_workers_equal_one(common, tmp_path):
 
 
 def epoch_metrics(stdout):
-    """scripts/cli_helpers.epoch_metrics: the per-epoch metrics of a fairseq-train log."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from cli_helpers import epoch_metrics as parse
+    """fairseq_sparse.experiments.epoch_metrics: the per-epoch metrics of a fairseq-train log."""
+    from fairseq_sparse.experiments import epoch_metrics as parse
 
     return parse(stdout)
 

@@ -89,7 +89,7 @@ def test_imported_before_fairseq_the_plugin_loads_with_fairseq(ape_trained):
 LINES = ("attention", "ape", "latent", "vae")
 CORE = ("entmax", "modules", "compat")
 # Top-level helper modules of the core, importable from every research line.
-HELPERS = ("markdown",)
+HELPERS = ("markdown", "experiments")
 
 
 def _imports(path):

@@ -208,7 +208,7 @@ def forkable(argv, executable, env, base_env):
 def ignored(variable):
     """Whether forkable() lets a command's environment differ from its script's in
     `variable`: the thread count, which become() sets, and glibc's malloc tunables (the
-    experiment scripts set them, scripts/cli_helpers.job_env), which a process reads at
+    experiment scripts set them, fairseq_sparse.experiments.job_env), which a process reads at
     its start, so that a forked child keeps the server's: they change how fast it runs,
     not what it computes."""
     return variable in ("PYTEST_CURRENT_TEST", "OMP_NUM_THREADS") or variable.startswith("MALLOC_")

@@ -50,8 +50,8 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
 
     out = tmp_path / "generate.out"
     out.write_text(ter.stdout, encoding="utf-8")
-    score = run_script("score_ape.py", "--hyp", out, "--mt", ape_raw / "test.mt", "--pe", ape_raw / "test.pe",
-                       "--fairseq-output", "--lowercase")
+    score = run_cli("fairseq-sparse-score-ape", "--hyp", out, "--mt", ape_raw / "test.mt", "--pe", ape_raw / "test.pe",
+                       "--fairseq-output", "--lowercase", check=False)
     assert score.returncode == 0, score.stderr
     assert re.search(r"do-nothing \(MT\)\s+[0-9.]+\s+[0-9.]+", score.stdout)
     assert re.search(r"post-edited\s+[0-9.]+\s+[0-9.]+", score.stdout)

@@ -1,4 +1,4 @@
-"""The ``ter`` scorer and scripts/score_ape.py agree with sacrebleu's own command line."""
+"""The ``ter`` scorer and fairseq-sparse-score-ape agree with sacrebleu's own command line."""
 
 import subprocess
 import unicodedata
@@ -10,7 +10,7 @@ from fairseq_sparse.ape.bert_dictionary import model_spelling
 from fairseq_sparse.modules.bert import load_bert_tokenizer
 from fairseq_sparse.ape.ter import edit_effects
 
-from tests.conftest import BIN, minilm_path, run_script, shared_data
+from tests.conftest import BIN, minilm_path, run_cli, run_script, shared_data
 
 
 def sacrebleu_cli(ref, hyp, *metric_args):
@@ -49,7 +49,7 @@ def test_score_script_matches_sacrebleu_cli(it_triplets, tmp_path):
     hyp = tmp_path / "hyp"
     lines = mt.read_text(encoding="utf-8").splitlines()
     hyp.write_text("\n".join(lines[:150] + [line.replace(" ,", "") for line in lines[150:]]) + "\n", encoding="utf-8")
-    proc = run_script("score_ape.py", "--hyp", hyp, "--mt", mt, "--pe", pe, check=True)
+    proc = run_cli("fairseq-sparse-score-ape", "--hyp", hyp, "--mt", mt, "--pe", pe, check=True)
     rows = {line[:18].strip(): [float(x) for x in line[18:].split()] for line in proc.stdout.splitlines()[1:3]}
     for name, path in (("do-nothing (MT)", mt), ("post-edited", hyp)):
         ter, bleu = rows[name]
@@ -66,7 +66,7 @@ def test_score_script_names_misaligned_files(it_triplets, tmp_path):
     mt, pe = it_triplets
     hyp = tmp_path / "short"
     hyp.write_text("only one line\n", encoding="utf-8")
-    proc = run_script("score_ape.py", "--hyp", hyp, "--mt", mt, "--pe", pe)
+    proc = run_cli("fairseq-sparse-score-ape", "--hyp", hyp, "--mt", mt, "--pe", pe, check=False)
     assert proc.returncode != 0 and f"{hyp} has 1 lines but {pe} has 300" in proc.stderr
 
 
@@ -108,7 +108,7 @@ def test_score_script_counts_edits_against_the_models_own_spelling_of_the_mt(it_
     assert accented > 10
 
     def edits(*extra):
-        proc = run_script("score_ape.py", "--hyp", copy, "--mt", mt, "--pe", pe, "--lowercase", *extra, check=True)
+        proc = run_cli("fairseq-sparse-score-ape", "--hyp", copy, "--mt", mt, "--pe", pe, "--lowercase", *extra, check=True)
         return next(line for line in proc.stdout.splitlines() if line.startswith("edits:"))
 
     assert edits("--bert-model", str(minilm_path())).startswith("edits: modified 0 of 300 sentences")

@@ -1,6 +1,6 @@
 """TER and BLEU of automatic post-edits next to the do-nothing baseline (MT as is).
 
-    python scripts/score_ape.py --hyp HYP --mt test.mt --pe test.pe [--fairseq-output] [--lowercase]
+    fairseq-sparse-score-ape --hyp HYP --mt test.mt --pe test.pe [--fairseq-output] [--lowercase]
 
 HYP has one post-edit per line, or is the output of ``fairseq-generate`` with
 ``--fairseq-output`` (its ``D-`` lines, put back in corpus order).  As in the WMT
@@ -18,10 +18,10 @@ accents: its exact copy of the MT is then no edit).
 import argparse
 from pathlib import Path
 
-from cli_helpers import generate_hypotheses
-from fairseq_sparse.ape.bert_dictionary import model_spelling
-from fairseq_sparse.modules.bert import load_bert_tokenizer
-from fairseq_sparse.ape.ter import ape_scores, edit_effects
+from ..experiments import generate_hypotheses
+from ..modules.bert import load_bert_tokenizer
+from .bert_dictionary import model_spelling
+from .ter import ape_scores, edit_effects
 
 
 def read_lines(path):
@@ -38,6 +38,13 @@ def read_fairseq_output(path, expected):
 
 
 def main(argv=None):
+    """The command line: prints the table and the signatures (the rows are ``score``'s)."""
+    score(argv)
+
+
+def score(argv=None):
+    """{"do-nothing (MT)": ape_scores, "post-edited": ape_scores} of the command line ``argv``,
+    after printing them."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hyp", required=True, help="post-edits, one per line (see --fairseq-output)")
     parser.add_argument("--mt", required=True, help="the MT output the post-edits start from (the do-nothing baseline)")

@@ -1,5 +1,5 @@
-"""Shared by the experiment scripts (importable because Python puts a script's own
-directory on sys.path)."""
+"""What the experiment scripts share: running fairseq commands and logging them, reading
+fairseq's logs and output, reading corpora and carving held-out splits."""
 
 import argparse
 import math
@@ -15,11 +15,9 @@ FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
 # The full official MNIST (IDX files) in the shared data beside the repository.
 FULL_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "images" / "mnist-full"
 # glibc's malloc tunables (read at a process's start; other C libraries ignore them): keep up to
-# 1 GiB of freed memory rather than trimming the heap or unmapping large blocks.  A dense
-# signaling game's step allocates and frees tensors of tens of MB; by default glibc returned them
-# to the kernel and each step faulted them back in: 2026-11-29, 2 CPU cores, one thread, 400
-# updates beside a second run, 8.5 -> 12.6 updates/s, system time 20.8 -> 2.6 s, minor page faults
-# 6.2M -> 0.28M, the same losses.
+# 1 GiB of freed memory rather than trimming the heap or unmapping large blocks, so that a
+# step that allocates and frees tensors of tens of MB does not fault them back in every time
+# (docs/results/latent.md measured it on the signaling game).
 MALLOC_KEEP = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
                "MALLOC_TOP_PAD_": str(1 << 28)}
 

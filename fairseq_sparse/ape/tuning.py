@@ -2,7 +2,7 @@
 --keep-mt-max-edits (E), or --keep-mt-risk (R), for one trained APE checkpoint (or an
 ensemble of them) on the dev split, by generation only (no retraining).
 
-    python scripts/tune_ape_decoding.py --path CKPT[:CKPT...] --data DATA_DIR --out DIR [--split valid]
+    fairseq-sparse-tune-ape --path CKPT[:CKPT...] --data DATA_DIR --out DIR [--split valid]
         [--conservativeness 0 0.5 1 2 4] [--keep-mt-margin off -0.5 0 0.5 inf]
         [--keep-mt-max-edits off 1 2 3] [--keep-mt-risk 0 2 5 inf] [--beam 5]
 
@@ -32,16 +32,12 @@ import json
 import math
 from pathlib import Path
 
-import fairseq_sparse
-
-fairseq_sparse.load_plugin()
-from fairseq_sparse.ape.bert_dictionary import model_spelling  # noqa: E402
-from fairseq_sparse.ape.decoding import (  # noqa: E402
-    check_decoding_options, expected_ter, keeps_mt, risk_choice, word_edits)
-from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
-from fairseq_sparse.ape.ter import ape_scores, edit_effects, official_bleu, official_ter  # noqa: E402
-from fairseq_sparse.ape.triplets import read_triplets  # noqa: E402
-from fairseq_sparse.modules.bert import load_bert_tokenizer  # noqa: E402
+from ..modules.bert import load_bert_tokenizer
+from .bert_dictionary import model_spelling
+from .decoding import check_decoding_options, expected_ter, keeps_mt, risk_choice, word_edits
+from .postedit import PostEditor
+from .ter import ape_scores, edit_effects, official_bleu, official_ter
+from .triplets import read_triplets
 
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
 DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, math.inf]

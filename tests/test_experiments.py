@@ -1,4 +1,4 @@
-"""The command runner and fairseq log parser shared by the experiment scripts."""
+"""fairseq_sparse.experiments: the command runner and fairseq log parser the experiment scripts share."""
 
 import argparse
 import sys
@@ -6,11 +6,9 @@ import sys
 import pytest
 
 from fairseq_sparse.ape.triplets import write_triplets
-from tests.conftest import REPO, run_script, shared_data
-
-sys.path.insert(0, str(REPO / "scripts"))
-from cli_helpers import (MALLOC_KEEP, at_least, epoch_metrics, find_corpus, held_out, interval_metrics,  # noqa: E402
+from fairseq_sparse.experiments import (MALLOC_KEEP, at_least, epoch_metrics, find_corpus, held_out, interval_metrics,  # noqa: E402
                          job_env, read_corpus, run_logged)
+from tests.conftest import REPO, run_script, shared_data
 
 
 def test_at_least_names_the_option_and_its_floor():

@@ -1,23 +1,20 @@
-"""scripts/tune_ape_decoding.py: the grid it simulates is what the gate does."""
+"""fairseq_sparse.ape.tuning (fairseq-sparse-tune-ape): the grid it simulates is what the gate does."""
 
 import json
-import sys
 
 import pytest
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
-from tests.conftest import REPO, run_script  # noqa: E402
-
-sys.path.insert(0, str(REPO / "scripts"))
-import tune_ape_decoding as tuning  # noqa: E402
+from fairseq_sparse.ape import tuning  # noqa: E402
+from tests.conftest import run_cli  # noqa: E402
 
 
 def test_the_grid_is_what_generation_with_those_values_gives(tmp_path, ape_trained):
     ape_raw, checkpoint = ape_trained
     out = tmp_path / "tuning"
-    proc = run_script("tune_ape_decoding.py", "--path", checkpoint,
+    proc = run_cli("fairseq-sparse-tune-ape", "--path", checkpoint,
                       "--data", ape_raw, "--out", out, "--conservativeness", "0", "1.5", "--beam", "2",
                       "--max-len-b", "30", "--keep-mt-margin", "off", "-1", "0", "0.5", "inf",
                       "--keep-mt-max-edits", "off", "2", "--keep-mt-risk", "0", "5", "inf")
@@ -66,8 +63,8 @@ def test_bad_grid_values_are_named(tmp_path):
                                    ("--keep-mt-risk", "lots", "--keep-mt-risk lots: not a number"),
                                    ("--keep-mt-max-edits", "-1", "--keep-mt-max-edits -1: must be a whole number"),
                                    ("--keep-mt-max-edits", "2.5", "--keep-mt-max-edits 2.5: not a whole number")):
-        proc = run_script("tune_ape_decoding.py", "--path", "x", "--data",
-                          tmp_path, "--out", tmp_path / "o", option, value)
+        proc = run_cli("fairseq-sparse-tune-ape", "--path", "x", "--data",
+                          tmp_path, "--out", tmp_path / "o", option, value, check=False)
         assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
 
 
