@@ -30,9 +30,8 @@ the MT only when it also lies within E word edits of it (TER's insertions, delet
 substitutions and shifts turning the hypothesis into the MT, on the WordPiece-merged text
 the model writes: :func:`word_edits`), so the MT goes before every other, and a
 hypothesis further down the beam that passes both tests is returned before it.  Why:
-the edits that repair an MT are mostly small and the ones that break it large (on WMT
-APE IT, a CPU-trained model's repairs took a median of 1 word edit, its breakages 3),
-while the margin, a per-token confidence, cannot tell them apart in a long sentence.
+the edits that repair an MT are mostly small and the ones that break it large
+(docs/results/ape.md), while the margin, a per-token confidence, cannot tell them apart in a long sentence.
 Off (the default) is the margin gate alone; it needs ``--keep-mt-margin`` (-inf to limit
 the edits alone).
 

@@ -118,13 +118,11 @@ class MaskedMTDataset(BaseWrapperDataset):
     so that an interrupted run resumes with the same masks.
 
     Why: the MT is most of the post-edit, so a decoder that copies it already reaches a low
-    loss, and an IT model trained on CPU learned to ignore its source (its post-edits cost
-    it 0.003 bits a token more when each sentence's src was swapped for another's:
-    scripts/ape_source_ablation.py).  A masked MT word can only be recovered from the source
-    and the context, so the src segment has to be read.  ``[CLS]``, the src segment, both
-    ``[SEP]`` and the target are never touched.  Measured there (docs/results/ape.md): at 0.2 the
-    model read its source ten times more and post-edited far worse after the same 750
-    updates, so the task's default is off."""
+    loss and can learn to ignore its source (scripts/ape_source_ablation.py measures how
+    much it reads it).  A masked MT word can only be recovered from the source and the
+    context, so the src segment has to be read.  ``[CLS]``, the src segment, both ``[SEP]``
+    and the target are never touched.  The task's default is off: docs/results/ape.md has
+    what masking cost."""
 
     def __init__(self, dataset, mask_index, sep_index, prob, seed):
         super().__init__(dataset)

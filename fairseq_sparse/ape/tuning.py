@@ -41,8 +41,8 @@ from .triplets import read_triplets
 
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
 DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, math.inf]
-# Word edits between a post-edit and its MT (None: no limit).  On WMT APE IT a CPU model's
-# repairs took a median of 1 word edit, its breakages 3 (docs/results/ape.md).
+# Word edits between a post-edit and its MT (None: no limit): repairs are mostly small edits
+# (docs/results/ape.md).
 DEFAULT_MAX_EDITS = [None, 1, 2, 3, 5, 10]
 # TER points: candidates of a 25-word sentence that differ by one word are 4 points apart.
 DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]

@@ -6,9 +6,8 @@ whether the criterion is wrapped for distributed training).  The estimators of
 ``--criterion latent_marginalization`` keep their state in buffers: the
 moving-average baselines of ``sfe`` and ``sum_and_sample``, the step that anneals
 the temperature of ``gumbel`` and ``st_gumbel``.  A resumed run restarted those from
-zero and so did not continue the interrupted one (measured on ssvae, 1 + 1 epochs
-against 2: parameters 0.024 apart for sfe, 0.005 for gumbel; nvil, whose baseline
-network makes it a criterion with parameters, resumed exactly).
+zero and so did not continue the interrupted one (nvil, whose baseline network makes
+it a criterion with parameters, resumed exactly; docs/stack.md).
 
 Such a criterion's state now travels in the checkpoint's ``extra_state``, which
 every rank receives on loading, and is restored with it.  Criteria with parameters

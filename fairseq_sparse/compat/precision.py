@@ -17,9 +17,8 @@ CUDA (``--fp16-init-scale``, halved on overflow), so a step with a non-finite gr
 retried and then skipped, never applied.  bfloat16 has float32's range, so the scale
 rarely moves; the scaler is there for that guarantee.  Validation and generation stay in
 float32, as with ``--amp`` on CUDA.
-Why: on a CPU with bfloat16 instructions (AVX512-BF16 or AMX) its matrix products run about
-2.5x as fast as float32's, and ``bert_ape`` trained in 0.79x the time per update
-(docs/stack.md).
+Why: on a CPU with bfloat16 instructions (AVX512-BF16 or AMX) its matrix products run
+faster than float32's, and so does training (docs/stack.md has the measurements).
 """
 
 import functools

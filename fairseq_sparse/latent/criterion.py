@@ -43,9 +43,8 @@ class LatentMarginalizationCriterion(FairseqCriterion):
         self.estimator = build_estimator_from_options(cfg.estimator, cfg, task.latent_space)
         # Relaxed samples (Gumbel-softmax at temperature 0.5) and peaked distributions put
         # denormal floats into the decoders' matrix products, and on CPU each such product
-        # runs many times slower: a trained Gumbel signaling game took 1,255 ms an update
-        # against 79 ms flushed.  Flushing them to zero (process-wide, CPU only) changes
-        # nothing above float32's smallest normal, 1.2e-38.
+        # runs many times slower (docs/results/latent.md).  Flushing them to zero
+        # (process-wide, CPU only) changes nothing above float32's smallest normal, 1.2e-38.
         torch.set_flush_denormal(True)
 
     def forward(self, model, sample, reduce=True):
