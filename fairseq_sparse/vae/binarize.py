@@ -19,7 +19,7 @@ import torch
 from fairseq.data import indexed_dataset
 
 from ..modules.bert import load_bert_tokenizer
-from .task import SPLITS, bert_token_ids, build_vocabulary, encode_sentences, read_corpus
+from .corpus import SPLITS, bert_token_ids, build_vocabulary, encode_sentences, read_corpus
 
 
 def write_dataset(tensors, path, vocab_size):

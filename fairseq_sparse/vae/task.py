@@ -16,14 +16,14 @@ B-HSVAE) each sentence also goes to the encoder as that BERT's WordPiece ids,
 ``[CLS] sentence [SEP]`` (``net_input["bert_tokens"]``); the decoder still writes
 the task's words.
 
-DATA_DIR may instead hold the output of ``fairseq-sparse-sentence-vae-binarize``
+The files are read by ``vae/corpus.py``.  DATA_DIR may instead hold the output of
+``fairseq-sparse-sentence-vae-binarize``
 (``dict.txt``, ``{split}.words.{bin,idx}``, ``{split}.labels.npy`` and, when
 binarised with ``--bert-model``, ``{split}.bert.{bin,idx}``): fairseq's
 memory-mapped datasets, read without tokenising or counting words again.
 """
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -35,9 +35,10 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 
 from ..modules.bert import VocabularyCheck, load_bert_tokenizer
+from .corpus import (SPLITS, bert_token_ids, build_vocabulary, check_binarised_tokenizer, encode_sentences,
+                     is_binarised, load_binarised, read_corpus)
 
 logger = logging.getLogger(__name__)
-SPLITS = ("train", "valid", "test")
 
 
 @dataclass
@@ -50,136 +51,6 @@ class SentenceVAEConfig(FairseqDataclass):
     bert_model: Optional[str] = field(default=None, metadata={
         "help": "BERT checkpoint (directory or cached name) whose WordPiece ids are also given to the encoder; "
                 "needed by --arch bert_sentence_vae"})
-
-
-def _read_text(path):
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        newline = b"\n"
-        line, column = raw[:e.start].count(newline) + 1, e.start - (raw.rfind(newline, 0, e.start) + 1)
-        raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason} at byte {column} of the line)") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
-UNLABELLED = "-1"  # in a labels file: this sentence has no class
-
-
-def read_label_file(path, count, text_path):
-    """Class ids, one per line (the HSVAE sets' ``{split}_labels.txt``), as many as sentences;
-    -1 marks a sentence without a label."""
-    labels = []
-    for number, line in enumerate(_read_text(path), 1):
-        if not (line.strip().isdigit() or line.strip() == UNLABELLED):
-            raise ValueError(f"{path}:{number}: {line.strip()!r} is not a class id (a non-negative integer, "
-                             f"or {UNLABELLED} for no label)")
-        labels.append(int(line))
-    if len(labels) != count:
-        raise ValueError(f"{path} has {len(labels)} labels but {text_path} has {count} sentences")
-    return labels
-
-
-def read_corpus(path, max_tokens):
-    """(sentences as lists of words, labels or None) of one file, checked line by line.
-
-    Labels lead each line (``LABEL sentence``) or, when ``{split}_labels.txt`` lies beside
-    ``{split}.txt`` (the HSVAE sets' format), come from that file, one per line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sentence_vae: {path} is missing (DATA_DIR needs train.txt, valid.txt, test.txt)")
-    words = [line.split() for line in _read_text(path)]
-    for number, tokens in enumerate(words, 1):
-        if not tokens:
-            raise ValueError(f"{path}:{number}: empty line")
-    label_file = path.with_name(f"{path.stem}_labels.txt")
-    if label_file.is_file():
-        labels = read_label_file(label_file, len(words), path)
-    else:
-        words, labels = _leading_labels(words, path)
-    for number, tokens in enumerate(words, 1):
-        if len(tokens) > max_tokens:
-            raise ValueError(f"{path}:{number}: {len(tokens)} tokens, more than --max-sentence-tokens {max_tokens}")
-    return words, labels
-
-
-def _leading_labels(words, path):
-    """(sentences, labels or None) of lines that may each be led by a class id."""
-    # A split is labelled or not as a whole: every line led by a class id, or (numbers are
-    # words too) a text where few lines start with one.  Mostly labelled is a broken line.
-    led = [t[0].isdigit() for t in words]
-    labelled = bool(words) and all(led)
-    if not labelled and sum(led) > len(led) / 2:
-        number = led.index(False) + 1
-        raise ValueError(f"{path}:{number}: no class label, while {sum(led)} of the {len(led)} lines start with one "
-                         "(a labelled split has an integer label leading every line)")
-    if not labelled:
-        return words, None
-    labels = [int(t[0]) for t in words]
-    words = [t[1:] for t in words]
-    for number, tokens in enumerate(words, 1):
-        if not tokens:
-            raise ValueError(f"{path}:{number}: a label and no sentence")
-    return words, labels
-
-
-def build_vocabulary(sentences, size):
-    counts = Counter(word for sentence in sentences for word in sentence)
-    dictionary = Dictionary()
-    for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:size]:
-        dictionary.add_symbol(word, n=count)
-    return dictionary
-
-
-def bert_token_ids(sentences, tokenizer, path):
-    """``[CLS] sentence [SEP]`` WordPiece ids of each sentence; one longer than the BERT's
-    positions is an error naming the file and line (cutting it would hide words from the encoder)."""
-    limit = tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else 512
-    ids = tokenizer([" ".join(words) for words in sentences], add_special_tokens=True)["input_ids"]
-    for number, pieces in enumerate(ids, 1):
-        if len(pieces) > limit:
-            raise ValueError(f"{path}:{number}: {len(pieces)} WordPieces, more than the BERT's {limit} positions")
-    return [torch.tensor(pieces) for pieces in ids]
-
-
-def load_binarised(data, split, dictionary, with_bert):
-    """(word ids, labels, BERT ids or None) of one binarised split, checked for completeness."""
-    items = data_utils.load_indexed_dataset(str(data / f"{split}.words"), dictionary, "mmap")
-    labels_path = data / f"{split}.labels.npy"
-    if items is None or not labels_path.is_file():
-        raise FileNotFoundError(f"{data}: {split}.words.idx/.bin or {split}.labels.npy missing; rerun "
-                                "fairseq-sparse-sentence-vae-binarize")
-    labels = np.load(labels_path)
-    if len(labels) != len(items):
-        raise ValueError(f"{labels_path}: {len(labels)} labels for {len(items)} sentences; rerun the binariser")
-    bert_tokens = None
-    if with_bert:
-        bert_tokens = data_utils.load_indexed_dataset(str(data / f"{split}.bert"), None, "mmap")
-        if bert_tokens is None or len(bert_tokens) != len(items):
-            raise FileNotFoundError(f"{data}/{split}.bert.idx: missing or incomplete; binarise with "
-                                    "fairseq-sparse-sentence-vae-binarize --bert-model to use --bert-model")
-    return items, labels, bert_tokens
-
-
-def check_binarised_tokenizer(data, tokenizer, name):
-    stored = data / "bert_tokenizer"
-    if not stored.is_dir():
-        raise FileNotFoundError(f"{stored}: missing; {data} was binarised without --bert-model")
-    if load_bert_tokenizer(stored).get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"--bert-model {name} has another vocabulary than the one {data} was binarised with "
-                         f"({stored})")
-
-
-def encode_sentences(sentences, dictionary):
-    """Word ids + </s> of each sentence (unknown words: <unk>)."""
-    return [torch.tensor([dictionary.index(w) for w in s] + [dictionary.eos()]) for s in sentences]
-
-
-def is_binarised(data):
-    return (Path(data) / "dict.txt").is_file() and (Path(data) / "train.words.idx").is_file()
 
 
 class SentenceDataset(FairseqDataset):
