@@ -1,57 +1,17 @@
 #!/usr/bin/env bash
-# A GPU session's work as one command each, for a session lent a GPU machine (device tool,
-# 15 minutes of device time: `ape`, or `run`, fills a call; after `ape` (517 s on 2026-11-27,
-# 548 s of device time with the start), `run causal training` (at most 4 minutes) still fits,
-# called at once while the machine is warm: its 30 s idle release starts when a call returns).
+# The GPU benchmarks and experiments, one command each, for a machine lent through the device
+# tool (benchmarks/README.md says what each writes and how a session runs them).
 #
 #   bash benchmarks/gpu_session.sh fetch     # here, once: the wheels the device image lacks, into .whl/
-#   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention (issue 26); carry [".whl"],
-#                                            # timeout_s 600; groups: tests kernel attention causal training,
-#                                            # and tiles (only when named)
+#   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention; carry [".whl"], timeout_s 600;
+#                                            # groups: tests kernel attention causal training, and tiles
+#                                            # (only when named)
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
-#   bash benchmarks/gpu_session.sh ape       # there: pharma APE (issue 25); carry [".whl", ".carry/ape"], timeout_s 600
+#   bash benchmarks/gpu_session.sh ape       # there: pharma APE; carry [".whl", ".carry/ape"], timeout_s 600
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarised, into .carry/vae
-#   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE (issue 27); carry [".whl", ".carry/vae"],
+#   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE; carry [".whl", ".carry/vae"],
 #                                            # timeout_s 600
 #
-# `ape` trains bert_ape from MiniLM on WMT17 APE pharma (scripts/ape_experiment.py) in
-# float32 with TF32 products (--tf32: at this batch an update is about 2 TFLOP, estimated from the
-# model's size and 16K source and 5.4K target tokens, some 30 to 50 ms of an H100 in plain float32),
-# its schedule sized by a probe to end with a 5.4-minute cap (--max-update auto),
-# at 16,384 tokens a batch: at 4,096 in mixed precision (H100, 2026-11-27) an update took
-# 1,350 target tokens at 8.9 updates/s, a pace set by the host rather than the GPU (float32
-# runs, two sharing the GPU, had made 10.5 each), so 2,508 updates saw 3.4M target tokens
-# and post-edited worse than the 4,000-update run; four times the batch should cost little
-# time an update (saves and dev validations come about every 90 s of training, not at every
-# epoch's end, which at this batch comes every 12 s or so).  It tunes C, M and the edit limit
-# E on dev, decodes the test split there, measures what the German source is worth to the
-# model (scripts/ape_source_ablation.py, into ape.log), and sends
-# back ape.log, results.md and ape-pharma.tgz (train and probe logs, tuning grid and plot,
-# test outputs; no checkpoints) and gpu_utilisation.csv.  The weights travel in float16 (the 64 MiB limit) and are
-# widened to float32 there: a relative rounding of at most 2^-11 of the initialisation.
-#
-# `vae` trains, on the GPU, HSVAE Beta(10, 1) at KL weights psi 0.01, lambda 0.001 and the vanilla
-# VAE at psi 0.01, seeds 1 to 3 each, six runs at once (scripts/sentence_vae_stability.py --gpu:
-# the 2 CPU cores' settings of docs/results/ape.md, batch 64), one epoch at a time for as many epochs as
-# fit 540 s, each analysed on the device's CPU (frozen-encoder accuracy, Hoyer, spike pattern); sends
-# back vae.log, table_eE.md per epoch and vae.tgz (logs, stability.json, plots and every epoch's
-# analysis, analysis/RUN/epochE/; no checkpoints).
-#
-# `run` installs the wheels, then runs the step groups asked (all without any), each step's
-# output in $OUT (at most 8 files come back):
-#   cuda_tests.log   the Triton kernels' tests on CUDA tensors (outputs and the four gradients
-#                    against autograd through entmax_alpha, causal, padding, half precision)
-#   kernel.log       bench_attention_kernel.py: forward alone and forward+backward per solver,
-#                    not causal (T = 1,024 and 4,096) and causal (1,024)
-#   attention.log    bench_attention_gpu.py: SDPA, unfused softmax, our fused kernel and AdaSplash,
-#                    time and peak memory as ratios to SDPA, bf16, T = 512 to 16,384, both masks
-#   training.log     bench_training_gpu.py: tokens/s of softmax, 1.5-entmax and alpha-entmax transformers
-#                    (one row with the scores of short keys recomputed on every pass, as before they were
-#                    scored once), and where a step's time goes (--profile: GPU busy time, launches, host ops)
-#   tiles.log        only when named: bench_attention_kernel.py's tile sweep at the training model's heads
-#                    (4 of 128, T = 64): the package's shape against the two that spill least (kernel_ptx.py);
-#                    then bench_training_gpu.py with the alpha-entmax transformer at 64 x 32 tiles, 8 warps
-#   device.txt       the GPU, driver, torch and Triton versions, and the date
 # Every ratio is to a baseline measured in the same run, round by round (benchmarks/timing.py);
 # each step is capped by `timeout`, so that a slow one cannot eat the others' time (the caps add
 # up to 580 s: all groups with the install fill a 600 s call), and each log ends with the
@@ -215,7 +175,7 @@ run)
         echo "== $((SECONDS - start)) s of $limit" | tee -a "$OUT/$log"
     }
     # The tests compile a kernel variant each (about 11 s apiece on the device's CPU: 12 of 76 ran
-    # in 140 s on 2026-11-27), so they run on 8 workers (pytest-xdist, in the device image).
+    # in minutes), so they run on 8 workers (pytest-xdist, in the device image).
     wanted tests && step 150 cuda_tests.log python3 -m pytest -q -x -n 8 -p no:cacheprovider \
         tests/entmax/test_entmax_attention.py tests/modules/test_fused_attention_path.py \
         tests/entmax/test_triton_kernel.py
@@ -225,7 +185,7 @@ run)
         --repeats 10 --causal
     wanted attention && step 80 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 \
         --lengths 512 1024 4096 16384 --no-reference --repeats 10
-    # Causal, T = 1,024 first: on 2026-11-27 compiling the nine variants and T = 512 took all of 90 s.
+    # Causal, T = 1,024 first: compiling the nine variants and T = 512 would take the whole cap.
     wanted causal && step 140 attention.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 \
         --lengths 1024 512 4096 --causal --no-reference --repeats 10
     # 34 rounds of seven models: the time 40 rounds of six took.
