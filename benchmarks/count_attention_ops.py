@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fairseq_sparse.entmax import attention as fused_attention
+from fairseq_sparse.entmax import fused_attention
 from fairseq_sparse.entmax import attention_kernel
 from fairseq_sparse.modules.alpha_entmax_attention import AlphaEntmaxAttention
 

@@ -36,7 +36,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from .entmax import attention as fused_attention
+from .entmax import fused_attention
 from .entmax.activations import FLOAT32_ALPHA_MIN
 from .entmax.head_alpha import ALPHA_MIN, HeadAlpha
 from .entmax.normalizers import get_normalizer, normalizer_names

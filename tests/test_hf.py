@@ -293,7 +293,7 @@ def test_what_would_change_the_scores_is_refused_not_dropped():
 def test_the_fused_kernel_serves_padding_and_causal_masks_with_the_same_outputs(kind, normalizer, monkeypatch):
     """Where entmax_attention runs (CUDA; here CPU tensors under Triton's interpreter), a
     padding and/or causal mask goes to the fused kernel, with the explicit path's outputs."""
-    from fairseq_sparse.entmax import attention as fused_attention
+    from fairseq_sparse.entmax import fused_attention
     from fairseq_sparse.entmax import has_triton_kernel, triton_kernel, use_backend
 
     if not (has_triton_kernel() and triton_kernel.INTERPRET):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 
-from ..entmax import attention as fused_attention
+from ..entmax import fused_attention
 from ..entmax.activations import FLOAT32_ALPHA_MIN
 from ..entmax.normalizers import get_normalizer
 from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha

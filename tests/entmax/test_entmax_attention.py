@@ -10,9 +10,9 @@ import entmax as reference_package
 import pytest
 import torch
 
-from fairseq_sparse.entmax import attention, entmax_attention, has_triton_kernel, triton_kernel, use_backend
+from fairseq_sparse.entmax import entmax_attention, fused_attention as attention, has_triton_kernel, triton_kernel, use_backend
 from fairseq_sparse.entmax import attention_kernel
-from fairseq_sparse.entmax.attention import reference_attention
+from fairseq_sparse.entmax.fused_attention import reference_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or triton_kernel.INTERPRET)),

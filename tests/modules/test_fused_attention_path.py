@@ -8,7 +8,7 @@ use_backend("triton")."""
 import pytest
 import torch
 
-from fairseq_sparse.entmax import attention, has_triton_kernel, triton_kernel, use_backend
+from fairseq_sparse.entmax import fused_attention as attention, has_triton_kernel, triton_kernel, use_backend
 from fairseq_sparse.modules import AlphaEntmaxAttention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
