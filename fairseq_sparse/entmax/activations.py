@@ -69,7 +69,8 @@ def use_backend(name):
     """Within a block, use ``"torch"`` (the reference) everywhere, or ``"auto"``: the C++
     kernel on CPU and the Triton kernel on CUDA where available.  ``"cpp"`` and
     ``"triton"`` are ``"auto"`` that fails early if that kernel is missing.  The choice holds
-    in the calling thread (or asyncio task) only."""
+    in the calling thread (or asyncio task) only; a ``torch.compile`` graph keeps the
+    backend it was compiled under."""
     if name not in _BACKENDS:
         raise ValueError(f"unknown entmax backend {name!r}: expected one of {', '.join(_BACKENDS)}")
     if name == "cpp" and cpp_kernel.load() is None:
@@ -84,6 +85,9 @@ def use_backend(name):
         _backend.reset(token)
 
 
+# torch.compile cannot trace a context variable: a compiled graph takes the backend of the
+# thread that compiled it, as a constant.
+@torch.compiler.assume_constant_result
 def current_backend():
     """The backend ``use_backend`` chose for the calling thread: "auto" unless inside it."""
     return _backend.get()
@@ -95,11 +99,11 @@ def _compute_dtype(dtype):
 
 def _use_cpp(x):
     # The device is checked first, so that CUDA users never compile the CPU kernel.
-    return _backend.get() != "torch" and x.device.type == "cpu" and cpp_kernel.load() is not None
+    return current_backend() != "torch" and x.device.type == "cpu" and cpp_kernel.load() is not None
 
 
 def _use_triton(x):
-    backend = _backend.get()
+    backend = current_backend()
     if backend == "torch" or triton_kernel is None or not triton_kernel.supports(x):
         return False
     # CPU tensors reach the kernel only under Triton's interpreter, and only when asked
