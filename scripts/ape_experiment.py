@@ -9,8 +9,7 @@ Domains (../shared/data/ape): ``pharma``, WMT17 APE de-en (25K triplets, good MT
 data, phrase-based MT).  The last --held-out (1,000) triplets are the test split, the
 --held-out before them the dev split (``valid``), the rest train.  Tuning sees dev
 only (fairseq_sparse.ape.tuning, fairseq-sparse-tune-ape: one beam pass per --conservativeness value, the
-margin gate's margins, each with every edit limit, and, with --keep-mt-risk, the risk
-gate's limits applied to what it scored); the test split is decoded with plain beam
+margin gate's margins, each with every edit limit, applied to what it scored); the test split is decoded with plain beam
 search, with the chosen values and with the best values of a gate not chosen (so that
 the gates are compared where no choice was made), never used to choose.
 
@@ -77,7 +76,7 @@ DOMAINS = {
     "it": (SHARED / "wmt16-17-en-de-it-subset" / "train", "WMT16/17 APE en-de, IT"),
 }
 # How the table names a gate whose best on dev was not the choice.
-GATE_NAMES = {"margin": "margin gate", "margin_edits": "margin gate with an edit limit", "risk": "risk gate"}
+GATE_NAMES = {"margin": "margin gate", "margin_edits": "margin gate with an edit limit"}
 SYSTEMS = {  # name: (table label, fairseq-train arguments of its own)
     "dual_source": ("dual_source_transformer", ["--arch", "dual_source_transformer"]),
     "random": ("bert_ape, random initialisation",
@@ -337,9 +336,6 @@ def main(argv=None):
     parser.add_argument("--keep-mt-max-edits", nargs="+", default=None,
                         help="edit limits tried with every finite margin on dev ('off' for none; default: "
                              "fairseq-sparse-tune-ape's)")
-    parser.add_argument("--keep-mt-risk", nargs="*", default=None,
-                        help="risk limits (TER points) of the minimum-Bayes-risk gate tried on dev; the option "
-                             "alone tries fairseq-sparse-tune-ape's; left out, that gate is not tried")
     args = parser.parse_args(argv)
     if args.max_update == "auto":
         if args.stop_time_hours <= 0:
@@ -366,18 +362,17 @@ def main(argv=None):
     data = args.out / "data"
     sizes = split_corpus(args.corpus, data, args.held_out)
     margins = tuning.parse_margins(args.keep_mt_margin) if args.keep_mt_margin else tuning.DEFAULT_MARGINS
-    risks = tuning.risk_grid(args.keep_mt_risk)
     max_edits = tuning.parse_max_edits(args.keep_mt_max_edits) if args.keep_mt_max_edits else tuning.DEFAULT_MAX_EDITS
     for system in args.systems:
         totals = train_system(system, data, args)
         save = args.out / system
         path = ":".join(str(member_dir(args, system, seed) / "checkpoint_last.pt") for seed in range(1, args.seeds + 1))
         editor_args = dict(path=path, data=data, device=args.device, beam=args.beam, max_len_b=args.max_len_b)
-        tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, grid_r=risks,
-                            grid_e=max_edits, out=save / "tuning", **editor_args)
-        settings = {"plain": (0.0, None, None, None), "tuned": tuning.setting_of(tuned)}
+        tuned = tuning.tune(split="valid", grid_c=args.conservativeness, grid_m=margins, grid_e=max_edits,
+                            out=save / "tuning", **editor_args)
+        settings = {"plain": (0.0, None, None), "tuned": tuning.setting_of(tuned)}
         # Each gate's best on dev too, where it is not the choice: the gates compared on test.
-        for gate in ("margin", "margin_edits", "risk"):
+        for gate in ("margin", "margin_edits"):
             best = tuned["by_gate"].get(gate)
             if best and tuning.setting_of(best) not in settings.values():
                 settings[f"best_{gate}"] = tuning.setting_of(best)
@@ -428,7 +423,7 @@ def write_table(args, title, sizes, tuning):
     lines = [f"# APE on {title}: doing nothing, three systems, plain and conservative decoding", "",
              f"Train {sizes['train']} triplets, dev {sizes['valid']} (the {args.held_out} before the last "
              f"{args.held_out}), test {sizes['test']} (the last). C (--conservativeness) and the gate, M "
-             f"(--keep-mt-margin) with E (--keep-mt-max-edits) or R (--keep-mt-risk), were chosen on dev only (each "
+             f"(--keep-mt-margin) with E (--keep-mt-max-edits), were chosen on dev only (each "
              "system's `tuning/`); "
              f"beam {args.beam}. {scorer.spelling}. Kept: test sentences whose output is the MT (by the gate or by "
              "the beam)." + (" An ensemble's updates are each member's, its target tokens all members' together, "

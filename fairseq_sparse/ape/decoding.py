@@ -35,25 +35,12 @@ the edits that repair an MT are mostly small and the ones that break it large
 Off (the default) is the margin gate alone; it needs ``--keep-mt-margin`` (-inf to limit
 the edits alone).
 
-``--keep-mt-risk R`` (a minimum-Bayes-risk gate; Kumar & Byrne, NAACL 2004): where the
-margin gate compares the best hypothesis with the MT alone, this one asks what the
-model believes about all of them.  The candidates are the beam's hypotheses and the
-MT (scored as above; once, where the beam found it), each weighted by its total
-log-probability as the beam scores it (C's penalty included), renormalised over the
-candidates; a candidate's risk is its expected sentence TER (percent, tercom settings)
-against the others taken as references (:func:`expected_ter`, on the WordPiece-merged
-text the model writes).  The candidate of least risk replaces the MT only when its
-risk is below the MT's by more than R points (:func:`risk_choice`).  R = 0 is plain
-MBR with ties to the MT; R = inf keeps every MT.  Tried for edits the beam's
-runners-up do not share (an item dropped from a list the others keep), which should
-leave the MT nearest to them all; measured on WMT APE IT it lost to the margin gate:
-a candidate's risk advantage can hardly exceed its distance from the MT, so the limit
-passes large edits and stops small ones (docs/results/ape.md).  Both gates at once are
-refused.  With either gate each returned hypothesis also carries ``candidates``
+With the gate each returned hypothesis also carries ``candidates``
 (tokens, total log-probability, score as the beam normalises it, ``is_mt``), from which
-tuning applies any M, E or R afterwards.
+tuning applies any M and E afterwards (with the same ``MarginRule``).
 """
 
+import dataclasses
 import logging
 import math
 import numbers
@@ -72,10 +59,9 @@ logger = logging.getLogger(__name__)
 
 
 def check_decoding_options(conservativeness: float, keep_mt_margin: Optional[float],
-                           keep_mt_risk: Optional[float] = None, keep_mt_max_edits: Optional[int] = None):
+                           keep_mt_max_edits: Optional[int] = None):
     """Refuse values that would make search meaningless, naming the option."""
-    for option, value in (("--conservativeness", conservativeness), ("--keep-mt-margin", keep_mt_margin),
-                          ("--keep-mt-risk", keep_mt_risk)):
+    for option, value in (("--conservativeness", conservativeness), ("--keep-mt-margin", keep_mt_margin)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
             raise TypeError(f"{option} {value!r}: must be a number, not a {type(value).__name__}")
     if not conservativeness >= 0:  # also NaN
@@ -83,18 +69,13 @@ def check_decoding_options(conservativeness: float, keep_mt_margin: Optional[flo
     if keep_mt_margin is not None and math.isnan(keep_mt_margin):
         raise ValueError("--keep-mt-margin nan: must be a number (nats per token; leave it out to turn the "
                          "keep-the-MT gate off)")
-    if keep_mt_risk is not None and not keep_mt_risk >= 0:  # also NaN
-        raise ValueError(f"--keep-mt-risk {keep_mt_risk}: must be a number >= 0 (TER points; 0: plain minimum "
-                         "Bayes risk, inf: keep every MT; leave it out to turn this gate off)")
-    if keep_mt_margin is not None and keep_mt_risk is not None:
-        raise ValueError("--keep-mt-margin and --keep-mt-risk are two gates: give one of them")
     if keep_mt_max_edits is not None:
         if isinstance(keep_mt_max_edits, bool) or not isinstance(keep_mt_max_edits, int) or keep_mt_max_edits < 0:
             raise ValueError(f"--keep-mt-max-edits {keep_mt_max_edits}: must be a whole number of word edits >= 0 "
                              "(0: keep every MT; leave it out for no limit)")
         if keep_mt_margin is None:
             raise ValueError("--keep-mt-max-edits limits the margin gate: give --keep-mt-margin too (-inf to limit "
-                             "the edits alone)" + (", not --keep-mt-risk" if keep_mt_risk is not None else ""))
+                             "the edits alone)")
 
 
 def keeps_mt(hypothesis_score: float, mt_score: float, margin: float, edits: Optional[int] = None,
@@ -110,27 +91,23 @@ def word_edits(hypothesis: str, mt: str) -> int:
     return int(official_ter().sentence_score(hypothesis, [mt]).num_edits)
 
 
-def expected_ter(texts, log_probs):
-    """Each candidate's risk: its expected sentence TER (percent) against the candidates
-    as references, weighted by their probabilities renormalised over them,
-    risk_i = sum_j p_j TER(texts[i], texts[j]), p = softmax(log_probs).
+@dataclasses.dataclass(frozen=True)
+class MarginRule:
+    """The keep-the-MT gate's one rule, for generation (``KeepMTGate``) and for tuning
+    afterwards on the candidates it listed (``fairseq_sparse.ape.tuning``) alike: a
+    candidate outranks the MT when it beats the MT's score by more than ``margin`` and,
+    with ``max_edits``, lies within that many word edits of it."""
+    margin: float
+    max_edits: Optional[int] = None
 
-    Minimum Bayes risk over an n-best list (Kumar & Byrne, NAACL 2004) with the task's
-    own metric as the loss (tercom's settings, :func:`.ter.official_ter`)."""
-    if len(texts) != len(log_probs) or not texts:
-        raise ValueError(f"expected_ter: {len(texts)} texts and {len(log_probs)} log-probabilities")
-    weights = torch.softmax(torch.tensor(log_probs, dtype=torch.float64), 0).tolist()
-    ter = official_ter()
-    return [sum(w * ter.sentence_score(text, [reference]).score
-                for reference, w in zip(texts, weights) if reference != text)
-            for text in texts]
+    def outranks(self, score: float, mt_score: float, edits: Optional[int] = None) -> bool:
+        return not keeps_mt(score, mt_score, self.margin, edits, self.max_edits)
 
-
-def risk_choice(risks, mt_index: int, limit: float) -> int:
-    """The MBR gate's rule: the index of the candidate of least risk (ties to the MT, then
-    to the earlier), unless its risk is not below the MT's by more than limit: then mt_index."""
-    best = min(range(len(risks)), key=lambda i: (risks[i], i != mt_index, i))
-    return mt_index if keeps_mt(-risks[best], -risks[mt_index], limit) else best
+    def first(self, scores, mt_score, edits=None):
+        """The index of the first candidate (in the beam's order) that outranks the MT, or
+        None; ``edits`` (each candidate's word edits to the MT) is needed with max_edits."""
+        edits = edits if edits is not None else [None] * len(scores)
+        return next((i for i, (score, e) in enumerate(zip(scores, edits)) if self.outranks(score, mt_score, e)), None)
 
 
 class ConservativeEnsemble(EnsembleModel):
@@ -197,17 +174,15 @@ def marked_once(hypotheses, mt_tokens, mt_score):
 
 class KeepMTGate:
     """Wraps a :class:`SequenceGenerator`: after its search, each sentence's MT competes
-    with the returned hypotheses, by the margin rule or the risk rule (see the module
-    docstring; exactly one of ``margin`` and ``risk`` is given).  Everything else
+    with the returned hypotheses by the ``MarginRule`` (see the module docstring).  Everything else
     (``eos``, the symbols fairseq-generate strips) is the wrapped generator's."""
 
-    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: Optional[float] = None,
-                 log_kept=True, risk: Optional[float] = None, max_edits: Optional[int] = None):
+    def __init__(self, generator: SequenceGenerator, models, dictionary, margin: float, log_kept=True,
+                 max_edits: Optional[int] = None):
         check_can_score_mt(models)
-        if (margin is None) == (risk is None):
-            raise ValueError("KeepMTGate: give one of margin (--keep-mt-margin) and risk (--keep-mt-risk)")
         self.generator, self.models, self.dictionary = generator, models, dictionary
-        self.margin, self.risk, self.max_edits = margin, risk, max_edits
+        self.rule = MarginRule(margin, max_edits)
+        self.margin, self.max_edits = margin, max_edits
         self.detokenizer = WordPieceDetokenizer()
         self.log_kept = log_kept
         self.kept = self.sentences = 0
@@ -222,8 +197,7 @@ class KeepMTGate:
         rows, target, prev = mt_targets(net_input["src_tokens"], self.dictionary)
         positions = min(model.max_decoder_positions() for model in self.models)
         if target.size(1) > positions:
-            option = "--keep-mt-margin" if self.risk is None else "--keep-mt-risk"
-            raise ValueError(f"{option}: an MT of {target.size(1)} tokens does not fit the model's "
+            raise ValueError(f"--keep-mt-margin: an MT of {target.size(1)} tokens does not fit the model's "
                              f"{positions} target positions; lower --max-segment-tokens")
         lprobs = []
         for model in self.models:
@@ -242,18 +216,18 @@ class KeepMTGate:
         return rows, [(s, token_scores[i, :n]) for i, (s, n) in enumerate(zip(scores, lengths.tolist()))]
 
     def text(self, tokens):
-        """The WordPiece-merged text of a token row, as the risk rule compares candidates."""
+        """The WordPiece-merged text of a token row, as the edit limit compares candidates."""
         return self.detokenizer.decode(self.dictionary.string(tokens.int()))
 
     def outranks_mt(self, hypo, mt_score, mt_text):
         """The margin rule: whether a hypothesis beats the MT by more than the margin (and lies
         within the edit limit of the MT's text)."""
         edits = None if self.max_edits is None else word_edits(self.text(hypo["tokens"]), mt_text)
-        return not keeps_mt(float(hypo["score"]), float(mt_score), self.margin, edits, self.max_edits)
+        return self.rule.outranks(float(hypo["score"]), float(mt_score), edits)
 
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):
         if prefix_tokens is not None or constraints is not None:
-            raise ValueError("--keep-mt-margin and --keep-mt-risk cannot be combined with --prefix-size or "
+            raise ValueError("--keep-mt-margin cannot be combined with --prefix-size or "
                              "--constraints: the MT would compete with hypotheses forced to another start")
         finalized = self.generator.generate(models, sample, **kwargs)
         rows, scored = self.mt_scores(sample)
@@ -261,36 +235,26 @@ class KeepMTGate:
             mt_score, positional = scored[i]
             mt = {"tokens": rows[i], "score": mt_score, "attention": torch.empty(0), "alignment": torch.empty(0),
                   "positional_scores": positional}
-            # Every candidate once, with what either rule and the tuning weigh: the beam's
+            # Every candidate once, with what the rule and the tuning weigh: the beam's
             # hypotheses, then the MT unless the beam found it.
             candidates = marked_once(hypos + [mt], rows[i], mt_score)
             for c in candidates:
                 c.update(text=self.text(c["tokens"]), log_prob=float(c["positional_scores"].sum()))
-            if self.risk is None:
-                # The hypotheses that beat the MT (by the margin, within the edits) keep their
-                # order before it, the rest follow it; without an edit limit the first are the
-                # beam's best, down to the first that does not beat the MT.  Where the beam found
-                # the MT itself, only its first place counts.
-                mt_text = next(c["text"] for c in candidates if c["is_mt"])
-                ahead = [self.outranks_mt(hypo, mt_score, mt_text) for hypo in hypos]
-                ranked = marked_once([h for h, a in zip(hypos, ahead) if a] + [mt]
-                                     + [h for h, a in zip(hypos, ahead) if not a], rows[i], mt_score)
-            else:
-                mt_at = next(j for j, c in enumerate(candidates) if c["is_mt"])
-                risks = expected_ter([c["text"] for c in candidates], [c["log_prob"] for c in candidates])
-                for candidate, risk in zip(candidates, risks):
-                    candidate.update(risk=risk, mt_risk=risks[mt_at])
-                # The chosen one first, then the rest by risk (ties in the beam's order).
-                first = risk_choice(risks, mt_at, self.risk)
-                ranked = [candidates[first]] + sorted((c for j, c in enumerate(candidates) if j != first),
-                                                      key=lambda c: c["risk"])
+            # The hypotheses that beat the MT (by the margin, within the edits) keep their
+            # order before it, the rest follow it; without an edit limit the first are the
+            # beam's best, down to the first that does not beat the MT.  Where the beam found
+            # the MT itself, only its first place counts.
+            mt_text = next(c["text"] for c in candidates if c["is_mt"])
+            ahead = [self.outranks_mt(hypo, mt_score, mt_text) for hypo in hypos]
+            ranked = marked_once([h for h, a in zip(hypos, ahead) if a] + [mt]
+                                 + [h for h, a in zip(hypos, ahead) if not a], rows[i], mt_score)
             listed = [{k: c[k] for k in ("tokens", "text", "log_prob", "is_mt")} | {"score": float(c["score"])}
                       for c in candidates]
             finalized[i] = [dict(c, candidates=listed) for c in ranked[:max(len(hypos), 1)]]
             self.kept += finalized[i][0]["is_mt"]
         self.sentences += len(finalized)
         if self.log_kept:  # fairseq-generate and -interactive show their counts; PostEditor returns them
-            gate = (f"--keep-mt-margin {self.margin}" if self.risk is None else f"--keep-mt-risk {self.risk}")
+            gate = f"--keep-mt-margin {self.margin}"
             gate += "" if self.max_edits is None else f" --keep-mt-max-edits {self.max_edits}"
             logger.info(f"keep-the-MT gate ({gate}): {self.kept} of {self.sentences} sentences so far kept their MT")
         return finalized
@@ -298,15 +262,15 @@ class KeepMTGate:
 
 def build_ape_generator(generator, models, dictionary, conservativeness: float = 0.0,
                         keep_mt_margin: Optional[float] = None, log_kept: bool = True,
-                        keep_mt_risk: Optional[float] = None, keep_mt_max_edits: Optional[int] = None):
+                        keep_mt_max_edits: Optional[int] = None):
     """fairseq's generator made conservative and/or gated (see the module docstring).
     A :class:`fairseq.sequence_scorer.SequenceScorer` (``--score-reference``) is returned
     as is: it scores given targets and searches nothing, so a search option with it is an
     error."""
-    check_decoding_options(conservativeness, keep_mt_margin, keep_mt_risk, keep_mt_max_edits)
+    check_decoding_options(conservativeness, keep_mt_margin, keep_mt_max_edits)
     if not isinstance(generator, SequenceGenerator):
         searching = {"--conservativeness": conservativeness > 0, "--keep-mt-margin": keep_mt_margin is not None,
-                     "--keep-mt-risk": keep_mt_risk is not None, "--keep-mt-max-edits": keep_mt_max_edits is not None}
+                     "--keep-mt-max-edits": keep_mt_max_edits is not None}
         given = [option for option, on in searching.items() if on]
         if given:  # they shape a search, and --score-reference searches nothing: they would be ignored
             raise ValueError(f"--score-reference scores the reference post-edits and searches nothing, so "
@@ -321,7 +285,6 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
     elif conservativeness > 0:
         raise ValueError(f"--conservativeness: not available with {type(generator.model).__name__} "
                          "(--print-alignment); leave one of them out")
-    if keep_mt_margin is not None or keep_mt_risk is not None:
-        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept, risk=keep_mt_risk,
-                          max_edits=keep_mt_max_edits)
+    if keep_mt_margin is not None:
+        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept, max_edits=keep_mt_max_edits)
     return generator

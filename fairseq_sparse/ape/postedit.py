@@ -13,8 +13,8 @@ WordPiece-merged text, as ``fairseq-generate`` prints on its ``D-`` lines, excep
 where the output is the MT itself (kept by the gate, or copied by the beam): there it
 is the MT's own text, with the case and accents an uncased BERT drops.
 
-``conservativeness``, ``keep_mt_margin`` and ``keep_mt_risk`` are the ape task's
-``--conservativeness``, ``--keep-mt-margin`` and ``--keep-mt-risk``
+``conservativeness``, ``keep_mt_margin`` and ``keep_mt_max_edits`` are the ape task's
+``--conservativeness``, ``--keep-mt-margin`` and ``--keep-mt-max-edits``
 (:mod:`fairseq_sparse.ape.decoding`); by default the values the checkpoint's task was
 given (0 and off unless set in training).
 """
@@ -51,20 +51,17 @@ class Candidate:
 class PostEdit:
     """One sentence's output: ``text`` (the MT's own text where ``is_mt``), its
     length-normalised ``score``, and ``mt_score``, the MT's score under the same
-    normalisation; with the risk gate its ``risk`` and the MT's ``mt_risk`` (expected TER);
-    with either gate the ``candidates`` it weighed (None where the gate is off)."""
+    normalisation; with the gate the ``candidates`` it weighed (None where the gate is off)."""
     text: str
     score: float
     is_mt: bool
     mt_score: Optional[float] = None
-    risk: Optional[float] = None
-    mt_risk: Optional[float] = None
     candidates: Optional[List[Candidate]] = None
 
 
 class PostEditor:
     def __init__(self, models, task, beam=5, max_len_b=200, batch_size=32, conservativeness=_TASKS,
-                 keep_mt_margin=_TASKS, keep_mt_risk=_TASKS, keep_mt_max_edits=_TASKS):
+                 keep_mt_margin=_TASKS, keep_mt_max_edits=_TASKS):
         for name, value, least in (("beam", beam, 1), ("batch_size", batch_size, 1), ("max_len_b", max_len_b, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"PostEditor {name}={value!r}: must be a whole number >= {least}")
@@ -73,15 +70,12 @@ class PostEditor:
             model.eval()
         conservativeness = task.cfg.conservativeness if conservativeness is _TASKS else conservativeness
         keep_mt_margin = task.cfg.keep_mt_margin if keep_mt_margin is _TASKS else keep_mt_margin
-        # Checkpoints from before the risk gate have no such option (off).
-        keep_mt_risk = getattr(task.cfg, "keep_mt_risk", None) if keep_mt_risk is _TASKS else keep_mt_risk
         keep_mt_max_edits = (getattr(task.cfg, "keep_mt_max_edits", None) if keep_mt_max_edits is _TASKS
                              else keep_mt_max_edits)
         # fairseq's own generator, then the ape task's options as given here, not as the task has them.
         generator = FairseqTask.build_generator(task, models, GenerationConfig(beam=beam, max_len_b=max_len_b))
         self.generator = build_ape_generator(generator, models, task.target_dictionary, conservativeness,
-                                             keep_mt_margin, log_kept=False, keep_mt_risk=keep_mt_risk,
-                                             keep_mt_max_edits=keep_mt_max_edits)
+                                             keep_mt_margin, log_kept=False, keep_mt_max_edits=keep_mt_max_edits)
         self.batch_size = batch_size
         self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
         self.detokenizer = WordPieceDetokenizer()
@@ -150,7 +144,7 @@ class PostEditor:
                 is_mt = torch.equal(tokens, mt_tokens)  # mt [SEP]
                 text = mt_sentences[sample_id] if is_mt else self.detokenizer.decode(dictionary.string(tokens.int()))
                 optional = {key: None if best.get(key) is None else float(best[key])
-                            for key in ("mt_score", "risk", "mt_risk")}
+                            for key in ("mt_score",)}
                 if "candidates" in best:
                     optional["candidates"] = [Candidate(c["text"], c["log_prob"], c["is_mt"], c["score"])
                                               for c in best["candidates"]]

@@ -98,13 +98,6 @@ class APEConfig(FairseqDataclass):
                           "within this many word edits of it (TER's insertions, deletions, substitutions and "
                           "shifts); the best hypothesis of the beam that passes both tests is returned; 0 keeps "
                           "every MT; default: no limit"})
-    keep_mt_risk: Optional[float] = field(
-        default=None,
-        metadata={"help": "generation: minimum-Bayes-risk gate, instead of --keep-mt-margin: the beam's "
-                          "hypotheses and the MT, weighted by the model's probabilities renormalised over them, "
-                          "each get their expected sentence TER against the others; the MT is kept unless the "
-                          "least-risk candidate's is lower by more than this many TER points; 0: plain MBR, inf "
-                          "keeps every MT; default: off"})
 
 
 def keep_tokenizer(tokenizer, stored):
@@ -134,9 +127,8 @@ class APETask(FairseqTask):
 
     def __init__(self, cfg, tokenizer):
         super().__init__(cfg)
-        # A checkpoint saved before the risk gate or the edit limit lacks that option (off).
-        check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin, getattr(cfg, "keep_mt_risk", None),
-                               getattr(cfg, "keep_mt_max_edits", None))
+        # A checkpoint saved before the edit limit lacks that option (off).
+        check_decoding_options(cfg.conservativeness, cfg.keep_mt_margin, getattr(cfg, "keep_mt_max_edits", None))
         # Checkpoints from before MT masking have no such option (off).
         self.mt_mask_prob = getattr(cfg, "mt_mask_prob", 0.0)
         if not 0.0 <= self.mt_mask_prob < 1.0:  # NaN fails this too
@@ -199,11 +191,11 @@ class APETask(FairseqTask):
         return model
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        """fairseq's generator with --conservativeness and --keep-mt-margin (with --keep-mt-max-edits) or
-        --keep-mt-risk (see .decoding)."""
+        """fairseq's generator with --conservativeness and --keep-mt-margin (with --keep-mt-max-edits;
+        see .decoding)."""
         generator = super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         return build_ape_generator(generator, models, self.dictionary, self.cfg.conservativeness,
-                                   self.cfg.keep_mt_margin, keep_mt_risk=getattr(self.cfg, "keep_mt_risk", None),
+                                   self.cfg.keep_mt_margin,
                                    keep_mt_max_edits=getattr(self.cfg, "keep_mt_max_edits", None))
 
     def build_bpe(self, args):

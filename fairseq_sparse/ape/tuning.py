@@ -1,30 +1,28 @@
 """Choose --conservativeness (C) and the keep-the-MT gate, --keep-mt-margin (M) with
---keep-mt-max-edits (E), or --keep-mt-risk (R), for one trained APE checkpoint (or an
-ensemble of them) on the dev split, by generation only (no retraining).
+--keep-mt-max-edits (E), for one trained APE checkpoint (or an ensemble of them) on the
+dev split, by generation only (no retraining).
 
     fairseq-sparse-tune-ape --path CKPT[:CKPT...] --data DATA_DIR --out DIR [--split valid]
         [--conservativeness 0 0.5 1 2 4] [--keep-mt-margin off -0.5 0 0.5 inf]
-        [--keep-mt-max-edits off 1 2 3] [--keep-mt-risk 0 2 5 inf] [--beam 5]
+        [--keep-mt-max-edits off 1 2 3] [--beam 5]
 
 Each C costs one beam pass over the split, in which the gate scores every MT but
 keeps none (M = -inf) and lists what it weighed; every M, with every E, is then
-applied to those scores with the gate's own rule (``fairseq_sparse.ape.decoding.keeps_mt``
-and ``word_edits``), and, when --keep-mt-risk asks, every R to the candidates' expected
-TER (``expected_ter`` and ``risk_choice``, the risk gate's own functions), so the grid's
-outputs are those ``fairseq-generate --conservativeness C --keep-mt-margin M
---keep-mt-max-edits E`` (or ``--keep-mt-risk R``) gives (``--nbest 1``).  The setting
-with the lowest TER wins (ties: the smaller C, then the margin gate before the risk
-gate, then no edit limit before a larger one before a smaller, then the larger M or R).
-Each text's sentence TER is computed once and shared by every setting that outputs it.
+applied to those scores with the gate's own rule (``fairseq_sparse.ape.decoding.MarginRule``
+and ``word_edits``), so the grid's outputs are those ``fairseq-generate
+--conservativeness C --keep-mt-margin M --keep-mt-max-edits E`` gives (``--nbest 1``).
+The setting with the lowest TER wins (ties: the smaller C, then no edit limit before a
+larger one before a smaller, then the larger M).  Each text's sentence TER is computed
+once and shared by every setting that outputs it.
 
 Writes DIR/grid.md and grid.tsv (TER, BLEU, modified, improved, deteriorated and kept
-for every C x M x E and C x R), DIR/chosen.json (the choice, and under ``by_gate`` the
-best setting without a gate, with the margin gate alone, with the margin gate and an
-edit limit, and with the risk gate, so that ape_experiment.py can compare the gates on
-test), and DIR/tuning.png: TER against C without a gate, against M (one line per E)
-and against R at the chosen C, with doing nothing as a line.  Scoring is as in
-ape_experiment.py: TER (tercom settings) and BLEU ``-tok none`` with sacrebleu; with an
-uncased BERT every text (doing nothing included) on that BERT's spelling.
+for every C x M x E), DIR/chosen.json (the choice, and under ``by_gate`` the best
+setting without a gate, with the margin gate alone and with the margin gate and an
+edit limit, so that ape_experiment.py can compare them on test), and DIR/tuning.png:
+TER against C without a gate and against M (one line per E) at the chosen C, with doing
+nothing as a line.  Scoring is as in ape_experiment.py: TER (tercom settings) and BLEU
+``-tok none`` with sacrebleu; with an uncased BERT every text (doing nothing included)
+on that BERT's spelling.
 """
 
 import argparse
@@ -34,7 +32,7 @@ from pathlib import Path
 
 from ..modules.bert import load_bert_tokenizer
 from .bert_dictionary import model_spelling
-from .decoding import check_decoding_options, expected_ter, keeps_mt, risk_choice, word_edits
+from .decoding import MarginRule, check_decoding_options, word_edits
 from .postedit import PostEditor
 from .ter import ape_scores, edit_effects, official_bleu, official_ter
 from .triplets import read_triplets
@@ -44,8 +42,6 @@ DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2
 # Word edits between a post-edit and its MT (None: no limit): repairs are mostly small edits
 # (docs/results/ape.md).
 DEFAULT_MAX_EDITS = [None, 1, 2, 3, 5, 10]
-# TER points: candidates of a 25-word sentence that differ by one word are 4 points apart.
-DEFAULT_RISKS = [0.0, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, math.inf]
 
 
 def grid_value(value, option, check, off=False, cast=float, kind="a number"):
@@ -69,33 +65,18 @@ def parse_margins(values):
     return [grid_value(v, "--keep-mt-margin", lambda m: check_decoding_options(0.0, m), off=True) for v in values]
 
 
-def parse_risks(values):
-    """Floats >= 0 (inf allowed), refused as the task refuses them."""
-    return [grid_value(v, "--keep-mt-risk", lambda r: check_decoding_options(0.0, None, r)) for v in values]
-
-
 def parse_max_edits(values):
     """'off' is no limit (None); anything else a whole number >= 0, refused as the task refuses it."""
-    return [grid_value(v, "--keep-mt-max-edits", lambda e: check_decoding_options(0.0, 0.0, None, e), off=True,
+    return [grid_value(v, "--keep-mt-max-edits", lambda e: check_decoding_options(0.0, 0.0, e), off=True,
                        cast=int, kind="a whole number") for v in values]
-
-
-def risk_grid(values):
-    """--keep-mt-risk's values: none when the option is left out, DEFAULT_RISKS when given
-    alone, else those given."""
-    if values is None:
-        return []
-    return parse_risks(values) if values else list(DEFAULT_RISKS)
 
 
 def margin_name(margin):
     return "off" if margin is None else f"{margin:g}"
 
 
-def setting_name(conservativeness, margin, risk=None, max_edits=None):
-    """How a table names a decoding setting: 'C = 0, M = 0.1', 'C = 0, M = 0.2, E = 2' or 'C = 0, R = 5'."""
-    if risk is not None:
-        return f"C = {conservativeness:g}, R = {risk:g}"
+def setting_name(conservativeness, margin, max_edits=None):
+    """How a table names a decoding setting: 'C = 0, M = 0.1' or 'C = 0, M = 0.2, E = 2'."""
     return f"C = {conservativeness:g}, M = {margin_name(margin)}" + ("" if max_edits is None else f", E = {max_edits}")
 
 
@@ -139,7 +120,7 @@ def beam_pass(models, task, conservativeness, src, mt, beam, max_len_b=200):
     """One beam pass with conservativeness C; the gate scores each MT but keeps none, and
     lists the candidates it weighed."""
     editor = PostEditor(models, task, beam=beam, max_len_b=max_len_b, conservativeness=conservativeness,
-                        keep_mt_margin=-math.inf, keep_mt_risk=None)
+                        keep_mt_margin=-math.inf)
     return editor.postedits(src, mt)
 
 
@@ -156,48 +137,20 @@ def mt_distances(edits):
 def gated(edits, mts, margin, max_edits=None, distances=None):
     """(outputs, how many are the MT) of one beam pass under the gate with this margin (and
     edit limit, with the pass's ``mt_distances``): the gate's first choice, the best
-    hypothesis that outranks the MT (``keeps_mt``), else the MT."""
+    hypothesis that outranks the MT (``MarginRule.first``), else the MT."""
     outputs, kept = [], 0
+    rule = None if margin is None else MarginRule(margin, max_edits)
     for i, (edit, mt) in enumerate(zip(edits, mts, strict=True)):
-        if margin is None:
+        if rule is None:
             keep, text = edit.is_mt, edit.text
         else:
             # The candidates in the beam's order, the MT last unless the beam found it.
-            to_mt = distances[i] if distances else [None] * len(edit.candidates)
-            first = next((c for c, d in zip(edit.candidates, to_mt)
-                          if not keeps_mt(c.score, edit.mt_score, margin, d, max_edits)), None)
-            keep = first is None or first.is_mt
-            text = None if keep else first.text
+            first = rule.first([c.score for c in edit.candidates], edit.mt_score, distances[i] if distances else None)
+            keep = first is None or edit.candidates[first].is_mt
+            text = None if keep else edit.candidates[first].text
         outputs.append(mt if keep else text)
         kept += keep
     return outputs, kept
-
-
-def candidate_risks(edits):
-    """Per sentence, (its candidates, their expected TER, the MT's index): what the risk gate weighs."""
-    weighed = []
-    for edit in edits:
-        candidates = edit.candidates
-        risks = expected_ter([c.text for c in candidates], [c.log_prob for c in candidates])
-        weighed.append((candidates, risks, next(j for j, c in enumerate(candidates) if c.is_mt)))
-    return weighed
-
-
-def risk_gated(weighed, mts, risk):
-    """(outputs, how many are the MT) of one beam pass under the risk gate with this R."""
-    outputs, kept = [], 0
-    for (candidates, risks, mt_index), mt in zip(weighed, mts, strict=True):
-        chosen = risk_choice(risks, mt_index, risk)
-        keep = chosen == mt_index
-        outputs.append(mt if keep else candidates[chosen].text)
-        kept += keep
-    return outputs, kept
-
-
-def decoded(edits, mts, margin, risk, weighed, max_edits=None, distances=None):
-    """(outputs, kept) of one beam pass under one setting: the risk gate, on the pass's
-    ``candidate_risks``, where R is given; the margin gate's edit limit on its ``mt_distances``."""
-    return gated(edits, mts, margin, max_edits, distances) if risk is None else risk_gated(weighed, mts, risk)
 
 
 def load(path, data, device):
@@ -205,40 +158,36 @@ def load(path, data, device):
     return editor.models, editor.task
 
 
-GATES = ("none", "margin", "margin_edits", "risk")
-SETTING = ("conservativeness", "keep_mt_margin", "keep_mt_risk", "keep_mt_max_edits")
+GATES = ("none", "margin", "margin_edits")
+SETTING = ("conservativeness", "keep_mt_margin", "keep_mt_max_edits")
 
 
 def gate_of(row):
-    """Which gate a grid row used: none, the margin gate (M), the margin gate with an edit
-    limit (M, E) or the risk gate (R)."""
-    if row["keep_mt_risk"] is not None:
-        return "risk"
+    """Which gate a grid row used: none, the margin gate (M) or the margin gate with an edit
+    limit (M, E)."""
     if row["keep_mt_margin"] is None:
         return "none"
     return "margin" if row.get("keep_mt_max_edits") is None else "margin_edits"
 
 
 def setting_of(row):
-    """A row's (C, M, R, E), as decode_test takes it."""
+    """A row's (C, M, E), as decode_test takes it."""
     return tuple(row.get(key) for key in SETTING)
 
 
 def choose(rows):
-    """The row of lowest TER; ties to the smaller C, then no gate or the margin gate before the
-    risk gate, then no edit limit before a larger one, then the larger M or R (off below every
-    margin).  None for no rows."""
+    """The row of lowest TER; ties to the smaller C, then no edit limit before a larger one,
+    then the larger M (off below every margin).  None for no rows."""
     if not rows:
         return None
-    return min(rows, key=lambda r: (round(r["ter"], 6), r["conservativeness"], r["keep_mt_risk"] is not None,
+    return min(rows, key=lambda r: (round(r["ter"], 6), r["conservativeness"],
                                     -(math.inf if r.get("keep_mt_max_edits") is None else r["keep_mt_max_edits"]),
-                                    -(r["keep_mt_risk"] if r["keep_mt_risk"] is not None else
-                                      -math.inf if r["keep_mt_margin"] is None else r["keep_mt_margin"])))
+                                    -(-math.inf if r["keep_mt_margin"] is None else r["keep_mt_margin"])))
 
 
-def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200, grid_r=(), grid_e=(None,)):
-    """Decode `split` at every C, apply every M (with every E) and every R, write the grid and plot,
-    return the choice."""
+def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b=200, grid_e=(None,)):
+    """Decode `split` at every C, apply every M (with every E), write the grid and plot, return
+    the choice."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
@@ -250,12 +199,11 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b
     margin_settings = [(m, e) for m in grid_m for e in (grid_e if m is not None and m < math.inf else (None,))]
     for c in grid_c:
         edits = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
-        weighed = candidate_risks(edits) if grid_r else None
         distances = mt_distances(edits) if any(e is not None for _, e in margin_settings) else None
-        for m, e, r in [(m, e, None) for m, e in margin_settings] + [(None, None, r) for r in grid_r]:
-            outputs, kept = decoded(edits, texts["mt"], m, r, weighed, e, distances)
+        for m, e in margin_settings:
+            outputs, kept = gated(edits, texts["mt"], m, e, distances)
             ter, bleu, effects = scorer.score(outputs)
-            rows.append({"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "keep_mt_max_edits": e,
+            rows.append({"conservativeness": c, "keep_mt_margin": m, "keep_mt_max_edits": e,
                          "ter": ter, "bleu": bleu, "kept": kept,
                          **{k: effects[k] for k in ("modified", "improved", "deteriorated")}})
     best = choose(rows)
@@ -266,17 +214,16 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b
                           for gate, r in ((gate, choose([r for r in rows if gate_of(r) == gate]))
                                           for gate in GATES) if r is not None}}
     (out / "chosen.json").write_text(json.dumps(chosen, indent=1) + "\n")
-    header = ["C", "M", "E", "R", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
+    header = ["C", "M", "E", "TER", "BLEU", "modified", "improved", "deteriorated", "kept"]
     cells = [[f"{r['conservativeness']:g}", margin_name(r["keep_mt_margin"]), margin_name(r["keep_mt_max_edits"]),
-              margin_name(r["keep_mt_risk"]), f"{r['ter']:.2f}", f"{r['bleu']:.2f}", str(r["modified"]),
+              f"{r['ter']:.2f}", f"{r['bleu']:.2f}", str(r["modified"]),
               str(r["improved"]), str(r["deteriorated"]), str(r["kept"])] for r in rows]
     (out / "grid.tsv").write_text("\n".join("\t".join(c) for c in [header, *cells]) + "\n")
-    name = setting_name(best["conservativeness"], best["keep_mt_margin"], best["keep_mt_risk"],
-                        best["keep_mt_max_edits"])
+    name = setting_name(best["conservativeness"], best["keep_mt_margin"], best["keep_mt_max_edits"])
     md = [f"# Tuning on {split}: {len(texts['src'])} sentences, {path}, beam {beam}", "",
           f"Doing nothing: TER {baseline[0]:.2f}, BLEU {baseline[1]:.2f}. {scorer.spelling}. Chosen: "
           f"{name} (TER {best['ter']:.2f}). M: --keep-mt-margin (nats per token), E: --keep-mt-max-edits (word "
-          "edits to the MT), R: --keep-mt-risk (TER points); off: not used.", "",
+          "edits to the MT); off: not used.", "",
           "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in cells]
     (out / "grid.md").write_text("\n".join(md) + "\n")
@@ -291,12 +238,11 @@ def plot(rows, best, do_nothing, path, split):
     import matplotlib.pyplot as plt
 
     at_best_c = [r for r in rows if r["conservativeness"] == best["conservativeness"]]
-    plain = [r for r in rows if r["keep_mt_margin"] is None and r["keep_mt_risk"] is None]
+    plain = [r for r in rows if r["keep_mt_margin"] is None]
     off = next((r for r in plain if r["conservativeness"] == best["conservativeness"]), None)
     # One panel per gate tried: TER against its finite values at the chosen C.
     gates = []
-    for key, label in (("keep_mt_margin", "keep-the-MT margin M (nats per token)"),
-                       ("keep_mt_risk", "keep-the-MT risk R (expected TER points)")):
+    for key, label in (("keep_mt_margin", "keep-the-MT margin M (nats per token)"),):
         finite = [r for r in at_best_c if r[key] is not None and math.isfinite(r[key])]
         if finite:
             gates.append((finite, key, label))
@@ -306,7 +252,7 @@ def plot(rows, best, do_nothing, path, split):
     by_c.set_xlabel("conservativeness C (nats per novel token)")
     by_c.set_ylabel(f"TER on {split} (lower is better)")
     for ax, (gated_rows, key, label) in zip(by_gate, gates):
-        # The margin's panel has one line per edit limit E (the risk gate takes none).
+        # One line per edit limit E.
         limits = sorted({r.get("keep_mt_max_edits") for r in gated_rows}, key=lambda e: math.inf if e is None else e)
         for e in limits:
             line = [r for r in gated_rows if r.get("keep_mt_max_edits") == e]
@@ -328,25 +274,22 @@ def plot(rows, best, do_nothing, path, split):
 
 
 def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):
-    """Outputs of `split` for each named (C, M, R, E) (``setting_of``), one beam pass per
+    """Outputs of `split` for each named (C, M, E) (``setting_of``), one beam pass per
     distinct C; writes NAME.txt for each and results.json (settings, kept, the training totals)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     models, task = load(path, data, device)
     texts = read_triplets(data, split)
-    passes, weighed, distances, runs = {}, {}, {}, {}
+    passes, distances, runs = {}, {}, {}
     for name, setting in settings.items():
-        c, m, r, e = setting
+        c, m, e = setting
         if c not in passes:
             passes[c] = beam_pass(models, task, c, texts["src"], texts["mt"], beam, max_len_b)
-        if r is not None and c not in weighed:
-            weighed[c] = candidate_risks(passes[c])
         if e is not None and c not in distances:
             distances[c] = mt_distances(passes[c])
-        outputs, kept = decoded(passes[c], texts["mt"], m, r, weighed.get(c), e, distances.get(c))
+        outputs, kept = gated(passes[c], texts["mt"], m, e, distances.get(c))
         (out / f"{name}.txt").write_text("".join(line + "\n" for line in outputs), encoding="utf-8")
-        runs[name] = {"conservativeness": c, "keep_mt_margin": m, "keep_mt_risk": r, "keep_mt_max_edits": e,
-                      "kept": kept}
+        runs[name] = {"conservativeness": c, "keep_mt_margin": m, "keep_mt_max_edits": e, "kept": kept}
     (out / "results.json").write_text(json.dumps({"split": split, "checkpoint": str(path), "beam": beam,
                                                   "max_len_b": max_len_b, "runs": runs, "trained": trained},
                                                  indent=1) + "\n")
@@ -367,10 +310,6 @@ def main(argv=None):
     parser.add_argument("--keep-mt-max-edits", nargs="+", default=[margin_name(e) for e in DEFAULT_MAX_EDITS],
                         help="values of E tried with every finite M (word edits between post-edit and MT; 'off': "
                              "no limit)")
-    parser.add_argument("--keep-mt-risk", nargs="*", default=None,
-                        help="values of R tried (TER points; 'inf': keep every MT); the option alone tries "
-                             f"{' '.join(f'{r:g}' for r in DEFAULT_RISKS)}; left out, the risk gate is not tried (on "
-                             "IT it lost to the margin gate: docs/results/ape.md)")
     parser.add_argument("--beam", type=int, default=5, help="beam size")
     parser.add_argument("--max-len-b", type=int, default=200,
                         help="longest post-edit in tokens, as fairseq-generate's --max-len-b (default: %(default)s)")
@@ -382,8 +321,7 @@ def main(argv=None):
         except ValueError as e:
             parser.error(str(e))
     chosen = tune(args.path, args.data, args.split, args.conservativeness, parse_margins(args.keep_mt_margin),
-                  args.out, args.device, args.beam, args.max_len_b, grid_r=risk_grid(args.keep_mt_risk),
-                  grid_e=parse_max_edits(args.keep_mt_max_edits))
+                  args.out, args.device, args.beam, args.max_len_b, grid_e=parse_max_edits(args.keep_mt_max_edits))
     print((args.out / "grid.md").read_text())
     print(json.dumps(chosen))
 

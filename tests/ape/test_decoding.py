@@ -15,8 +15,8 @@ from fairseq.sequence_scorer import SequenceScorer  # noqa: E402
 from fairseq.tasks import FairseqTask  # noqa: E402
 
 from fairseq_sparse.ape.bert_dictionary import WordPieceDetokenizer  # noqa: E402
-from fairseq_sparse.ape.decoding import (build_ape_generator, check_can_score_mt, expected_ter,  # noqa: E402
-                                         mt_targets, risk_choice, word_edits)
+from fairseq_sparse.ape.decoding import (MarginRule, build_ape_generator, check_can_score_mt,  # noqa: E402
+                                         mt_targets, word_edits)
 from fairseq_sparse.ape.postedit import PostEditor  # noqa: E402
 from fairseq_sparse.ape.ter import ape_scores  # noqa: E402
 from tests.ape.test_task import TRAIN, generate  # noqa: E402
@@ -235,51 +235,15 @@ def test_an_infinite_margin_returns_every_mt_so_ter_equals_doing_nothing(ape_mod
     assert all(e.mt_score is not None and e.mt_score <= 0 for e in never)
 
 
-def test_expected_ter_weighs_each_reference_by_its_renormalised_probability():
-    from sacrebleu.metrics import TER
-
-    texts = ["the tablet is film-coated .", "the tablets are film-coated .", "tablet is coated ."]
-    log_probs = [-1.0, -2.5, -4.0]
-    weights = [math.exp(x) for x in log_probs]
-    weights = [w / sum(weights) for w in weights]
-    ter = TER(case_sensitive=True)  # the tercom settings, built here rather than by the package
-    expected = [sum(w * ter.sentence_score(a, [b]).score for b, w in zip(texts, weights)) for a in texts]
-    assert expected_ter(texts, log_probs) == pytest.approx(expected, abs=1e-9)
-    assert expected_ter(texts, [0.0, 0.0, 0.0])[0] == pytest.approx(
-        (ter.sentence_score(texts[0], [texts[1]]).score + ter.sentence_score(texts[0], [texts[2]]).score) / 3)
-    assert expected_ter(["a b"], [-7.0]) == [0.0], "alone, a candidate risks nothing"
-    assert expected_ter(["a b", "a b", "c"], [0.0, 0.0, -math.inf])[:2] == [0.0, 0.0], "an impossible one weighs 0"
-    with pytest.raises(ValueError, match="2 texts and 1 log-probabilities"):
-        expected_ter(["a", "b"], [0.0])
-
-
-def test_the_risk_rule_keeps_the_mt_unless_beaten_by_more_than_the_limit():
-    assert risk_choice([10.0, 4.0, 4.0], mt_index=0, limit=0.0) == 1, "least risk, ties to the earlier"
-    assert risk_choice([4.0, 4.0, 9.0], mt_index=1, limit=0.0) == 1, "ties to the MT"
-    assert risk_choice([10.0, 4.0], mt_index=0, limit=6.0) == 0, "not beaten by more than 6"
-    assert risk_choice([10.0, 3.9], mt_index=0, limit=6.0) == 1
-    assert risk_choice([50.0, 0.0], mt_index=0, limit=math.inf) == 0
-
-
-def test_the_risk_gate_returns_the_least_risk_candidate_and_every_mt_at_infinity(ape_model, ape_raw):
-    model, task, src, mt = ape_model
-    mbr = PostEditor([model], task, beam=3, max_len_b=12, keep_mt_risk=0.0).postedits(src, mt)
-    plain = PostEditor([model], task, beam=3, max_len_b=12).postedit(src, mt)
-    changed = 0
-    for edit, mt_line, beam_best in zip(mbr, mt, plain, strict=True):
-        texts = [c.text for c in edit.candidates]
-        assert 2 <= len(texts) <= 4 and sum(c.is_mt for c in edit.candidates) == 1, "the beam's 3 and the MT once"
-        risks = expected_ter(texts, [c.log_prob for c in edit.candidates])
-        mt_index = next(j for j, c in enumerate(edit.candidates) if c.is_mt)
-        assert edit.mt_risk == pytest.approx(risks[mt_index]) and edit.risk == pytest.approx(min(risks))
-        best = min(range(len(risks)), key=lambda j: (risks[j], j != mt_index, j))
-        assert edit.text == (mt_line if best == mt_index else texts[best]) and edit.is_mt == (best == mt_index)
-        changed += edit.text != beam_best
-    assert changed > 0, "minimum Bayes risk chose otherwise than the beam somewhere, or the test shows little"
-    pe = (ape_raw / "test.pe").read_text(encoding="utf-8").splitlines()[:12]
-    kept_all = PostEditor([model], task, beam=3, max_len_b=12, keep_mt_risk=math.inf).postedits(src, mt)
-    assert [e.text for e in kept_all] == mt and all(e.is_mt for e in kept_all)
-    assert ape_scores([e.text for e in kept_all], pe)[0] == ape_scores(mt, pe)[0]
+def test_the_margin_rule_names_the_first_candidate_that_outranks_the_mt():
+    """MarginRule is the gate's rule for generation and for tuning alike: beat the MT's score by
+    more than the margin and, with an edit limit, lie within it."""
+    rule = MarginRule(0.5)
+    assert rule.outranks(-1.0, -1.6) and not rule.outranks(-1.0, -1.5) and not rule.outranks(-2.0, -1.0)
+    assert rule.first([-2.0, -1.0, -0.5], -1.6) == 1 and rule.first([-2.0, -1.5], -1.6) is None
+    limited = MarginRule(0.5, max_edits=1)
+    assert limited.first([-1.0, -1.0], -1.6, edits=[3, 1]) == 1, "too far from the MT: the next one"
+    assert MarginRule(-math.inf).first([-9.0], 0.0) == 0 and MarginRule(math.inf).first([0.0], -9.0) is None
 
 
 def test_a_model_that_cannot_score_the_mt_and_bad_values_are_refused(ape_model):
@@ -292,18 +256,11 @@ def test_a_model_that_cannot_score_the_mt_and_bad_values_are_refused(ape_model):
             PostEditor([model], task, conservativeness=value)
     with pytest.raises(ValueError, match=r"--keep-mt-margin nan: must be a number"):
         PostEditor([model], task, keep_mt_margin=float("nan"))
-    for value in (-1.0, float("nan")):
-        with pytest.raises(ValueError, match=rf"--keep-mt-risk {value}: must be a number >= 0"):
-            PostEditor([model], task, keep_mt_risk=value)
-    with pytest.raises(ValueError, match="--keep-mt-margin and --keep-mt-risk are two gates: give one of them"):
-        PostEditor([model], task, keep_mt_margin=0.1, keep_mt_risk=2.0)
     for value in (-1, 1.5, float("nan"), True):
         with pytest.raises(ValueError, match=rf"--keep-mt-max-edits {value}: must be a whole number of word edits"):
             PostEditor([model], task, keep_mt_margin=0.1, keep_mt_max_edits=value)
     with pytest.raises(ValueError, match="--keep-mt-max-edits limits the margin gate: give --keep-mt-margin too"):
         PostEditor([model], task, keep_mt_max_edits=2)
-    with pytest.raises(ValueError, match="give --keep-mt-margin too .*, not --keep-mt-risk"):
-        PostEditor([model], task, keep_mt_max_edits=2, keep_mt_risk=1.0)
 
 
 def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ape_trained, tiny_bert):
@@ -333,11 +290,10 @@ def test_generate_and_interactive_take_the_options_and_log_kept_mts(tmp_path, ap
                           "--path", checkpoint, "--cpu", "--beam", "2", "--max-len-b", "30", "--input", pairs,
                           "--conservativeness", "2", "--keep-mt-margin", "0.5")
     assert "keep-the-MT gate (--keep-mt-margin 0.5)" in interactive.stderr
-    risky = generate(ape_raw, checkpoint, "--keep-mt-risk", "inf")
-    assert "keep-the-MT gate (--keep-mt-risk inf): 20 of 20 sentences so far kept their MT" in risky.stderr
-    both = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
-                   checkpoint, "--cpu", "--keep-mt-margin", "0", "--keep-mt-risk", "1", check=False)
-    assert both.returncode != 0 and "two gates: give one of them" in both.stderr
+    # The minimum-Bayes-risk gate is gone: its option is an unknown argument, not silently ignored.
+    gone = run_cli("fairseq-generate", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
+                   checkpoint, "--cpu", "--keep-mt-risk", "1", check=False)
+    assert gone.returncode != 0 and "unrecognized arguments: --keep-mt-risk 1" in gone.stderr
     near = generate(ape_raw, checkpoint, "--keep-mt-margin=-inf", "--keep-mt-max-edits", "0")
     assert ("keep-the-MT gate (--keep-mt-margin -inf --keep-mt-max-edits 0): 20 of 20 sentences so far kept their "
             "MT") in near.stderr
@@ -357,7 +313,6 @@ def test_search_options_with_a_reference_scorer_are_refused(ape_model):
     scorer = SequenceScorer(task.dictionary)
     assert build_ape_generator(scorer, [model], task.dictionary) is scorer
     for options, named in ((dict(keep_mt_margin=0.5), "so --keep-mt-margin would be ignored"),
-                           (dict(conservativeness=1.0), "so --conservativeness would be ignored"),
-                           (dict(keep_mt_risk=1.0), "so --keep-mt-risk would be ignored")):
+                           (dict(conservativeness=1.0), "so --conservativeness would be ignored")):
         with pytest.raises(ValueError, match=f"--score-reference .*{named}"):
             build_ape_generator(scorer, [model], task.dictionary, **options)

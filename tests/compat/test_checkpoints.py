@@ -110,3 +110,18 @@ def test_options_that_moved_from_the_criterion_to_a_model_move_when_an_older_che
     assert bitvector.model.nll_samples == 5 and "classification_weight" not in bitvector.model
     game = move_options(older("signaling_game"))["cfg"]
     assert set(game.model) == {"_name", "hidden_dim"} and set(game.criterion) == {"_name", "estimator"}
+
+
+def test_an_ape_checkpoint_with_the_removed_risk_gate_option_loads(ape_trained, tmp_path):
+    """Checkpoints of the ape task saved while it had --keep-mt-risk keep that key in their
+    task config: the task no longer has it, and such a checkpoint still loads and post-edits
+    (fairseq leaves out a saved option its task's dataclass does not have)."""
+    from fairseq_sparse.ape.postedit import PostEditor
+
+    data, checkpoint = ape_trained
+    state = torch.load(checkpoint, weights_only=False)
+    state["cfg"]["task"]["keep_mt_risk"] = 2.0  # a checkpoint holds its config as plain containers
+    torch.save(state, tmp_path / "older.pt")
+    editor = PostEditor.from_checkpoint(str(tmp_path / "older.pt"), data=data, beam=1, max_len_b=5)
+    assert "keep_mt_risk" not in editor.task.cfg
+    assert len(editor.postedit(["Das ist gut ."], ["This is good ."])) == 1

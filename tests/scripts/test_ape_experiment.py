@@ -27,7 +27,7 @@ def run_experiment(out, corpus, tiny_bert, updates, *extra):
                       tiny_bert, "--bert-layers", "1", "--dual-source-layers", "1", "--dual-source-dim", "32",
                       "--max-update", updates, "--lr", "1e-3", "--warmup", "2", "--beam", "2", "--max-len-b", "30",
                       "--conservativeness", "0", "2", "--keep-mt-margin", "off", "0", "inf", "--keep-mt-max-edits",
-                      "off", "1", "--keep-mt-risk", "0", "inf", *extra)
+                      "off", "1", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text(encoding="utf-8")
     rows = {name: cells.split(" | ") for name, cells in re.findall(r"^\| ([^|]+?) \| (\d.*) \|$", results, re.M)}
@@ -62,15 +62,14 @@ def test_experiment_tunes_on_dev_reports_test_and_resumes(tmp_path, tiny_bert):
         assert chosen["split"] == "valid" and chosen["conservativeness"] in (0, 2)
         assert (out / system / "tuning" / "tuning.png").stat().st_size > 10_000
         grid = (out / system / "tuning" / "grid.tsv").read_text().splitlines()
-        assert len(grid) == 1 + 2 * (3 + 1 + 2), "every C x M (x E where M is finite) and C x R"
-        assert min(float(line.split("\t")[4]) for line in grid[1:]) == pytest.approx(chosen["ter"], abs=0.005)
+        assert len(grid) == 1 + 2 * (3 + 1), "every C x M (x E where M is finite)"
+        assert min(float(line.split("\t")[3]) for line in grid[1:]) == pytest.approx(chosen["ter"], abs=0.005)
         done = json.loads((out / system / "test" / "results.json").read_text())
         assert done["split"] == "test" and done["trained"]["updates"] == 6 and done["trained"]["tokens"] > 0
-        assert set(chosen["by_gate"]) == {"none", "margin", "margin_edits", "risk"}
+        assert set(chosen["by_gate"]) == {"none", "margin", "margin_edits"}
         for name in done["runs"]:
             assert len((out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()) == 20
-        assert {"plain", "tuned"} <= set(done["runs"]) <= {"plain", "tuned", "best_margin", "best_margin_edits",
-                                                            "best_risk"}
+        assert {"plain", "tuned"} <= set(done["runs"]) <= {"plain", "tuned", "best_margin", "best_margin_edits"}
     for name, cells in rows.items():
         if name != "do nothing (MT as is)":
             modified, improved, deteriorated, kept = (int(x) for x in cells[2:6])
