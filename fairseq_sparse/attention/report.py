@@ -81,9 +81,9 @@ def num_updates(path):
 
 def collect(model, task, split, max_sentences, keep_sentences):
     """Per (site, layer): summed density, diversity, role scores and query counts over the
-    first ``max_sentences`` sentences, and under "tokens" {key piece: [weight per head on it,
-    queries of the sentences holding it, those sentences]}; attention maps of the ``keep_sentences`` ids, wherever
-    they are in the split."""
+    first ``max_sentences`` sentences, and under "tokens" {key piece: [weight per head on
+    it, queries of the sentences holding it, those sentences]}; attention maps of the
+    ``keep_sentences`` ids, wherever they are in the split."""
     task.load_dataset(split)
     dataset = task.dataset(split)
     outside = sorted(i for i in keep_sentences if not 0 <= i < len(dataset))
@@ -191,8 +191,8 @@ def head_table(values, sites, fmt="{:.3f}"):
     rows = sorted(values, key=lambda sl: (sites.index(sl[0]), sl[1]))
     heads = len(values[rows[0]])
     return table(["site", "layer", *(f"h{h}" for h in range(heads)), "mean"],
-                          [[s, layer, *(fmt.format(x) for x in values[(s, layer)]),
-                            fmt.format(sum(values[(s, layer)]) / heads)] for s, layer in rows])
+                 [[s, layer, *(fmt.format(x) for x in values[(s, layer)]), fmt.format(sum(values[(s, layer)]) / heads)]
+                  for s, layer in rows])
 
 
 def alpha_series(model, args):
@@ -296,8 +296,8 @@ def markdown_report(result, args):
             "(No head's initial alpha is known: the trajectories start at the first checkpoint.)", "",
             "Mean alpha per site and layer (update 0: initialisation):", "",
             table(["updates", *(f"{s} {layer}" for s, layer in rows)],
-                           [[updates, *(f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows)]
-                            for i, (updates, _) in enumerate(series[rows[0]])]), ""]
+                  [[updates, *(f"{sum(series[sl][i][1]) / len(series[sl][i][1]):.3f}" for sl in rows)]
+                   for i, (updates, _) in enumerate(series[rows[0]])]), ""]
     tokens = result["tokens"]
     report = [
         f"# Attention report: `{args.path}`", "",
@@ -314,8 +314,7 @@ def markdown_report(result, args):
         "## Head diversity per layer", "",
         f"Generalised Jensen-Shannon divergence between the {heads} heads, mean over queries "
         f"(0: all heads alike; log {heads} = {stats.max_head_diversity(heads):.3f}: disjoint).", "",
-        table(["site", "layer", "JS"], [[s, layer, f"{result['diversity'][(s, layer)]:.3f}"]
-                                                 for s, layer in order]),
+        table(["site", "layer", "JS"], [[s, layer, f"{result['diversity'][(s, layer)]:.3f}"] for s, layer in order]),
         "", "![](diversity.png)", "",
         "## Head roles", "",
         f"Mean weight a head puts on the previous token (self-attention), on the other pieces of the same word "
@@ -329,8 +328,8 @@ def markdown_report(result, args):
         head_table(result["same_word"], sites) if result["same_word"] else "(no multi-piece words)", "",
         "Favourite key token type per head (share):", "",
         table(["site", "layer", *(f"h{h}" for h in range(heads))],
-                       [[s, layer, *(f"`{piece}` {share:.2f}" for piece, share in tokens[(s, layer)])]
-                        for s, layer in order if (s, layer) in tokens]) if tokens else "(none)", "",
+              [[s, layer, *(f"`{piece}` {share:.2f}" for piece, share in tokens[(s, layer)])]
+               for s, layer in order if (s, layer) in tokens]) if tokens else "(none)", "",
         *trajectory_md,
         "## Attention maps", "",
         *[f"![](attention_{sid}_{site}{layer}.png)" for sid, site, layer in sorted(result["maps"])],
