@@ -1,4 +1,5 @@
-"""The README and docs/: every relative link and image points at a file of the repository."""
+"""The READMEs and docs/, results and notes included: every relative link and image points at a file
+of the repository."""
 
 import re
 
@@ -6,7 +7,7 @@ import pytest
 
 from tests.conftest import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 # [text](target) or ![alt](target); the target up to a space, ')' or '#'.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s#]+)[^)]*\)")
 
@@ -19,7 +20,7 @@ def relative_links(page):
     return [target for target in LINK.findall(text) if not re.match(r"[a-z]+:", target)]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_resolve(page):
     missing = [target for target in relative_links(page) if not (page.parent / target).exists()]
     assert not missing, f"{page.relative_to(REPO)} links to files that do not exist: {missing}"
