@@ -26,6 +26,7 @@ restarted) and re-evaluates.
 import argparse
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -147,11 +148,13 @@ def binarise_test_set(prefix, data, out, src="en", tgt="de"):
     for lang, lines in zip((src, tgt), texts):
         pieces = sp.encode(lines, out_type=str)
         (target / f"test.spm.{lang}").write_text("".join(" ".join(x) + "\n" for x in pieces), encoding="utf-8")
+    # Rebuilt on every run, so that it always holds the files as they are now (fairseq-preprocess
+    # refuses a directory that holds its dictionaries already).
     bin_dir = target / "bin"
-    if not (bin_dir / f"test.{src}-{tgt}.{src}.bin").exists():
-        run([BIN / "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--testpref", target / "test.spm",
-             "--destdir", bin_dir, "--srcdict", data / f"dict.{src}.txt", "--tgtdict", data / f"dict.{tgt}.txt",
-             "--workers", "1"])
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    run([BIN / "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--testpref", target / "test.spm",
+         "--destdir", bin_dir, "--srcdict", data / f"dict.{src}.txt", "--tgtdict", data / f"dict.{tgt}.txt",
+         "--workers", "1"])
     return bin_dir, files[1]
 
 

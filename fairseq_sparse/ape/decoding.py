@@ -182,7 +182,6 @@ class KeepMTGate:
         check_can_score_mt(models)
         self.generator, self.models, self.dictionary = generator, models, dictionary
         self.rule = MarginRule(margin, max_edits)
-        self.margin, self.max_edits = margin, max_edits
         self.detokenizer = WordPieceDetokenizer()
         self.log_kept = log_kept
         self.kept = self.sentences = 0
@@ -222,7 +221,7 @@ class KeepMTGate:
     def outranks_mt(self, hypo, mt_score, mt_text):
         """The margin rule: whether a hypothesis beats the MT by more than the margin (and lies
         within the edit limit of the MT's text)."""
-        edits = None if self.max_edits is None else word_edits(self.text(hypo["tokens"]), mt_text)
+        edits = None if self.rule.max_edits is None else word_edits(self.text(hypo["tokens"]), mt_text)
         return self.rule.outranks(float(hypo["score"]), float(mt_score), edits)
 
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):
@@ -254,8 +253,8 @@ class KeepMTGate:
             self.kept += finalized[i][0]["is_mt"]
         self.sentences += len(finalized)
         if self.log_kept:  # fairseq-generate and -interactive show their counts; PostEditor returns them
-            gate = f"--keep-mt-margin {self.margin}"
-            gate += "" if self.max_edits is None else f" --keep-mt-max-edits {self.max_edits}"
+            gate = f"--keep-mt-margin {self.rule.margin}"
+            gate += "" if self.rule.max_edits is None else f" --keep-mt-max-edits {self.rule.max_edits}"
             logger.info(f"keep-the-MT gate ({gate}): {self.kept} of {self.sentences} sentences so far kept their MT")
         return finalized
 
