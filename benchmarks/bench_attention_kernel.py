@@ -9,7 +9,7 @@ forward and forward+backward, for variants of the kernel:
   package's, certified and started from the threshold of each row's largest tile
   maxima (``tile_start``), and, with ``--kept R,K``, from a richer start (R scores kept
   per key tile in K slots, with which a row can skip Newton altogether;
-  ``kernel_variants.KEPT_CANDIDATE``; docs/attention.md);
+  ``kernel_variants.KEPT_CANDIDATE``; docs/sparse_transformer.md);
 - a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
   Newton tolerance of float32, float16 (the package's for half-precision inputs) or
   bfloat16 (a runtime argument, no new compile); with ``--kept``, from the richer

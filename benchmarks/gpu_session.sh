@@ -124,13 +124,13 @@ ape)
         ape-pharma
     ;;
 vae-pack)
-    # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results/vae.md, "ten
+    # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results/sentence_vae.md, "ten
     # times the sentences"), binarised (5 MB), into the git-ignored .carry/vae.
     grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
     rm -rf .carry/vae /tmp/yahoo_big_raw
     python3 data_prep/hsvae_sets.py ../shared/data/text/hsvae-yahoo10 /tmp/yahoo_big_raw \
         --unlabelled ../shared/data/text/yahoo/valid.txt ../shared/data/text/yahoo/test.txt || exit 1
-    python3 -m fairseq_sparse.vae.binarize --raw /tmp/yahoo_big_raw --destdir .carry/vae/yahoo_big || exit 1
+    python3 -m fairseq_sparse.sentence_vae.binarize --raw /tmp/yahoo_big_raw --destdir .carry/vae/yahoo_big || exit 1
     fits_carry .carry/vae .whl
     ;;
 vae)

@@ -1,6 +1,6 @@
 """Configurations of the fused attention kernels that the benchmarks time or count against
 the package's own (``attention_kernel.PACKAGE``).  None is the package's choice; each
-gives the same attention, to rounding.  docs/attention.md has what each was measured at."""
+gives the same attention, to rounding.  docs/sparse_transformer.md has what each was measured at."""
 
 from fairseq_sparse.entmax.attention_kernel import KernelConfig
 

@@ -30,7 +30,7 @@ import numpy as np
 
 # Run as a script from anywhere: the package's reader checks the files.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fairseq_sparse.vae.corpus import read_corpus  # noqa: E402
+from fairseq_sparse.sentence_vae.corpus import read_corpus  # noqa: E402
 
 UNK = "_UNK"  # the HSVAE sets' spelling of a word outside their vocabulary
 

@@ -2,12 +2,12 @@
 
 One package per research line over a shared core:
 
-- :mod:`.attention`: adaptively sparse transformers (``entmax_transformer``), the
+- :mod:`.sparse_transformer`: adaptively sparse transformers (``entmax_transformer``), the
   entmax output loss, the attention report;
 - :mod:`.ape`: automatic post-editing (``ape`` task, ``bert_ape``,
   ``dual_source_transformer``, ``--scoring ter``, :class:`~.ape.postedit.PostEditor`);
 - :mod:`.latent`: sparse marginalisation of discrete and structured latent variables;
-- :mod:`.vae`: sparse sentence VAEs;
+- :mod:`.sentence_vae`: sparse sentence VAEs;
 - the core: :mod:`.entmax` (the maths; torch only, usable without fairseq),
   :mod:`.modules` (the attention module, the per-head alpha, shared helpers) and
   :mod:`.compat` (the fixes fairseq needs).
@@ -49,7 +49,7 @@ def load_plugin():
     from . import compat
 
     compat.apply()
-    from . import ape, attention, latent, vae  # noqa: F401  (registration)
+    from . import ape, latent, sentence_vae, sparse_transformer  # noqa: F401  (registration)
 
     root.setLevel(level)
     for handler in root.handlers[:]:

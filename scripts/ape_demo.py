@@ -33,7 +33,7 @@ import torch
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # registers the task and model; checkpoint loading on torch >= 2.6
 from fairseq import checkpoint_utils
-from fairseq_sparse.attention.report import num_updates
+from fairseq_sparse.sparse_transformer.report import num_updates
 from fairseq_sparse.ape import toy_corpus as toy_ape_corpus
 from fairseq_sparse.ape.triplets import FIELDS, write_triplets
 from fairseq_sparse.experiments import at_least, find_corpus, generate_hypotheses, held_out, read_corpus, run_logged

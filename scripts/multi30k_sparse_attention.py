@@ -187,7 +187,7 @@ def bleu(data, checkpoint, references, args):
 def attention_summary(checkpoint, data):
     """({site: (mean density, mean alpha, largest alpha change)}, {(site, layer): head diversity})
     on the validation split."""
-    from fairseq_sparse.attention.report import collect, load, per_head
+    from fairseq_sparse.sparse_transformer.report import collect, load, per_head
 
     model, task = load(checkpoint, data)
     acc, _, _ = collect(model, task, "valid", 1014, set())

@@ -61,8 +61,8 @@ import fairseq_sparse  # noqa: E402
 fairseq_sparse.load_plugin()  # registers the task, model and objectives
 from fairseq import checkpoint_utils  # noqa: E402
 
-from fairseq_sparse.vae.hoyer import active_units, average_hoyer, spike_pattern  # noqa: E402
-from fairseq_sparse.vae.sentence_vae import encoder_input  # noqa: E402
+from fairseq_sparse.sentence_vae.hoyer import active_units, average_hoyer, spike_pattern  # noqa: E402
+from fairseq_sparse.sentence_vae.sentence_vae import encoder_input  # noqa: E402
 
 logger = logging.getLogger("sentence_vae_analysis")
 

@@ -36,12 +36,12 @@ def test_every_sparse_attention_option_is_listed_with_its_default():
     lists them: each option of EntmaxTransformerOptions, with its default."""
     from dataclasses import fields
 
-    from fairseq_sparse.attention.entmax_transformer import EntmaxTransformerOptions
+    from fairseq_sparse.sparse_transformer.entmax_transformer import EntmaxTransformerOptions
 
-    text = (REPO / "docs" / "attention.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "sparse_transformer.md").read_text(encoding="utf-8")
     for f in [f for f in fields(EntmaxTransformerOptions) if not f.name.startswith("_")]:
         row = next((line for line in text.splitlines() if line.startswith(f"  | `--{f.name.replace('_', '-')}` |")),
                    None)
-        assert row is not None, f"--{f.name.replace('_', '-')} is not in docs/attention.md's option table"
+        assert row is not None, f"--{f.name.replace('_', '-')} is not in docs/sparse_transformer.md's option table"
         if f.default is not None:
             assert f"| `{f.default}` |" in row or f"| {f.default} |" in row, row

@@ -86,7 +86,7 @@ def test_imported_before_fairseq_the_plugin_loads_with_fairseq(ape_trained):
     assert proc.stdout.split() == ["ape"]
 
 
-LINES = ("attention", "ape", "latent", "vae")
+LINES = ("sparse_transformer", "ape", "latent", "sentence_vae")
 CORE = ("entmax", "modules", "compat")
 # Top-level helper modules of the core, importable from every research line.
 HELPERS = ("markdown", "experiments")
@@ -116,12 +116,13 @@ def _imports(path):
 
 @pytest.mark.parametrize("home", LINES + CORE)
 def test_imports_point_one_way(home):
-    """Research lines import the core (and its helpers), and the attention line (whose
+    """Research lines import the core (and its helpers), and the sparse_transformer line (whose
     transformer the APE models extend), never another line; the core imports no research line; entmax
     imports nothing of the package beyond itself; no model imports a task."""
     allowed = {"entmax": {"entmax"}, "modules": {"entmax", "modules"}, "compat": {"compat"},
-               "attention": {"attention", *CORE, *HELPERS}, "ape": {"ape", "attention", *CORE, *HELPERS},
-               "latent": {"latent", *CORE, *HELPERS}, "vae": {"vae", *CORE, *HELPERS}}[home]
+               "sparse_transformer": {"sparse_transformer", *CORE, *HELPERS},
+               "ape": {"ape", "sparse_transformer", *CORE, *HELPERS},
+               "latent": {"latent", *CORE, *HELPERS}, "sentence_vae": {"sentence_vae", *CORE, *HELPERS}}[home]
     for path in sorted((REPO / "fairseq_sparse" / home).rglob("*.py")):
         for module in _imports(path):
             parts = module.split(".")

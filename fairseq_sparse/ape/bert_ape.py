@@ -28,7 +28,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from torch import nn
 
-from ..attention.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
 from ..entmax.normalizers import normalizer_names
 from ..modules.bert import load_bert_model
 from .triplets import mt_segment

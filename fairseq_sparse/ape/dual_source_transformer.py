@@ -23,7 +23,7 @@ from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
-from ..attention.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
 from ..entmax.normalizers import normalizer_names
 from .triplets import mt_segment
 

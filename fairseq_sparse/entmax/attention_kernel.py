@@ -58,7 +58,7 @@ products with v and dO take p and ds in the input dtype, as FlashAttention does.
 How the kernels compute (never what: every configuration gives the same attention, to
 rounding) is a ``KernelConfig`` argument, ``PACKAGE`` unless a caller says otherwise; the
 variants that are not the package's choice serve the benchmarks and the tests that
-compare them (docs/attention.md says which were measured and why the package's won).
+compare them (docs/sparse_transformer.md says which were measured and why the package's won).
 """
 
 import dataclasses
@@ -678,7 +678,7 @@ def _tolerance(q, fixed, config=PACKAGE):
     inputs: there it is float16's (5.5e-3, so the threshold is left within about 3e-5),
     which saves Newton passes while the outputs stay within their own rounding and the
     alpha gradient moves by under 1e-4 of itself (bfloat16's own tolerance would move dq
-    visibly; docs/attention.md has the measurements).  The fixed alphas keep float32's:
+    visibly; docs/sparse_transformer.md has the measurements).  The fixed alphas keep float32's:
     their closed-form threshold needs the support exact."""
     if config.tolerance is not None:
         return config.tolerance

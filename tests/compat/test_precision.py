@@ -120,7 +120,7 @@ def test_amp_on_cpu_trains_from_the_cli(ape_raw, tiny_bert, tmp_path):
 
 
 def test_amp_on_cpu_trains_an_alpha_entmax_transformer(multi30k_bin, tmp_path):
-    """The attention line's normalisers take bfloat16 scores (computed in float32 inside) and give
+    """The sparse_transformer line's normalisers take bfloat16 scores (computed in float32 inside) and give
     finite losses and per-head alphas."""
     proc = run_cli("fairseq-train", multi30k_bin, "--user-dir", REPO / "fairseq_sparse", "--task", "translation",
                    "--arch", "entmax_transformer_tiny", "--attention-normalizer", "alpha_entmax",

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from fairseq_sparse.vae.corpus import read_corpus
+from fairseq_sparse.sentence_vae.corpus import read_corpus
 from tests.conftest import REPO, run_cli, run_script, shared_data, valid_metrics
 
 

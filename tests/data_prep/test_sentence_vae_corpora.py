@@ -8,7 +8,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from fairseq_sparse.vae.corpus import read_corpus
+from fairseq_sparse.sentence_vae.corpus import read_corpus
 from tests.conftest import REPO, shared_data
 
 sys.path.insert(0, str(REPO / "data_prep"))

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from fairseq_sparse.attention import stats
+from fairseq_sparse.sparse_transformer import stats
 
 
 def test_density_is_one_for_softmax_and_counts_allowed_keys():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_sparse.vae.corpus import build_vocabulary, read_corpus
+from fairseq_sparse.sentence_vae.corpus import build_vocabulary, read_corpus
 from tests.conftest import REPO, run_cli, shared_data, valid_metrics, yelp_corpus
 
 COMMON = ["--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae", "--arch", "sentence_vae",

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_sparse.vae.task import SentenceVAEConfig, SentenceVAETask
+from fairseq_sparse.sentence_vae.task import SentenceVAEConfig, SentenceVAETask
 from tests.conftest import REPO, run_cli, valid_metrics, yelp_corpus
 
 

@@ -24,7 +24,7 @@ def test_gaussian_kl_matches_monte_carlo():
 
 def test_spike_and_slab_prior_is_a_density_and_its_sampler_agrees():
     from fairseq_sparse.modules.probability import spike_and_slab_log_prob
-    from fairseq_sparse.vae.mat_vae import sample_spike_and_slab
+    from fairseq_sparse.sentence_vae.mat_vae import sample_spike_and_slab
 
     grid = torch.linspace(-8, 8, 400001, dtype=torch.float64)[:, None]
     density = spike_and_slab_log_prob(grid, 0.8, 0.05).sum(-1).exp()
@@ -37,7 +37,7 @@ def test_spike_and_slab_prior_is_a_density_and_its_sampler_agrees():
 
 
 def test_imq_mmd_separates_distributions():
-    from fairseq_sparse.vae.mat_vae import imq_mmd
+    from fairseq_sparse.sentence_vae.mat_vae import imq_mmd
 
     torch.manual_seed(2)
     same = [imq_mmd(torch.randn(300, 4), torch.randn(300, 4)).item() for _ in range(5)]
@@ -48,7 +48,7 @@ def test_imq_mmd_separates_distributions():
 def hsvae_criterion(**options):
     from types import SimpleNamespace
 
-    from fairseq_sparse.vae.hsvae import HSVAECriterion
+    from fairseq_sparse.sentence_vae.hsvae import HSVAECriterion
 
     task = SimpleNamespace(target_dictionary=SimpleNamespace(pad=lambda: 1))
     cfg = dict(kl_weight=1.0, gamma_kl_weight=1.0, prior_alpha=5.0, prior_beta=0.5, temperature=0.1,
@@ -141,7 +141,7 @@ def test_hsvae_refuses_a_bad_spike_std(spike_std):
 def tiny_sentence_vae(latent=4, word_dropout=0.0):
     from types import SimpleNamespace
 
-    from fairseq_sparse.vae.sentence_vae import SentenceVAEModel
+    from fairseq_sparse.sentence_vae.sentence_vae import SentenceVAEModel
 
     dictionary = type("Dictionary", (), {"pad": lambda self: 1, "unk": lambda self: 3, "__len__": lambda self: 10})()
     return SentenceVAEModel(SimpleNamespace(embed_dim=8, hidden_dim=8, latent_dim=latent, dropout=0.0,
@@ -175,7 +175,7 @@ def test_word_dropout_replaces_decoder_input_words_by_unk_in_training_only():
 
 
 def test_sentence_vae_clips_beta_parameters_to_the_authors_range_keeping_gradients():
-    from fairseq_sparse.vae.sentence_vae import BETA_PARAMETER_RANGE
+    from fairseq_sparse.sentence_vae.sentence_vae import BETA_PARAMETER_RANGE
 
     latent = 4
     model = tiny_sentence_vae(latent)
@@ -202,7 +202,7 @@ def test_a_negative_or_non_finite_term_weight_is_refused(option, value):
 def test_mat_vae_refuses_a_negative_mmd_weight():
     from types import SimpleNamespace
 
-    from fairseq_sparse.vae.mat_vae import MATVAECriterion, MATVAEConfig
+    from fairseq_sparse.sentence_vae.mat_vae import MATVAECriterion, MATVAEConfig
 
     task = SimpleNamespace(target_dictionary=SimpleNamespace(pad=lambda: 1))
     with pytest.raises(ValueError, match="--mmd-weight -2.0: must be a finite number >= 0"):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_sparse.vae.hoyer import AverageHoyerMeter, active_units, average_hoyer, hoyer, spike_pattern
+from fairseq_sparse.sentence_vae.hoyer import AverageHoyerMeter, active_units, average_hoyer, hoyer, spike_pattern
 
 
 def test_hoyer_of_hand_computed_vectors():

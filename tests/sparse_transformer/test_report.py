@@ -7,7 +7,7 @@ import torch
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold for torch.load
-from fairseq_sparse.attention import report as attention_report
+from fairseq_sparse.sparse_transformer import report as attention_report
 from tests.conftest import REPO, run_cli, write_ape_split
 from tests.ape import test_bert_ape, test_dual_source_transformer
 
@@ -166,7 +166,7 @@ def test_figures_fit_their_titles_and_wrap_many_heads(tmp_path):
     MAP_COLUMNS heads a row (not one row of 12 panels) with a colour bar."""
     from PIL import Image
 
-    from fairseq_sparse.attention import figures
+    from fairseq_sparse.sparse_transformer import figures
 
     sites = ("encoder", "decoder", "cross")
     values = {("encoder", 0): [1.2, 1.5, 1.7, 1.9], ("decoder", 0): [1.1, 1.3, 1.6, 2.0]}
