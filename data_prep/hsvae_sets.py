@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-# Run as a script from anywhere: the package's reader checks the files.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fairseq_sparse.sentence_vae.corpus import read_corpus  # noqa: E402
+# The package's reader checks the files the way the sentence_vae task reads them.
+from fairseq_sparse.sentence_vae.corpus import read_corpus
 
 UNK = "_UNK"  # the HSVAE sets' spelling of a word outside their vocabulary
 

@@ -34,13 +34,9 @@ A run label is the text before ``=`` (default: the log's name).
 import argparse
 import itertools
 import math
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from fairseq_sparse.experiments import interval_metrics  # noqa: E402
+from fairseq_sparse.experiments import interval_metrics
 
 CURVES = (("decoder_calls", "codes decoded per image"), ("code_entropy_bits", "entropy of q (bits per image)"),
           ("score_shared", "scores: shared by the batch (solid), spread (dashed)"),

@@ -24,21 +24,18 @@ Writes ``DIR/support.json`` and ``DIR/support.png``.
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from fairseq_sparse.experiments import FULL_MNIST, at_least, bits_per_pixel  # noqa: E402
-from fairseq_sparse.latent import BitVector  # noqa: E402
-from fairseq_sparse.latent.bitvector_vae_model import BitVectorVAEModel  # noqa: E402
-from fairseq_sparse.latent.estimators import build_estimator  # noqa: E402
-from fairseq_sparse.latent.images import load_images  # noqa: E402
-from fairseq_sparse.latent.sparsemap import bit_scores  # noqa: E402
+from fairseq_sparse.experiments import FULL_MNIST, at_least, bits_per_pixel
+from fairseq_sparse.latent import BitVector
+from fairseq_sparse.latent.bitvector_vae_model import BitVectorVAEModel
+from fairseq_sparse.latent.estimators import build_estimator
+from fairseq_sparse.latent.images import load_images
+from fairseq_sparse.latent.sparsemap import bit_scores
 
 VARIANTS = {"sparsemap, 1 bit state": ("sparsemap", {"bit_states": 1}),
             "sparsemap, 2 bit states (paper's factor)": ("sparsemap", {"bit_states": 2}),

@@ -22,17 +22,14 @@ import json
 import math
 import shlex
 import statistics
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fairseq_sparse.experiments import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,
+                                        training_done)
+from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from fairseq_sparse.experiments import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,  # noqa: E402
-                         training_done)
-
-from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical  # noqa: E402
 
 # The paper's numbers (Tables 1-3): ssvae accuracy, signaling-game success (both %),
 # bit-vector VAE bits per dimension at D = 32 / 128; decoder calls where reported.

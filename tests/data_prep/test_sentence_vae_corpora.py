@@ -11,8 +11,7 @@ from pathlib import Path
 from fairseq_sparse.sentence_vae.corpus import read_corpus
 from tests.conftest import REPO, shared_data
 
-sys.path.insert(0, str(REPO / "data_prep"))
-from prepare_sentence_vae import Sentences, clean  # noqa: E402
+from prepare_sentence_vae import Sentences, clean
 
 CLASSES = {"yelp_review_full_csv": 5, "yahoo_answers_csv": 10, "dbpedia_csv": 14}
 

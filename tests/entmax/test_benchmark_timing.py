@@ -2,16 +2,13 @@
 variant once in a rotating order, a variant that fails is reported and left out, and a
 ratio is the median of the rounds' ratios."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from timing import interleaved_ms, paired_ratio  # noqa: E402
+from timing import interleaved_ms, paired_ratio
 
-from tests.conftest import run_script  # noqa: E402
+from tests.conftest import run_script
 
 # The training benchmark's model at one layer each side, 32 wide, 2 heads.
 SMALL_MODEL = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "

@@ -1,16 +1,12 @@
 """NaN and +inf scores: every backend makes the row NaN, as softmax does (issue 28,
 item 2), and leaves the other rows of the batch exactly as without them."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from fairseq_sparse.entmax import entmax15, entmax_alpha, has_triton_kernel, sparsemax, triton_kernel, use_backend
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from count_attention_ops import CountOps  # noqa: E402  (counts the read-backs: ops that wait for a GPU)
+from count_attention_ops import CountOps  # (counts the read-backs: ops that wait for a GPU)
 
 BACKENDS = ["torch", "cpp"] + (["triton"] if has_triton_kernel() and (torch.cuda.is_available()
                                                                       or triton_kernel.INTERPRET) else [])

@@ -3,14 +3,12 @@ generated triplets and one layer."""
 
 import argparse
 import re
-import sys
 
 import pytest
 
-from tests.conftest import REPO, run_script, shared_data
+from tests.conftest import run_script, shared_data
 
-sys.path.insert(0, str(REPO / "scripts"))
-import ape_demo  # noqa: E402
+import ape_demo
 
 
 def test_main_job_post_edits_and_reports(tmp_path):

@@ -14,10 +14,9 @@ from fairseq_sparse.ape.bert_dictionary import model_spelling
 from fairseq_sparse.ape.ter import ape_scores
 from fairseq_sparse.modules.bert import load_bert_tokenizer
 from tests.ape.test_task import generate, hypotheses
-from tests.conftest import REPO, run_script, write_ape_split
+from tests.conftest import run_script, write_ape_split
 
-sys.path.insert(0, str(REPO / "scripts"))
-import ape_experiment  # noqa: E402
+import ape_experiment
 
 LABELS = ("dual_source_transformer", "bert_ape, random initialisation", "bert_ape, BERT initialisation")
 

@@ -1,14 +1,12 @@
 """scripts/ape_source_ablation.py: the splits it writes and the losses it reads back."""
 
 import json
-import sys
 
 import pytest
 
 from tests.conftest import REPO, run_cli, run_script
 
-sys.path.insert(0, str(REPO / "scripts"))
-import ape_source_ablation as ablation  # noqa: E402
+import ape_source_ablation as ablation
 
 
 @pytest.mark.parametrize("lengths", [[3, 1], [5, 5, 5], [1, 9, 2, 8, 3, 7, 4], [4] * 6, list(range(11, 0, -1))])

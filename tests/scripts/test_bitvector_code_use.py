@@ -4,16 +4,12 @@ reconstruction equal to the own-code one exactly when the decoder ignores its co
 no encoder gradient left when every score is saturated."""
 
 import math
-import sys
 
 import numpy as np
 import torch
 
-from tests.conftest import REPO, run_script, shared_data
-
-sys.path.insert(0, str(REPO / "scripts"))
-
-from bitvector_code_use import main, pixel_histogram_cross_entropy  # noqa: E402
+from fairseq_sparse.latent.code_use import pixel_histogram_cross_entropy
+from tests.conftest import run_script, shared_data
 
 
 def test_histogram_cross_entropy_matches_brute_force():
@@ -66,8 +62,9 @@ def test_kept_checkpoint_and_what_its_code_tells_the_decoder(tmp_path):
     variants["saturated"] = tmp_path / "saturated.pt"
     torch.save(state, variants["saturated"])
 
-    main([str(checkpoint), str(variants["blind"]), str(variants["leaning"]), str(variants["saturated"]), "--data",
-          str(full), "--images", "100", "--out", str(tmp_path / "use.md")])
+    proc = run_script("bitvector_code_use.py", checkpoint, variants["blind"], variants["leaning"],
+                      variants["saturated"], "--data", full, "--images", "100", "--out", tmp_path / "use.md")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     table = (tmp_path / "use.md").read_text()
     trained, ignored, leaning, saturated = rows(table)
     assert trained[1:4] == ignored[1:4] == leaning[1:4] == ["gumbel", "1", "8"]

@@ -7,9 +7,7 @@ import pytest
 
 from tests.conftest import REPO, run_cli
 
-sys.path.insert(0, str(REPO / "scripts"))
-
-from bitvector_dynamics import main  # noqa: E402
+from bitvector_dynamics import main
 
 
 def inner(update, calls, entropy, shared, spread, alignment):

@@ -2,16 +2,13 @@
 paper's numbers, with the decoder-calls plot; a second call collects without training."""
 
 import json
-import sys
 from argparse import Namespace
 
 import pytest
 
-from tests.conftest import REPO, run_script
+from tests.conftest import run_script
 
-sys.path.insert(0, str(REPO / "scripts"))
-
-from latent_results import grid, table  # noqa: E402
+from latent_results import grid, table
 
 
 def run(*args):

@@ -1,13 +1,9 @@
 """The sparse-against-informative figure: what it draws, and the table's errors."""
 
-import sys
-
 import pytest
 
-from tests.conftest import REPO, run_script
-
-sys.path.insert(0, str(REPO / "scripts"))
-from plot_sentence_vae_tradeoff import plot, read_table, styles  # noqa: E402
+from fairseq_sparse.sentence_vae.figures import plot, read_table, styles
+from tests.conftest import run_script
 
 HEADER = "run\tepoch\taverage_hoyer\taccuracy\n"
 

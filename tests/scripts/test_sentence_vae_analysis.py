@@ -68,26 +68,6 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     assert proc.returncode != 0 and "1 test sentences are labelled -1 (no class)" in proc.stderr
 
 
-def test_length_probe_reads_length_off_a_code_that_holds_it():
-    """The length probe's R^2: near 1 for codes that carry the length (plus noise), near 0 or
-    below for codes that do not."""
-    import sys
-
-    import torch
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    from sentence_vae_analysis import length_probe_r2
-
-    gen = torch.Generator().manual_seed(0)
-    lengths = torch.randint(3, 40, (1200,), generator=gen)
-    noise = torch.randn(1200, 8, generator=gen)
-    holds = noise.clone()
-    holds[:, 3] = (lengths.float() - 20) / 10 + 0.05 * noise[:, 3]
-    train, test = slice(0, 1000), slice(1000, None)
-    assert length_probe_r2(holds[train], lengths[train], holds[test], lengths[test], 20, 1) > 0.95
-    assert length_probe_r2(noise[train], lengths[train], noise[test], lengths[test], 20, 1) < 0.1
-
-
 def class_word_kl_of(labelled_lines, checkpoint):
     """KL(class i || class j) of add-1 smoothed unigrams, counted directly from ``LABEL words``
     lines over a vocabulary of the checkpoint's size (the KL does not depend on word ids)."""

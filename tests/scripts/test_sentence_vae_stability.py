@@ -8,14 +8,12 @@ import argparse
 import json
 import re
 import statistics
-import sys
 
 import pytest
 
-from tests.conftest import REPO, run_script, shared_data
+from tests.conftest import run_script, shared_data
 
-sys.path.insert(0, str(REPO / "scripts"))
-import sentence_vae_stability as stability  # noqa: E402
+import sentence_vae_stability as stability
 
 
 def run(data, out, *extra, epochs=2):
