@@ -17,6 +17,7 @@ import multiprocessing as mp
 
 import torch
 
+from fairseq_sparse import markdown
 from timing import interleaved_ms, paired_ratio, status_kib
 
 IMPLEMENTATIONS = ("sdpa", "eager", "sparsemax", "entmax15", "alpha_entmax")
@@ -91,13 +92,13 @@ def main(argv=None):
     times = interleaved_ms({name: (lambda name=name: step(name)) for name in IMPLEMENTATIONS}, args.repeats)
     memory = {} if args.no_memory else {name: peak_extra_bytes(name, model_path, args.batch, args.length)
                                         for name in IMPLEMENTATIONS}
-    print("| attention | ms per step (median) | time / sdpa (quartiles) | peak memory / sdpa |")
-    print("| --- | --- | --- | --- |")
+    rows = []
     for name in IMPLEMENTATIONS:
         ratio, q1, q3 = paired_ratio(times[name], times["sdpa"])
         median = sorted(times[name])[len(times[name]) // 2]
         mem = f"{memory[name] / memory['sdpa']:.2f}x" if memory else "-"
-        print(f"| {name} | {median:.0f} | {ratio:.2f}x ({q1:.2f}-{q3:.2f}) | {mem} |")
+        rows.append([name, f"{median:.0f}", f"{ratio:.2f}x ({q1:.2f}-{q3:.2f})", mem])
+    print(markdown.table(["attention", "ms per step (median)", "time / sdpa (quartiles)", "peak memory / sdpa"], rows))
     return times, memory
 
 

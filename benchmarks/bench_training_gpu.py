@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from fairseq import options, tasks
 
 import fairseq_sparse
+from fairseq_sparse import markdown
 from fairseq_sparse.entmax.attention_kernel import KernelConfig
 from fairseq_sparse.modules import AlphaEntmaxAttention
 
@@ -289,16 +290,16 @@ def main():
     first = args.warmup + 2
     per_token = {name: [ms / tokens[(first + r) % len(data)] for r, ms in enumerate(runs)]
                  for name, runs in times.items() if not isinstance(runs, Exception)}
-    print("| model | target tokens/s | / stock softmax: median (quartiles) | peak memory |")
-    print("| --- | --- | --- | --- |")
+    rows = []
     for name, runs in times.items():
         if isinstance(runs, Exception):
-            print(f"| {name} | failed: {type(runs).__name__}: {str(runs).splitlines()[0][:80]} | – | – |")
+            rows.append([name, f"failed: {type(runs).__name__}: {str(runs).splitlines()[0][:80]}", "–", "–"])
             continue
         rate = 1000 / sorted(per_token[name])[len(per_token[name]) // 2]
         ratio, q1, q3 = paired_ratio(per_token[stock], per_token[name])
         mem = "–" if memory[name] is None else f"{memory[name] / 2**30:.2f} GiB"
-        print(f"| {name} | {rate:,.0f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) | {mem} |")
+        rows.append([name, f"{rate:,.0f}", f"{ratio:.2f} ({q1:.2f}-{q3:.2f})", mem])
+    print(markdown.table(["model", "target tokens/s", "/ stock softmax: median (quartiles)", "peak memory"], rows))
     if args.profile:
         report_profile(steps, times, args.profile, args.device)
         report_attention_calls(models[stock].encoder.layers[0].self_attn, args)
@@ -310,26 +311,25 @@ def report_attention_calls(attention, args):
     rows, length = max(1, args.tokens // args.length), 3 * args.length // 2  # a batch, padded to its longest
     print(f"\nOne attention call, forward and backward, at a batch's shape ({rows} sentences of "
           f"{length} tokens, {heads} heads of {head_dim}; no mask): microseconds per call\n")
-    print("| attention | host (until the calls return) | whole (until the GPU is done) |")
-    print("| --- | --- | --- |")
-    for name, (host, whole) in attention_call_us(args.device, rows, length, heads, head_dim).items():
-        print(f"| {name} | {host:,.0f} | {whole:,.0f} |")
+    print(markdown.table(["attention", "host (until the calls return)", "whole (until the GPU is done)"],
+                         [[name, f"{host:,.0f}", f"{whole:,.0f}"] for name, (host, whole)
+                          in attention_call_us(args.device, rows, length, heads, head_dim).items()]))
 
 
 def report_profile(steps, times, n, device):
     """Where each model's step goes (``--profile``), and the top host ops of two of them."""
     print(f"\nProfiled, {n} steps of each model (torch.profiler; its own overhead slows the host, not the GPU):\n")
-    print("| model | step in the rounds, ms | GPU busy, ms per step | GPU busy / step | kernel launches per step |")
-    print("| --- | --- | --- | --- | --- |")
-    tables = {}
+    tables, rows = {}, []
     for name, step in steps.items():
         if isinstance(times[name], Exception):
             continue
         averages, busy, launches = profile(step, n, device)
         ms = sorted(times[name])[len(times[name]) // 2]
         share = "–" if busy is None else f"{busy / ms:.0%}"
-        print(f"| {name} | {ms:.1f} | {'–' if busy is None else f'{busy:.1f}'} | {share} | {launches:.0f} |")
+        rows.append([name, f"{ms:.1f}", "–" if busy is None else f"{busy:.1f}", share, f"{launches:.0f}"])
         tables[name] = averages
+    print(markdown.table(["model", "step in the rounds, ms", "GPU busy, ms per step", "GPU busy / step",
+                          "kernel launches per step"], rows))
     for name in (VARIANTS[0][0], "alpha-entmax, fused"):
         if name in tables:
             print(f"\n{name}: the ops with the most host time (self), over {n} steps")

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fairseq_sparse import markdown
 from fairseq_sparse.entmax import fused_attention
 from fairseq_sparse.entmax import attention_kernel
 from fairseq_sparse.modules.alpha_entmax_attention import AlphaEntmaxAttention
@@ -196,20 +197,18 @@ def main():
     }
     print(f"self-attention, {args.batch} sentences of {args.length} tokens, {H} heads of {E // H}; "
           "one forward and backward pass\n")
-    print("| attention | aten ops, padding mask | aten ops, causal | read-backs | Triton launches |")
-    print("| --- | --- | --- | --- | --- |")
+    rows = []
     for name, make in modules.items():
         padded, read_backs, launches = count(make(), x, False, key_padding_mask)
         causal, _, _ = count(make(), x, True, key_padding_mask)
-        print(f"| {name} | {padded} | {causal} | {read_backs} | {launches} |")
+        rows.append([name, padded, causal, read_backs, launches])
+    print(markdown.table(["attention", "aten ops, padding mask", "aten ops, causal", "read-backs", "Triton launches"],
+                         rows))
     print("\n(per-head alpha on CPU tensors reads alpha back once to check its range, which CUDA skips; "
           "the explicit rows' Triton launches are the row-wise normaliser's, not counted here)")
     if args.step:
         print("\none training step, forward and backward, 2 + 2 layers, 16 sentences of about 16 tokens\n")
-        print("| model | read-backs |")
-        print("| --- | --- |")
-        for name, read_backs in step_read_backs().items():
-            print(f"| {name} | {read_backs} |")
+        print(markdown.table(["model", "read-backs"], [[name, n] for name, n in step_read_backs().items()]))
     if args.step_host:
         print()
         report_step_host(args.step_host)
@@ -220,11 +219,11 @@ def report_step_host(rounds):
     stock = next(iter(times))
     print(f"host time of a training step (forward, loss, backward), one CPU thread, Triton kernels stubbed; "
           f"6 + 6 layers, 64 wide, 16 sentences of 4 tokens; {rounds} rounds\n")
-    print("| model | host ms per step (median) | / stock: median (quartiles) |")
-    print("| --- | --- | --- |")
+    rows = []
     for name, runs in times.items():
         ratio, q1, q3 = paired_ratio(runs, times[stock])
-        print(f"| {name} | {sorted(runs)[len(runs) // 2]:.1f} | {ratio:.2f} ({q1:.2f}-{q3:.2f}) |")
+        rows.append([name, f"{sorted(runs)[len(runs) // 2]:.1f}", f"{ratio:.2f} ({q1:.2f}-{q3:.2f})"])
+    print(markdown.table(["model", "host ms per step (median)", "/ stock: median (quartiles)"], rows))
 
 
 if __name__ == "__main__":

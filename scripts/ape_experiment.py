@@ -66,6 +66,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fairseq_sparse import markdown
 from fairseq_sparse.ape.triplets import write_triplets
 from fairseq_sparse.experiments import FAIRSEQ_TRAIN, epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
 
@@ -428,13 +429,14 @@ def write_table(args, title, sizes, tuning):
              f"beam {args.beam}. {scorer.spelling}. Kept: test sentences whose output is the MT (by the gate or by "
              "the beam)." + (" An ensemble's updates are each member's, its target tokens all members' together, "
                              "its wall time the longest member's (they train at once)." if ensembles else ""), "",
-             "| system | TER | BLEU | modified | improved | deteriorated | kept | updates | target tokens | "
-             "training wall time | device |", "|" + " --- |" * 11]
-    for name, (ter, bleu, effects), kept, trained in rows:
-        budget = (f"{trained['updates']} | {trained['tokens'] / 1e6:.2f}M | {trained['seconds'] / 60:.0f} min | "
-                  f"{trained['device']}" if trained else "– | – | – | –")
-        lines.append(f"| {name} | {ter:.2f} | {bleu:.2f} | {effects['modified']} | {effects['improved']} | "
-                     f"{effects['deteriorated']} | {'–' if kept is None else kept} | {budget} |")
+             markdown.table(
+                 ["system", "TER", "BLEU", "modified", "improved", "deteriorated", "kept", "updates", "target tokens",
+                  "training wall time", "device"],
+                 [[name, f"{ter:.2f}", f"{bleu:.2f}", effects["modified"], effects["improved"],
+                   effects["deteriorated"], "–" if kept is None else kept,
+                   *([trained["updates"], f"{trained['tokens'] / 1e6:.2f}M", f"{trained['seconds'] / 60:.0f} min",
+                      trained["device"]] if trained else ["–"] * 4)]
+                  for name, (ter, bleu, effects), kept, trained in rows])]
     lines += ["", f"TER signature: `{scorer.signatures[0]}`; BLEU signature: `{scorer.signatures[1]}`",
               "", "Training settings: see each system's train.log (fairseq prints its whole configuration)."]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -23,6 +23,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from fairseq_sparse import markdown
 from fairseq_sparse.ape.triplets import write_triplets
 from fairseq_sparse.experiments import read_corpus, run_logged
 
@@ -104,12 +105,12 @@ def main(argv=None):
               "source_worth_bits_per_mt_token": round(losses[f"{s}_src_swapped_mt_as_target"]
                                                       - losses[f"{s}_mt_as_target"], 4)}
     (args.out / "ablation.json").write_text(json.dumps(result, indent=1) + "\n")
-    rows = [f"| {'MT' if target == 'mt' else 'post-edit'} | {'another sentence' if swap else 'its own'} | "
-            f"{losses[s + suffix]:.4f} |" for suffix, (target, swap) in CONDITIONS.items()]
+    rows = [["MT" if target == "mt" else "post-edit", "another sentence" if swap else "its own",
+             f"{losses[s + suffix]:.4f}"] for suffix, (target, swap) in CONDITIONS.items()]
     (args.out / "ablation.md").write_text("\n".join([
         f"Source ablation of {args.path} on {len(texts['src'])} {s} triplets of {args.data} (fairseq-validate's "
         "nll_loss, bits per target token):", "",
-        "| target | src | bits per token |", "| --- | --- | --- |", *rows, "",
+        markdown.table(["target", "src", "bits per token"], rows), "",
         f"What the right source is worth: {result['source_worth_bits_per_pe_token']:+.4f} bits per post-edit token, "
         f"{result['source_worth_bits_per_mt_token']:+.4f} per MT token.", ""]))
     print((args.out / "ablation.md").read_text(), end="")

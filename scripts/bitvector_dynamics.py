@@ -36,6 +36,7 @@ import itertools
 import math
 from pathlib import Path
 
+from fairseq_sparse import markdown
 from fairseq_sparse.experiments import interval_metrics
 
 CURVES = (("decoder_calls", "codes decoded per image"), ("code_entropy_bits", "entropy of q (bits per image)"),
@@ -91,7 +92,7 @@ def table(runs, updates, early):
     head = (["run", "updates", "first update with q's entropy under 0.01 bits"]
             + [f"entropy / shared / spread at {u}" for u in updates]
             + [f"gradient alignment, updates 1-{early}", "positive bits at the end", "codes per image at the end"])
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    rows = []
     for label, entries in runs:
         row = [label, str(int(entries[-1]["num_updates"])),
                str(first_update(entries, lambda e: e["code_entropy_bits"] < ONE_CODE_BITS) or "never")]
@@ -102,8 +103,8 @@ def table(runs, updates, early):
         row.append("–" if alignment is None else f"{alignment:.3f}")
         row.append(f"{entries[-1]['positive_bits']:.1f}" if "positive_bits" in entries[-1] else "–")
         row.append(f"{entries[-1]['decoder_calls']:.2f}")
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return markdown.table(head, rows)
 
 
 def plot(runs, path):

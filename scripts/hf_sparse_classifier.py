@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from transformers import AutoTokenizer, BertForSequenceClassification  # noqa: E402
 
 import fairseq_sparse.hf as hf  # noqa: E402
+from fairseq_sparse import markdown  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ("softmax", "entmax15", "alpha_near1", "alpha_random")
@@ -208,9 +209,8 @@ def write_table(args, results, n_train, n_dev, n_test):
     layers = len(next(iter(results.values()))["density"])
     lines = [f"{n_train} training, {n_dev} dev, {n_test} test sentences; {args.updates} updates of {args.batch_size}; "
              f"lr {args.lr}, alpha lr {args.alpha_lr}; {args.bert_model}; torch {torch.__version__}, "
-             f"{torch.get_num_threads()} CPU threads", "",
-             "| run | dev acc. | test acc. | density per layer | s / step (/ softmax) | mean alpha (mean change) | wall |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"{torch.get_num_threads()} CPU threads", ""]
+    rows = []
     for run, r in results.items():
         ratio = f" ({r['seconds_per_step'] / base:.2f}x)" if base else ""
         alpha = "-"
@@ -219,8 +219,10 @@ def write_table(args, results, n_train, n_dev, n_test):
             moved = [c for row in r["alpha_change"] for c in row]
             alpha = f"{sum(flat) / len(flat):.3f} ({sum(moved) / len(moved):+.3f})"
         density = " ".join(f"{d:.2f}" for d in r["density"][:layers])
-        lines.append(f"| {run} | {r['dev_accuracy']:.2f} | {r['test_accuracy']:.2f} | {density} | "
-                     f"{r['seconds_per_step']:.2f}{ratio} | {alpha} | {r['wall_seconds'] / 60:.1f} min |")
+        rows.append([run, f"{r['dev_accuracy']:.2f}", f"{r['test_accuracy']:.2f}", density,
+                     f"{r['seconds_per_step']:.2f}{ratio}", alpha, f"{r['wall_seconds'] / 60:.1f} min"])
+    lines.append(markdown.table(["run", "dev acc.", "test acc.", "density per layer", "s / step (/ softmax)",
+                                 "mean alpha (mean change)", "wall"], rows))
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -25,6 +25,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fairseq_sparse import markdown
 from fairseq_sparse.experiments import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,
                                         training_done)
 from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical
@@ -148,10 +149,9 @@ def mean_spread(values, digits=2):
 def table(experiment, runs):
     metric, higher, _ = EXPERIMENTS[experiment]
     label = {"accuracy": "accuracy (%)", "success": "success (%)", "nll_bits_per_dim": "NLL bits/dim"}[metric]
-    lines = [f"### {experiment}" + (" (lower is better)" if not higher else ""), "",
-             f"| estimator | {label} | " + ("neg. ELBO bits/dim | " if metric == "nll_bits_per_dim" else "")
-             + "decoder calls (training mean) | decoder calls (last epoch) | paper | paper calls |",
-             "|---|---|" + ("---|" if metric == "nll_bits_per_dim" else "") + "---|---|---|---|"]
+    header = (["estimator", label] + (["neg. ELBO bits/dim"] if metric == "nll_bits_per_dim" else [])
+              + ["decoder calls (training mean)", "decoder calls (last epoch)", "paper", "paper calls"])
+    rows = []
     # Bits per dimension: estimators differ by hundredths, so three decimals.
     digits = 3 if metric == "nll_bits_per_dim" else 2
     for estimator in sorted(runs):
@@ -163,7 +163,8 @@ def table(experiment, runs):
         row.append(mean_spread([r["train_calls"][-1] for r in results]))
         row.append(str(PAPER.get(experiment, {}).get(estimator, "")))
         row.append(str(PAPER_CALLS.get(experiment, {}).get(estimator, "")))
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    lines = [f"### {experiment}" + (" (lower is better)" if not higher else ""), "", markdown.table(header, rows)]
     seeds = {estimator: len(results) for estimator, results in sorted(runs.items())}
     if len(set(seeds.values())) == 1:
         lines += ["", f"Mean ± standard deviation over {next(iter(seeds.values()))} seed(s)."]

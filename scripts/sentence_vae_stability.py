@@ -40,6 +40,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fairseq_sparse import markdown
 from fairseq_sparse.experiments import FAIRSEQ_TRAIN, at_least, epoch_metrics, job_env, training_done
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,7 +206,7 @@ def table(results, analysed):
                    "the two on valid (to choose on)",
                    "majority class", "length probe R^2 (means)", "active units",
                    "spike pattern: bits the sentence decides / entropy"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for objective, by_setting in results.items():
         for setting, runs in by_setting.items():
             last = [run["valid"][-1] for run in runs]
@@ -229,8 +230,8 @@ def table(results, analysed):
                         mean_spread([run["analysis"]["active_units"] for run in runs
                                      if "active_units" in run["analysis"]], 1),
                         spike_bits(runs)]
-            lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+            rows.append(row)
+    return markdown.table(header, rows)
 
 
 def main(argv=None):

@@ -30,6 +30,7 @@ import json
 import math
 from pathlib import Path
 
+from ..markdown import table
 from ..modules.bert import load_bert_tokenizer
 from .bert_dictionary import model_spelling
 from .decoding import MarginRule, check_decoding_options, word_edits
@@ -223,9 +224,7 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b
     md = [f"# Tuning on {split}: {len(texts['src'])} sentences, {path}, beam {beam}", "",
           f"Doing nothing: TER {baseline[0]:.2f}, BLEU {baseline[1]:.2f}. {scorer.spelling}. Chosen: "
           f"{name} (TER {best['ter']:.2f}). M: --keep-mt-margin (nats per token), E: --keep-mt-max-edits (word "
-          "edits to the MT); off: not used.", "",
-          "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    md += ["| " + " | ".join(c) + " |" for c in cells]
+          "edits to the MT); off: not used.", "", table(header, cells)]
     (out / "grid.md").write_text("\n".join(md) + "\n")
     plot(rows, best, baseline[0], out / "tuning.png", split)
     return chosen
