@@ -30,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import sacrebleu
@@ -50,14 +51,12 @@ def run(cmd, **kw):
     subprocess.run([str(c) for c in cmd], check=True, **kw)
 
 
-def train_command(data, out, normalizer, args):
-    save = out / normalizer
-    save.mkdir(parents=True, exist_ok=True)
-    limit = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours else []
-    if args.patience:
-        limit += ["--patience", args.patience]
+def model_arguments(data, normalizer, args):
+    """fairseq-train's data, model, objective and optimiser arguments: the same for every
+    normaliser, and for its training and its speed measurement."""
+    scale = ["--alpha-lr-scale", args.alpha_lr_scale] if args.alpha_lr_scale != 1.0 else []
     return [BIN / "fairseq-train", data, "--user-dir", REPO / "fairseq_sparse", "--task", "translation",
-            "--arch", "entmax_transformer", "--attention-normalizer", normalizer,
+            "--arch", "entmax_transformer", "--attention-normalizer", normalizer, *scale,
             "--encoder-layers", args.layers, "--decoder-layers", args.layers,
             "--encoder-embed-dim", args.dim, "--decoder-embed-dim", args.dim,
             "--encoder-ffn-embed-dim", 2 * args.dim, "--decoder-ffn-embed-dim", 2 * args.dim,
@@ -65,10 +64,46 @@ def train_command(data, out, normalizer, args):
             "--share-all-embeddings", "--dropout", "0.2", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--max-tokens", "4096",
-            "--max-epoch", args.max_epoch, *limit, "--seed", args.seed, *device_flags(args), "--num-workers", "0",
+            "--seed", args.seed, *device_flags(args), "--num-workers", "0"]
+
+
+def train_command(data, out, normalizer, args):
+    save = out / normalizer
+    save.mkdir(parents=True, exist_ok=True)
+    limit = ["--stop-time-hours", args.stop_time_hours] if args.stop_time_hours else []
+    if args.patience:
+        limit += ["--patience", args.patience]
+    return [*model_arguments(data, normalizer, args), "--max-epoch", args.max_epoch, *limit,
             # Every epoch's checkpoint is kept: they are the alpha trajectories' points.
             "--save-dir", save, "--tensorboard-logdir", out / "tensorboard" / normalizer,
             "--log-format", "json", "--log-file", save / "train.log"]
+
+
+def measure_speed(data, out, args):
+    """{normaliser: [training tokens/s, one per round]}: each model trained ``--speed-updates``
+    updates from its initialisation, alone on the device, the normalisers in a rotated order
+    each round (so that a drift of the machine's speed falls on all of them).  Kept in
+    OUT/speed.json and reused while the measurement's settings are the same."""
+    record, settings = out / "speed.json", {"updates": args.speed_updates, "rounds": args.speed_rounds,
+                                            "normalizers": list(args.normalizers)}
+    if record.exists():
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        if kept["settings"] == settings:
+            return kept["tokens_per_second"]
+    speeds = {n: [] for n in args.normalizers}
+    with tempfile.TemporaryDirectory() as scratch:
+        for r in range(args.speed_rounds):
+            for normalizer in args.normalizers[r % len(args.normalizers):] + args.normalizers[:r % len(args.normalizers)]:
+                log = Path(scratch) / f"{normalizer}{r}.log"
+                run([*model_arguments(data, normalizer, args), "--max-update", args.speed_updates,
+                     "--disable-validation", "--no-save", "--save-dir", Path(scratch) / "save",
+                     "--log-format", "json", "--log-file", log], stdout=subprocess.DEVNULL)
+                summaries = [json.loads(line[line.index("{"):]) for line in log.read_text().splitlines()
+                             if '"train_wps"' in line]
+                speeds[normalizer].append(float(summaries[-1]["train_wps"]))
+    record.write_text(json.dumps({"settings": settings, "tokens_per_second": speeds}, indent=1) + "\n",
+                      encoding="utf-8")
+    return speeds
 
 
 EARLY_STOP = "early stop since valid performance hasn't improved"
@@ -228,6 +263,15 @@ def main(argv=None):
                              "another Multi30k test year")
     parser.add_argument("--seed", type=int, default=1, help="training seed, the same for every model "
                                                             "(default: %(default)s)")
+    parser.add_argument("--alpha-lr-scale", type=float, default=1.0,
+                        help="the alpha-entmax heads' alpha learning rate as a multiple of the model's "
+                             "(entmax_transformer's --alpha-lr-scale; default: %(default)s, the paper's)")
+    parser.add_argument("--speed-updates", type=at_least(0), default=0,
+                        help="measure training tokens/s apart: each model trains this many updates alone, "
+                             "before the runs, once (0: the runs' own mean over epochs; default: %(default)s)")
+    parser.add_argument("--speed-rounds", type=at_least(1), default=2,
+                        help="rounds of that measurement, the normalisers in a rotated order each "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     prepared = args.out / "data"
@@ -238,6 +282,8 @@ def main(argv=None):
     references = args.data.parent / "test.raw.de"
 
     extra = [binarise_test_set(prefix, args.data, args.out) for prefix in args.test_prefix]
+    # Before training, so that no run of ours shares the device with it (kept, then reused).
+    speeds = measure_speed(args.data, args.out, args) if args.speed_updates else None
     train_all(args.data, args.out, args)
     rows = {}
     for normalizer in args.normalizers:
@@ -256,7 +302,18 @@ def main(argv=None):
     limit = f" (or {args.stop_time_hours} h each)" if args.stop_time_hours else ""
     plateau = f", stopped after {args.patience} epochs without a better validation loss" if args.patience else ""
     together = f"; {args.jobs} trained at a time on the one device" if args.jobs > 1 else ""
-    base = rows[args.normalizers[0]]["wps"] if "softmax" not in rows else rows["softmax"]["wps"]
+    base_name = "softmax" if "softmax" in rows else args.normalizers[0]
+    if speeds:  # the median over rounds of each round's ratio to the baseline, and the median rate
+        for normalizer, r in rows.items():
+            r["speed"] = (statistics.median(a / b for a, b in zip(speeds[normalizer], speeds[base_name])),
+                          statistics.median(speeds[normalizer]))
+        speed_note = (f" Tokens/s: each model alone for {args.speed_updates} updates from its initialisation, "
+                      f"median of {args.speed_rounds} rounds.")
+    else:
+        for normalizer, r in rows.items():
+            r["speed"] = (r["wps"] / rows[base_name]["wps"], r["wps"])
+        speed_note = " Tokens/s: the training runs' own, mean over epochs" + (
+            " (trained side by side, so comparable with each other only)." if args.jobs > 1 else ".")
 
     def per_site(values, fmt):
         # NaN: a checkpoint written before the initial alphas were kept.
@@ -267,13 +324,13 @@ def main(argv=None):
         f"Model: entmax_transformer, {args.layers}+{args.layers} layers, {args.dim} wide, {args.heads} heads, "
         f"shared embeddings, sentencepiece 8k; at most {args.max_epoch} epochs{limit}{plateau}, seed {args.seed}, "
         f"{device_name(args)}{together}. Test: test_2016_flickr, beam 5; density and diversity on the "
-        "validation split.", "",
+        "validation split." + speed_note, "",
         f"sacrebleu signature: `{signature}`", "",
         markdown.table(
-            ["attention", "BLEU", "epochs", "train tokens/s vs softmax", "updates", "training wall time",
+            ["attention", "BLEU", "epochs", f"train tokens/s vs {base_name}", "updates", "training wall time",
              "density enc / dec / cross", "mean alpha enc / dec / cross",
              "largest alpha change since initialisation enc / dec / cross"],
-            [[normalizer, f"{r['bleu']:.2f}", r["epochs"], f"{r['wps'] / base:.2f} ({r['wps']:.0f} tok/s)",
+            [[normalizer, f"{r['bleu']:.2f}", r["epochs"], f"{r['speed'][0]:.2f} ({r['speed'][1]:.0f} tok/s)",
               r["updates"], f"{r['wall'] / 60:.1f} min",
               per_site([r["attention"][s][0] for s in SITES], "{:.3f}"),
               per_site([r["attention"][s][1] for s in SITES], "{:.2f}"),

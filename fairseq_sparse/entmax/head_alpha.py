@@ -36,13 +36,23 @@ class HeadAlpha(nn.Module):
     Below ``FLOAT32_ALPHA_MIN`` (1.01) entmax is computed in float64, off the fused
     GPU kernel, and the alphas are read on the host at every call.
     It is NaN in a model loaded from a checkpoint written before it was kept.
+
+    ``lr_scale`` s gives alpha its own learning rate: the logit is a = s * pre_alpha.
+    An Adam-type optimizer moves each parameter by about its learning rate per update
+    whatever the gradient's scale, so a then moves by about s times the model's
+    learning rate (under plain SGD, s squared times); s = 1 is the paper's
+    parametrisation.  The checkpoint keeps ``pre_alpha``, so a model is loaded with
+    the scale it was trained with (``--alpha-lr-scale`` is a model option).
     """
 
-    def __init__(self, num_heads, init="random", alpha_min=ALPHA_MIN):
+    def __init__(self, num_heads, init="random", alpha_min=ALPHA_MIN, lr_scale=1.0):
         super().__init__()
         if not 1.0 <= alpha_min < 2.0:
             raise ValueError(f"--alpha-min must lie in [1, 2), got {alpha_min}")
+        if not lr_scale > 0:  # NaN fails this too
+            raise ValueError(f"--alpha-lr-scale must be positive, got {lr_scale}")
         self.alpha_min = float(alpha_min)
+        self.lr_scale = float(lr_scale)
         init = parse_alpha_init(init)
         if init == "random":
             # Uniform in (alpha_min, 2), kept off the open ends where the logit is infinite.
@@ -51,12 +61,12 @@ class HeadAlpha(nn.Module):
             if not alpha_min < init < 2.0:
                 raise ValueError(f"--alpha-init must lie in (alpha_min={alpha_min}, 2), got {init}")
             fraction = torch.full((num_heads,), (init - alpha_min) / (2.0 - alpha_min))
-        self.pre_alpha = nn.Parameter(torch.logit(fraction))
+        self.pre_alpha = nn.Parameter(torch.logit(fraction) / self.lr_scale)
         self.register_buffer("initial_alpha", self().detach().clone())
 
     def forward(self):
         """alpha of each head, shape (num_heads,), strictly above 1."""
-        alpha = self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.pre_alpha)
+        alpha = self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.lr_scale * self.pre_alpha)
         if self.alpha_min == 1.0:  # a saturated sigmoid would round alpha to 1, where entmax is undefined
             alpha = alpha.clamp_min(1.0 + torch.finfo(alpha.dtype).eps)
         return alpha
@@ -70,5 +80,6 @@ class HeadAlpha(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self):
-        return f"num_heads={self.pre_alpha.numel()}, alpha_min={self.alpha_min}"
+        scale = f", lr_scale={self.lr_scale}" if self.lr_scale != 1.0 else ""
+        return f"num_heads={self.pre_alpha.numel()}, alpha_min={self.alpha_min}{scale}"
 

@@ -45,7 +45,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
     """
 
     def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=ALPHA_MIN,
-                 causal_attn_mask=False, **kwargs):
+                 alpha_lr_scale=1.0, causal_attn_mask=False, **kwargs):
         super().__init__(*args, **kwargs)
         # attn_mask, when given, is fairseq's future mask (decoder self-attention).
         self.causal_attn_mask = causal_attn_mask
@@ -56,7 +56,8 @@ class AlphaEntmaxAttention(MultiheadAttention):
         self._dropout_noted = False
         # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
         self.normalizer = get_normalizer(normalizer)
-        self.head_alpha = HeadAlpha(self.num_heads, alpha_init, alpha_min) if self.normalizer.learned else None
+        self.head_alpha = (HeadAlpha(self.num_heads, alpha_init, alpha_min, alpha_lr_scale)
+                           if self.normalizer.learned else None)
         self.skip_embed_dim_check = True
         # Set by analysis code: keep the last attention probabilities (B, H, T, S).
         self.record_attention = False

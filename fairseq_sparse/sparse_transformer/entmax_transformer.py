@@ -57,6 +57,11 @@ class EntmaxTransformerOptions(FairseqDataclass):
         metadata={"help": "lower bound of a learned alpha: alpha = alpha_min + (2 - alpha_min) sigmoid(a); "
                           "1 gives the paper's 1 + sigmoid(a)"},
     )
+    alpha_lr_scale: float = field(
+        default=1.0,
+        metadata={"help": "learning rate of the heads' alphas as a multiple of the model's (under Adam; "
+                          "the alpha logit is this scale times its parameter); 1: the paper's"},
+    )
     output_normalizer: str = field(
         default="softmax",
         metadata={"help": f"normaliser of the output distribution, one of {', '.join(normalizer_names(True))}; "
@@ -135,7 +140,7 @@ class EntmaxTransformerModel(TransformerModel):
                 self_attention=stock.self_attention, encoder_decoder_attention=stock.encoder_decoder_attention,
                 q_noise=getattr(args, "quant_noise_pq", 0), qn_block_size=getattr(args, "quant_noise_pq_block_size", 8),
                 normalizer=normalizers[model.normalizer_site(site)], alpha_init=alpha_init,
-                alpha_min=options.alpha_min, causal_attn_mask=site == "decoder",
+                alpha_min=options.alpha_min, alpha_lr_scale=options.alpha_lr_scale, causal_attn_mask=site == "decoder",
             )
             missing, unexpected = sparse.load_state_dict(stock.state_dict(), strict=False)
             assert not unexpected and all("alpha" in k for k in missing), (missing, unexpected)

@@ -40,6 +40,9 @@ def test_gradient_reaches_pre_alpha_near_the_bound():
     (dict(init=1.005, alpha_min=1.01), "--alpha-init"),
     (dict(init="sometimes"), "--alpha-init"),
     (dict(alpha_min=2.0), "--alpha-min"),
+    (dict(lr_scale=0.0), "--alpha-lr-scale"),
+    (dict(lr_scale=-1.0), "--alpha-lr-scale"),
+    (dict(lr_scale=float("nan")), "--alpha-lr-scale"),
 ])
 def test_bad_options_name_the_option(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -75,3 +78,30 @@ def test_a_checkpoint_without_initial_alpha_loads_it_as_unknown():
     fresh = HeadAlpha(3, init=1.2)
     fresh.load_state_dict({}, strict=False)
     torch.testing.assert_close(fresh.initial_alpha, torch.full((3,), 1.2))
+
+
+@pytest.mark.parametrize("scale", [0.5, 10.0])
+def test_lr_scale_starts_alike_and_moves_the_logit_that_many_times_as_far_under_adam(scale):
+    """The same alphas at initialisation (random draws included) and, with Adam at the same
+    learning rate, logit steps ``scale`` times those of the paper's parametrisation."""
+    heads = {}
+    for s in (1.0, scale):
+        torch.manual_seed(3)
+        heads[s] = HeadAlpha(4, init="random", lr_scale=s)
+    torch.testing.assert_close(heads[scale](), heads[1.0]())
+    torch.testing.assert_close(heads[scale].initial_alpha, heads[1.0].initial_alpha)
+    logit = {}
+    for s, head in heads.items():
+        start = head.lr_scale * head.pre_alpha.detach().clone()
+        optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
+        for _ in range(3):  # a loss pulling every head towards alpha = 1.6
+            optimizer.zero_grad()
+            ((head() - 1.6) ** 2).sum().backward()
+            optimizer.step()
+        logit[s] = head.lr_scale * head.pre_alpha.detach() - start
+    # Adam's first steps are +-lr whatever the gradient's size: exactly in proportion.
+    torch.testing.assert_close(logit[scale], scale * logit[1.0], rtol=1e-3, atol=1e-7)
+    assert bool((logit[1.0].abs() > 2e-3).all())
+    restored = HeadAlpha(4, init="random", lr_scale=scale)
+    restored.load_state_dict(heads[scale].state_dict())
+    torch.testing.assert_close(restored(), heads[scale]())

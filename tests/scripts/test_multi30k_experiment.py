@@ -1,6 +1,9 @@
 """The Multi30k experiment script end to end, at toy size on a slice of the real data."""
 
+import json
 import re
+
+import torch
 
 from tests.conftest import run_script
 from tests.data_prep.test_prepare_translation import mirror, prepare
@@ -12,7 +15,8 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     prepare(tmp_path / "data", raw)
     out = tmp_path / "exp"
     proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
-                      "--max-epoch", "2", "--dim", "32", "--layers", "1", "--jobs", "3", "--test-prefix", raw / "val")
+                      "--max-epoch", "2", "--dim", "32", "--layers", "1", "--jobs", "3", "--test-prefix", raw / "val",
+                      "--alpha-lr-scale", "5", "--speed-updates", "2", "--speed-rounds", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results
@@ -49,3 +53,10 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     assert [int(u) for u in re.findall(r"^\| (\d+) \|", trajectory, re.M)][0] == 0
     assert len(re.findall(r"^\| (\d+) \|", trajectory, re.M)) == 3
     assert "bimodality coefficient" in report and "| role | site, layer | head | score |" in report
+    # --alpha-lr-scale reached the alpha-entmax model; tokens/s measured apart, each model alone.
+    model_cfg = torch.load(out / "alpha_entmax" / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    assert model_cfg.alpha_lr_scale == 5.0  # a namespace: fairseq keeps a --user-dir architecture's options so
+    speed = json.loads((out / "speed.json").read_text())
+    assert speed["settings"] == {"updates": 2, "rounds": 2, "normalizers": ["softmax", "entmax15", "alpha_entmax"]}
+    assert all(len(v) == 2 and min(v) > 0 for v in speed["tokens_per_second"].values())
+    assert "Tokens/s: each model alone for 2 updates from its initialisation, median of 2 rounds." in results

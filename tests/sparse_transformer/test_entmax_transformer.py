@@ -58,6 +58,19 @@ def test_per_site_normalisers_and_bad_option(multi30k_bin):
         build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--encoder-attention-normalizer", "relu")
 
 
+def test_alpha_lr_scale_reaches_every_learned_head(multi30k_bin):
+    """--alpha-lr-scale is each HeadAlpha's: the same alphas as without it, and a bad value
+    named before anything trains."""
+    _, plain = build(multi30k_bin, "--arch", "entmax_transformer_tiny", seed=4)
+    _, scaled = build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--alpha-lr-scale", "20", seed=4)
+    heads = [m.head_alpha for _, _, m in scaled.attention_modules()]
+    assert heads and {h.lr_scale for h in heads} == {20.0}
+    for key, alphas in plain.head_alphas().items():
+        torch.testing.assert_close(scaled.head_alphas()[key], alphas)
+    with pytest.raises(ValueError, match="--alpha-lr-scale must be positive, got 0.0"):
+        build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--alpha-lr-scale", "0")
+
+
 def alpha_params(checkpoint):
     state = torch.load(checkpoint)["model"]
     return {k: v for k, v in state.items() if "alpha" in k}
