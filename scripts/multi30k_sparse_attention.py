@@ -44,6 +44,9 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NORMALIZERS = ("softmax", "entmax15", "alpha_entmax")
 SITES = ("encoder", "decoder", "cross")
+# The training schedule: Adam at a peak learning rate of LR, warmed up from 0 over WARMUP
+# updates, then inverse square root (fairseq's inverse_sqrt).
+LR, WARMUP = 1e-3, 400
 
 
 def run(cmd, **kw):
@@ -62,8 +65,8 @@ def model_arguments(data, normalizer, args):
             "--encoder-ffn-embed-dim", 2 * args.dim, "--decoder-ffn-embed-dim", 2 * args.dim,
             "--encoder-attention-heads", args.heads, "--decoder-attention-heads", args.heads,
             "--share-all-embeddings", "--dropout", "0.2", "--criterion", "label_smoothed_cross_entropy",
-            "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--max-tokens", "4096",
+            "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", LR,
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", WARMUP, "--max-tokens", "4096",
             "--seed", args.seed, *device_flags(args), "--num-workers", "0"]
 
 
@@ -237,6 +240,39 @@ def attention_summary(checkpoint, data):
     return by_site, {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
 
 
+def learning_rate(n):
+    """The learning rate fairseq's inverse_sqrt schedule sets after n updates (the rate of update n + 1)."""
+    return LR * n / WARMUP if n < WARMUP else LR * math.sqrt(WARMUP / n)
+
+
+def alpha_reach(save):
+    """Per epoch checkpoint of an alpha-entmax run: (epoch, updates, Adam's bound on how far any head's
+    alpha logit can have moved, the largest and the median logit moved, heads gone denser, heads).
+    Adam's step is at most its learning rate whatever the gradient (Kingma & Ba 2015, Sec. 2.1,
+    with beta1 = 0.9 and beta2 = 0.98), so the bound is the schedule's sum of learning rates
+    (times --alpha-lr-scale); a head near it moved as fast as Adam allows."""
+    rows = []
+    for checkpoint in epoch_checkpoints(save):
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        model_cfg = state["cfg"]["model"]
+        alpha_min = float(getattr(model_cfg, "alpha_min", 1.01))
+        scale = float(getattr(model_cfg, "alpha_lr_scale", 1.0) or 1.0)
+        updates = int(state["optimizer_history"][-1]["num_updates"])
+        moved, denser = [], 0
+        for key, pre_alpha in state["model"].items():
+            if not key.endswith("head_alpha.pre_alpha"):
+                continue
+            initial = state["model"][key[:-len("pre_alpha")] + "initial_alpha"]
+            start = torch.logit((initial - alpha_min) / (2.0 - alpha_min))
+            moved.append((scale * pre_alpha - start).abs())
+            denser += int((scale * pre_alpha < start).sum())
+        moved = torch.cat(moved)
+        bound = scale * sum(learning_rate(n) for n in range(updates))
+        rows.append((int(checkpoint.stem[len("checkpoint"):]), updates, bound, float(moved.max()),
+                     float(moved.median()), denser, moved.numel()))
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "multi30k",
@@ -353,6 +389,16 @@ def main(argv=None):
                 lines.append(f"\n{normalizer}: fairseq-generate gave no output for {missing} sentences of {name} "
                              "(scored as empty).")
     if "alpha_entmax" in rows:
+        reach = alpha_reach(args.out / "alpha_entmax")
+        lines += ["", "How far the alphas could move: Adam's step is at most its learning rate, so after U updates "
+                  "no head's alpha logit a (alpha = alpha_min + (2 - alpha_min) sigmoid(a)) can have moved more than "
+                  "the schedule's summed learning rate; a head near that bound moved as fast as the optimiser "
+                  "allows.", "",
+                  markdown.table(["epoch checkpoint", "updates", "bound on the logit's move", "largest move",
+                                  "median move", "heads gone denser"],
+                                 [[epoch, u, f"{b:.3g}", f"{top:.3g} ({top / b:.2f} of the bound)" if b else f"{top:.3g}",
+                                   f"{mid:.3g}", f"{d} of {n}"]
+                                  for epoch, u, b, top, mid, d, n in reach])]
         lines += ["", "Alpha-entmax attention report (alpha histograms and bimodality, trajectories, head roles): "
                   "[alpha_entmax_report/report.md](alpha_entmax_report/report.md)"]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -60,3 +60,10 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     assert speed["settings"] == {"updates": 2, "rounds": 2, "normalizers": ["softmax", "entmax15", "alpha_entmax"]}
     assert all(len(v) == 2 and min(v) > 0 for v in speed["tokens_per_second"].values())
     assert "Tokens/s: each model alone for 2 updates from its initialisation, median of 2 rounds." in results
+    # How far Adam let the alphas move, per epoch checkpoint: never past the summed learning rate.
+    number = r"([0-9.]+(?:e-[0-9]+)?)"
+    reach = re.findall(rf"^\| (\d) \| (\d+) \| {number} \| {number} \(([0-9.]+) of the bound\) \| {number} "
+                       r"\| (\d+) of 12 \|$",
+                       results.split("How far the alphas could move")[1], re.M)
+    assert [int(r[0]) for r in reach] == [1, 2] and int(reach[1][1]) > int(reach[0][1])
+    assert all(0 < float(r[3]) <= 1.01 * float(r[2]) and float(r[5]) <= float(r[3]) for r in reach)
