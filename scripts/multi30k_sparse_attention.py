@@ -248,7 +248,7 @@ def learning_rate(n):
 def alpha_reach(save):
     """Per epoch checkpoint of an alpha-entmax run: (epoch, updates, Adam's bound on how far any head's
     alpha logit can have moved, the largest and the median logit moved, heads gone denser, heads).
-    Adam's step is at most its learning rate whatever the gradient (Kingma & Ba 2015, Sec. 2.1,
+    Adam's step is bounded by about its learning rate whatever the gradient (Kingma & Ba 2015, Sec. 2.1,
     with beta1 = 0.9 and beta2 = 0.98), so the bound is the schedule's sum of learning rates
     (times --alpha-lr-scale); a head near it moved as fast as Adam allows."""
     rows = []
@@ -390,7 +390,7 @@ def main(argv=None):
                              "(scored as empty).")
     if "alpha_entmax" in rows:
         reach = alpha_reach(args.out / "alpha_entmax")
-        lines += ["", "How far the alphas could move: Adam's step is at most its learning rate, so after U updates "
+        lines += ["", "How far the alphas could move: Adam's step is bounded by about its learning rate, so after U updates "
                   "no head's alpha logit a (alpha = alpha_min + (2 - alpha_min) sigmoid(a)) can have moved more than "
                   "the schedule's summed learning rate; a head near that bound moved as fast as the optimiser "
                   "allows.", "",
