@@ -12,10 +12,9 @@ Triton row-wise normaliser).  Every figure is a ratio to the stock transformer i
 same run, taken round by round: all the models stay on the GPU, every round gives each
 of them one step on the same batch, in a rotating order (``timing.interleaved_ms``), and
 a ratio is the median over the rounds of stock step time / the model's, per target
-token, with its quartiles.  (Timing one model's steps after another's let the host's
-drift fall on some models and not others: the explicit alpha-entmax row, whose code had
-not changed, read 0.96x in one run and 0.72x in another.)  Peak memory is measured
-first, one model at a time on the GPU.
+token, with its quartiles (timing one model's steps after another's would let the host's
+drift fall on some models and not others).  Peak memory is measured first, one model at a
+time on the GPU.
 
     python benchmarks/bench_training_gpu.py [--length 30] [--tokens 4096] [--steps 30] [--profile 5]
 

@@ -174,8 +174,8 @@ run)
         timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log"
         echo "== $((SECONDS - start)) s of $limit" | tee -a "$OUT/$log"
     }
-    # The tests compile a kernel variant each (about 11 s apiece on the device's CPU: 12 of 76 ran
-    # in minutes), so they run on 8 workers (pytest-xdist, in the device image).
+    # Each test compiles a kernel variant, which takes the device's CPU long enough that
+    # they run on 8 workers (pytest-xdist, in the device image).
     wanted tests && step 150 cuda_tests.log python3 -m pytest -q -x -n 8 -p no:cacheprovider \
         tests/entmax/test_entmax_attention.py tests/modules/test_fused_attention_path.py \
         tests/entmax/test_triton_kernel.py

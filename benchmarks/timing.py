@@ -1,13 +1,12 @@
 """Timing for the attention benchmarks: variants timed in turn, ratios taken round by round.
 
-Timing one variant after another (the median of its runs, then the next variant's) let
-the drift of a machine fall on some variants and not others: on one H100 (2026-11-27)
-four runs of the same causal T = 512 comparison gave SDPA 0.34 to 0.48 ms and our
-kernel 1.7x to 4.1x SDPA, AdaSplash faster in one run and slower in three. So every
-round here times each variant once, in a rotating order, and a ratio of two variants is
-the median of their ratios within a round, with its quartiles to show what is left of
-the noise. A sample is as many back-to-back calls as last ``min_ms`` (queued, as in
-training), so that launch jitter does not dominate a 0.3 ms call.
+Timing one variant after another (the median of its runs, then the next variant's) lets
+the drift of a machine fall on some variants and not others (docs/notes/fused-attention.md
+shows how far apart such runs fell). So every round here times each variant once, in a
+rotating order, and a ratio of two variants is the median of their ratios within a round,
+with its quartiles to show what is left of the noise. A sample is as many back-to-back
+calls as last ``min_ms`` (queued, as in training), so that launch jitter does not dominate
+a call shorter than a millisecond.
 """
 
 import argparse

@@ -90,12 +90,10 @@ SYSTEMS = {  # name: (table label, fairseq-train arguments of its own)
 AUTO_SHARE = 0.9
 # --max-update auto: a checkpoint (and a dev validation) about every this many seconds of
 # training, counted in updates at the probe's pace, instead of at every epoch's end and
-# every 250 updates.  At a GPU's large batches (16,384 tokens) an epoch of pharma lasts
-# about 110 updates (some 12 s on an H100), and each save writes the weights and Adam's
-# state twice (checkpoint_last and the interval's file: about 2 s there); per epoch, saves
-# and validations would take about a quarter of the cap, which the probe does not time, so
-# the cap would stop training well before the schedule's end.  An interrupted run loses at
-# most this much.
+# every 250 updates: at a GPU's large batches an epoch lasts seconds, and saves and
+# validations at every epoch's end, which the probe does not time, would stop training
+# well before the schedule's end (docs/notes/ape.md#a-time-capped-gpu).  An interrupted
+# run loses at most this much.
 AUTO_SAVE_SECONDS = 90
 # fairseq's --save-interval and --validate-interval count epochs: one no run reaches.
 NO_EPOCH_INTERVAL = 10**6

@@ -6,7 +6,7 @@ bash scripts/setup_env.sh
 # One pytest-xdist worker per core (at most 4; PYTEST_WORKERS overrides, `-n 0` runs
 # serially). Each worker and the fairseq-train processes it starts use one intra-op
 # thread: with torch's default of one thread per core, N workers oversubscribe the
-# cores and spin-wait (measured on 2 cores: 19 min with 2 threads each, 14 with 1).
+# cores and spin-wait (docs/notes/stack.md#the-test-suites-time).
 workers=${PYTEST_WORKERS:-$(.venv/bin/python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # No path here: pytest.ini's testpaths runs tests/ unless the arguments name paths of their own.

@@ -16,7 +16,7 @@ fi
 echo "[setup] creating $VENV (torch 2.13.0 CPU, ve-fairseq 0.12.3 without torchaudio, pinned deps)"
 "$PYTHON" -m venv "$VENV"
 # pip byte-compiles what it installs one file at a time; compileall below does it on
-# every core (measured on 2 cores: 111 s of installs became 40 s plus 29 s).
+# every core (docs/notes/stack.md#the-test-suites-time).
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip setuptools wheel
 "${pip[@]}" install --no-compile torch==2.13.0
