@@ -46,12 +46,43 @@ def job_env(jobs):
     """The environment for one of ``jobs`` runs at the same time: OMP_NUM_THREADS as set by
     the user, else this machine's cores shared out (at least 1 each), so that the runs
     together do not ask for more threads than there are cores (oversubscribed, OpenMP's
-    threads wait on each other: two sentence-VAE runs of 2 threads each on 2 cores trained
-    at 0.36 updates/s each, two of 1 thread at 1.2), and glibc's malloc told to keep freed
-    memory (``MALLOC_KEEP``)."""
+    threads wait on each other, and the runs train several times slower), and glibc's
+    malloc told to keep freed memory (``MALLOC_KEEP``)."""
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
     # The user's own malloc tunables win.
     return {**MALLOC_KEEP, **os.environ, "OMP_NUM_THREADS": threads}
+
+
+def training_env(device, members=1, tf32=False):
+    """fairseq-train's environment for one of ``members`` models trained side by side (None:
+    this process's): with ``tf32``, PyTorch's override that lets float32 matrix products run
+    on tensor cores (inputs rounded to TF32's 10-bit mantissa, sums in float32); on CPU, the
+    cores shared out among the members (each with torch's default of a thread per core, they
+    would oversubscribe them and spin-wait), unless OMP_NUM_THREADS already says how many."""
+    env = {}
+    if tf32:
+        env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
+    if device == "cpu" and members > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // members))
+    return dict(os.environ, **env) if env else None
+
+
+def device_name(device, members=1, amp=False, tf32=False):
+    """The device training ran on, as a results table names it, with its precision where not
+    float32; on CPU with the threads a model trained with (each member's, for ``members``
+    models trained side by side: :func:`training_env` shares the cores out)."""
+    import platform
+
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_name(0) + (", mixed precision (float16)" if amp else ", TF32" if tf32 else "")
+    precision = ", mixed precision (bfloat16)" if amp else ""
+    processor = platform.processor() or platform.machine()
+    if members == 1:
+        return f"CPU ({processor}, {torch.get_num_threads()} threads){precision}"
+    threads = (training_env(device, members) or os.environ).get("OMP_NUM_THREADS", torch.get_num_threads())
+    return f"CPU ({processor}, {threads} threads a member){precision}"
 
 
 def run_logged(cmd, log, env=None, append=False):

@@ -61,14 +61,14 @@ target tokens together and the wall time of the longest.
 
 import argparse
 import json
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fairseq_sparse import markdown
 from fairseq_sparse.ape.triplets import write_triplets
-from fairseq_sparse.experiments import FAIRSEQ_TRAIN, epoch_metrics, held_out, interval_metrics, read_corpus, run_logged
+from fairseq_sparse.experiments import (FAIRSEQ_TRAIN, device_name, epoch_metrics, held_out, interval_metrics,
+                                        read_corpus, run_logged, training_env)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "ape"
@@ -150,7 +150,7 @@ def updates_per_second(system, data, args, save, seed):
     interval = args.probe_updates // 5
     proc = run_logged(fairseq_train(system, data, args, probe, args.probe_updates, interval,
                                     ["--no-save", "--disable-validation", "--log-interval", interval], seed),
-                      probe / "train.log", env=training_env(args))
+                      probe / "train.log", env=training_env(args.device, args.seeds, args.tf32))
     rates = [entry["ups"] for entry in interval_metrics(proc.stdout)[1:] if entry.get("ups", 0) > 0]
     if not rates:
         raise SystemExit(f"--max-update auto: the probe logged no timed interval; its log is {probe / 'train.log'}")
@@ -161,20 +161,6 @@ def member_dir(args, system, seed):
     """Where one member of a system trains: seed 1 in --out/SYSTEM (a single model's place),
     seed k in --out/SYSTEM/seed-k."""
     return args.out / system if seed == 1 else args.out / system / f"seed-{seed}"
-
-
-def training_env(args):
-    """fairseq-train's environment (None: this process's): with --tf32, PyTorch's override that
-    lets float32 matrix products run on tensor cores (inputs rounded to TF32's 10-bit mantissa,
-    sums in float32); decoding, in this process, stays float32.  Members trained side by side
-    on CPU share its cores (each with torch's default of a thread per core, they would
-    oversubscribe them and spin-wait), unless OMP_NUM_THREADS already says how many."""
-    env = {}
-    if args.tf32:
-        env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
-    if args.device == "cpu" and args.seeds > 1 and "OMP_NUM_THREADS" not in os.environ:
-        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // args.seeds))
-    return dict(os.environ, **env) if env else None
 
 
 def train_system(system, data, args):
@@ -220,7 +206,7 @@ def train(system, data, args, seed=1):
     resuming = (save / "checkpoint_last.pt").is_file()
     proc = run_logged(fairseq_train(system, data, args, save, max_update, warmup, [
         *stop, *saving(args, totals), "--no-epoch-checkpoints", "--keep-interval-updates", "1", "--log-interval", "50",
-        "--tensorboard-logdir", board], seed), save / "train.log", env=training_env(args), append=resuming)
+        "--tensorboard-logdir", board], seed), save / "train.log", env=training_env(args.device, args.seeds, args.tf32), append=resuming)
     seconds = time.time() - started
     epochs = epoch_metrics(proc.stdout).get("train", [])
     previous = totals["updates"]
@@ -354,7 +340,7 @@ def main(argv=None):
     corpus, title = DOMAINS[args.domain]
     args.corpus = Path(args.corpus or corpus)
     args.out = args.out or REPO / "outputs" / f"ape-{args.domain}"
-    args.device_name = device_name(args)
+    args.device_name = device_name(args.device, args.seeds, args.amp, args.tf32)
 
     from fairseq_sparse.ape import tuning  # fairseq is imported here, after the options are checked
 
@@ -377,25 +363,6 @@ def main(argv=None):
                 settings[f"best_{gate}"] = tuning.setting_of(best)
         tuning.decode_test(split="test", settings=settings, out=save / "test", trained=totals, **editor_args)
     write_table(args, title, sizes, tuning)
-
-
-def device_name(args):
-    """The device training ran on, as the table names it, with its precision where not float32;
-    on CPU with the threads a model trained with (each member's, for an ensemble: training_env
-    shares the cores out)."""
-    import platform
-
-    import torch
-
-    if args.device == "cuda":
-        return torch.cuda.get_device_name(0) + (", mixed precision (float16)" if args.amp else
-                                                ", TF32" if args.tf32 else "")
-    precision = ", mixed precision (bfloat16)" if args.amp else ""
-    processor = platform.processor() or platform.machine()
-    if args.seeds == 1:
-        return f"CPU ({processor}, {torch.get_num_threads()} threads){precision}"
-    threads = (training_env(args) or os.environ).get("OMP_NUM_THREADS", torch.get_num_threads())
-    return f"CPU ({processor}, {threads} threads a member){precision}"
 
 
 def write_table(args, title, sizes, tuning):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import sacrebleu
 import torch
-from fairseq_sparse.experiments import at_least, generate_hypotheses
+from fairseq_sparse.experiments import at_least, device_name, generate_hypotheses
 
 from fairseq_sparse import markdown
 from fairseq_sparse.ape.triplets import read_lines
@@ -200,12 +200,6 @@ def device_flags(args):
     return ["--cpu"] if args.device == "cpu" else []
 
 
-def device_name(args):
-    if args.device == "cpu":
-        return f"CPU ({torch.get_num_threads()} threads)"
-    return torch.cuda.get_device_name()
-
-
 def bleu(data, checkpoint, references, args):
     gen = subprocess.run(
         [str(BIN / "fairseq-generate"), str(data), "--user-dir", str(REPO / "fairseq_sparse"), "--path", str(checkpoint),
@@ -359,7 +353,7 @@ def main(argv=None):
         "# Multi30k en-de: softmax vs 1.5-entmax vs alpha-entmax attention", "",
         f"Model: entmax_transformer, {args.layers}+{args.layers} layers, {args.dim} wide, {args.heads} heads, "
         f"shared embeddings, sentencepiece 8k; at most {args.max_epoch} epochs{limit}{plateau}, seed {args.seed}, "
-        f"{device_name(args)}{together}. Test: test_2016_flickr, beam 5; density and diversity on the "
+        f"{device_name(args.device, args.jobs)}{together}. Test: test_2016_flickr, beam 5; density and diversity on the "
         "validation split." + speed_note, "",
         f"sacrebleu signature: `{signature}`", "",
         markdown.table(

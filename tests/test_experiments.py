@@ -1,13 +1,14 @@
 """fairseq_sparse.experiments: the command runner and fairseq log parser the experiment scripts share."""
 
 import argparse
+import subprocess
 import sys
 
 import pytest
 
 from fairseq_sparse.ape.triplets import write_triplets
-from fairseq_sparse.experiments import (MALLOC_KEEP, at_least, epoch_metrics, find_corpus, held_out, interval_metrics,  # noqa: E402
-                         job_env, read_corpus, run_logged)
+from fairseq_sparse.experiments import (MALLOC_KEEP, at_least, device_name, epoch_metrics, find_corpus, held_out,
+                                        interval_metrics, job_env, read_corpus, run_logged, training_env)
 from tests.conftest import REPO, run_script, shared_data
 
 
@@ -154,3 +155,19 @@ def test_read_corpus_names_the_bad_file(tmp_path):
         (tmp_path / f"corpus.{field}").write_text(text)
     with pytest.raises(SystemExit, match=r"not line-aligned: .*corpus.src has 2, .*corpus.mt has 1"):
         read_corpus(tmp_path / "corpus")
+
+
+def test_tf32_reaches_the_training_processes_torch():
+    """--tf32 is PyTorch's own override in fairseq-train's environment: the torch installed
+    here, started in that environment, allows TF32 products; without it, not (its default)."""
+    ask = [sys.executable, "-c", "import torch; print(torch.backends.cuda.matmul.allow_tf32)"]
+    for tf32, expected in ((True, "True"), (False, "False")):
+        env = training_env("cuda", 2, tf32)
+        assert (env is None) != tf32
+        assert subprocess.run(ask, env=env, capture_output=True, text=True, check=True).stdout.strip() == expected
+
+
+def test_the_device_column_names_the_precision_training_ran_in():
+    assert device_name("cpu").startswith("CPU (") and device_name("cpu").endswith(" threads)")
+    assert device_name("cpu", amp=True) == device_name("cpu") + ", mixed precision (bfloat16)"
+    assert device_name("cpu", 2, amp=True).endswith(" threads a member), mixed precision (bfloat16)")

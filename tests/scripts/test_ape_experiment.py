@@ -2,11 +2,8 @@
 three systems trained, C and the gates (M, R) tuned on dev, the test split reported, resumed
 (one system as an ensemble of two seeds)."""
 
-import argparse
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +13,6 @@ from fairseq_sparse.modules.bert import load_bert_tokenizer
 from tests.ape.test_task import generate, hypotheses
 from tests.conftest import run_script, write_ape_split
 
-import ape_experiment
 
 LABELS = ("dual_source_transformer", "bert_ape, random initialisation", "bert_ape, BERT initialisation")
 
@@ -128,26 +124,6 @@ def test_training_cap_stops_early_and_is_recorded(tmp_path, tiny_bert):
     assert "'stop_time_hours': 1e-09" in log
     # A schedule not sized by the probe saves at every epoch's end and every 250 updates.
     assert "'save_interval_updates': 250," in log and "'save_interval': 1," in log
-
-
-def test_tf32_reaches_the_training_processes_torch():
-    """--tf32 is PyTorch's own override in fairseq-train's environment: the torch installed
-    here, started in that environment, allows TF32 products; without it, not (its default)."""
-    ask = [sys.executable, "-c", "import torch; print(torch.backends.cuda.matmul.allow_tf32)"]
-    for tf32, expected in ((True, "True"), (False, "False")):
-        env = ape_experiment.training_env(argparse.Namespace(tf32=tf32, device="cuda", seeds=2))
-        assert (env is None) != tf32
-        assert subprocess.run(ask, env=env, capture_output=True, text=True, check=True).stdout.strip() == expected
-
-
-def test_the_device_column_names_the_precision_training_ran_in():
-    def name(**options):
-        return ape_experiment.device_name(argparse.Namespace(**({"device": "cpu", "seeds": 1, "amp": False,
-                                                                  "tf32": False} | options)))
-
-    assert name().startswith("CPU (") and name().endswith(" threads)")
-    assert name(amp=True) == name() + ", mixed precision (bfloat16)"
-    assert name(seeds=2, amp=True).endswith(" threads a member), mixed precision (bfloat16)")
 
 
 @pytest.mark.parametrize("options, message", [
