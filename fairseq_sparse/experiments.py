@@ -42,15 +42,20 @@ def at_least(minimum):
     return parse
 
 
+def threads_each(jobs):
+    """OMP_NUM_THREADS for one of ``jobs`` runs at the same time: the user's, else the machine's cores
+    shared out among the runs (at least 1 each)."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
+
+
 def job_env(jobs):
     """The environment for one of ``jobs`` runs at the same time: OMP_NUM_THREADS as set by
     the user, else this machine's cores shared out (at least 1 each), so that the runs
     together do not ask for more threads than there are cores (oversubscribed, OpenMP's
     threads wait on each other, and the runs train several times slower), and glibc's
     malloc told to keep freed memory (``MALLOC_KEEP``)."""
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
     # The user's own malloc tunables win.
-    return {**MALLOC_KEEP, **os.environ, "OMP_NUM_THREADS": threads}
+    return {**MALLOC_KEEP, **os.environ, "OMP_NUM_THREADS": threads_each(jobs)}
 
 
 def training_env(device, members=1, tf32=False):
@@ -63,7 +68,7 @@ def training_env(device, members=1, tf32=False):
     if tf32:
         env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
     if device == "cpu" and members > 1 and "OMP_NUM_THREADS" not in os.environ:
-        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // members))
+        env["OMP_NUM_THREADS"] = threads_each(members)
     return dict(os.environ, **env) if env else None
 
 

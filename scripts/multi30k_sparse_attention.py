@@ -39,6 +39,7 @@ from fairseq_sparse.experiments import at_least, device_name, generate_hypothese
 
 from fairseq_sparse import markdown
 from fairseq_sparse.ape.triplets import read_lines
+from fairseq_sparse.entmax import HeadAlpha
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -101,9 +102,8 @@ def measure_speed(data, out, args):
                 run([*model_arguments(data, normalizer, args), "--max-update", args.speed_updates,
                      "--disable-validation", "--no-save", "--save-dir", Path(scratch) / "save",
                      "--log-format", "json", "--log-file", log], stdout=subprocess.DEVNULL)
-                summaries = [json.loads(line[line.index("{"):]) for line in log.read_text().splitlines()
-                             if '"train_wps"' in line]
-                speeds[normalizer].append(float(summaries[-1]["train_wps"]))
+                summaries = epoch_summaries(log)
+                speeds[normalizer].append(float(summaries[max(summaries)]["train_wps"]))
     record.write_text(json.dumps({"settings": settings, "tokens_per_second": speeds}, indent=1) + "\n",
                       encoding="utf-8")
     return speeds
@@ -142,17 +142,23 @@ def train_all(data, out, args):
             stopped_early(log.parent)
 
 
+def epoch_summaries(log):
+    """{epoch: fairseq's end-of-epoch training record} of a ``--log-format json`` log.  One per
+    epoch: fairseq may write a line more than once, and a rerun of a finished experiment
+    resumes (trains nothing) and appends to the earlier log."""
+    epochs = {}
+    for line in Path(log).read_text().splitlines():
+        if '"train_wps"' in line:
+            record = json.loads(line[line.index("{"):])
+            epochs[record["epoch"]] = record
+    return epochs
+
+
 def training_summary(out, normalizer):
     """(best checkpoint, mean training tokens/s over epochs, epochs trained, updates, training
     wall seconds)."""
     save = out / normalizer
-    # One summary per epoch; fairseq may write a line more than once, and a rerun
-    # of a finished experiment resumes (trains nothing) and reuses the earlier log.
-    epochs = {}
-    for line in (save / "train.log").read_text().splitlines():
-        if '"train_wps"' in line:
-            record = json.loads(line[line.index("{"):])
-            epochs[record["epoch"]] = record
+    epochs = epoch_summaries(save / "train.log")
     last = epochs[max(epochs)]
     return (save / "checkpoint_best.pt", statistics.mean(float(r["train_wps"]) for r in epochs.values()), len(epochs),
             int(float(last["train_num_updates"])), float(last["train_wall"]))
@@ -257,7 +263,7 @@ def alpha_reach(save):
             if not key.endswith("head_alpha.pre_alpha"):
                 continue
             initial = state["model"][key[:-len("pre_alpha")] + "initial_alpha"]
-            start = torch.logit((initial - alpha_min) / (2.0 - alpha_min))
+            start = HeadAlpha.logit(initial, alpha_min)
             moved.append((scale * pre_alpha - start).abs())
             denser += int((scale * pre_alpha < start).sum())
         moved = torch.cat(moved)

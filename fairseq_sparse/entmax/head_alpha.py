@@ -64,9 +64,16 @@ class HeadAlpha(nn.Module):
         self.pre_alpha = nn.Parameter(torch.logit(fraction) / self.lr_scale)
         self.register_buffer("initial_alpha", self().detach().clone())
 
+    @staticmethod
+    def logit(alpha, alpha_min=ALPHA_MIN):
+        """The logit a of an alpha (the inverse of alpha_min + (2 - alpha_min) sigmoid(a))."""
+        return torch.logit((alpha - alpha_min) / (2.0 - alpha_min))
+
     def forward(self):
         """alpha of each head, shape (num_heads,), strictly above 1."""
-        alpha = self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(self.lr_scale * self.pre_alpha)
+        # At the paper's scale the parameter is the logit: no multiply on every attention call.
+        logit = self.pre_alpha if self.lr_scale == 1.0 else self.lr_scale * self.pre_alpha
+        alpha = self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(logit)
         if self.alpha_min == 1.0:  # a saturated sigmoid would round alpha to 1, where entmax is undefined
             alpha = alpha.clamp_min(1.0 + torch.finfo(alpha.dtype).eps)
         return alpha

@@ -109,9 +109,7 @@ def plot(runs, path, chance=None, title=None):
     ax.set_ylabel("frozen-encoder accuracy, test (%)")
     ax.set_title(title or "accuracy against sparsity, epoch by epoch (numbers: epochs)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: never over a point
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
     drawn = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()
              if line.get_label() in runs}
-    plt.close(fig)
+    save(fig, path)
     return drawn
