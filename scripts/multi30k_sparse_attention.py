@@ -67,7 +67,7 @@ def model_arguments(data, normalizer, args):
             "--encoder-attention-heads", args.heads, "--decoder-attention-heads", args.heads,
             "--share-all-embeddings", "--dropout", "0.2", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", LR,
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", WARMUP, "--max-tokens", "4096",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", WARMUP, "--max-tokens", args.max_tokens,
             "--seed", args.seed, *device_flags(args), "--num-workers", "0"]
 
 
@@ -284,6 +284,9 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=128, help="embedding width; feed-forward 2x (default: %(default)s)")
     parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers (default: %(default)s)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads per layer (default: %(default)s)")
+    parser.add_argument("--max-tokens", type=at_least(1), default=4096,
+                        help="tokens a batch (fairseq's --max-tokens); fewer make more updates an epoch, and so "
+                             "more reach for the alphas (default: %(default)s)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="train and translate on CPU or on the (first) CUDA GPU")
     parser.add_argument("--normalizers", nargs="+", choices=NORMALIZERS, default=list(NORMALIZERS),
@@ -358,7 +361,8 @@ def main(argv=None):
     lines = [
         "# Multi30k en-de: softmax vs 1.5-entmax vs alpha-entmax attention", "",
         f"Model: entmax_transformer, {args.layers}+{args.layers} layers, {args.dim} wide, {args.heads} heads, "
-        f"shared embeddings, sentencepiece 8k; at most {args.max_epoch} epochs{limit}{plateau}, seed {args.seed}, "
+        f"shared embeddings, sentencepiece 8k, {args.max_tokens} tokens a batch; at most {args.max_epoch} epochs"
+        f"{limit}{plateau}, seed {args.seed}, "
         f"{device_name(args.device, args.jobs)}{together}. Test: test_2016_flickr, beam 5; density and diversity on the "
         "validation split." + speed_note, "",
         f"sacrebleu signature: `{signature}`", "",

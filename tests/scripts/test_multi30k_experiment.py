@@ -16,7 +16,7 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     out = tmp_path / "exp"
     proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
                       "--max-epoch", "2", "--dim", "32", "--layers", "1", "--jobs", "3", "--test-prefix", raw / "val",
-                      "--alpha-lr-scale", "5", "--speed-updates", "2", "--speed-rounds", "2")
+                      "--alpha-lr-scale", "5", "--speed-updates", "2", "--speed-rounds", "2", "--max-tokens", "2048")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = (out / "results.md").read_text()
     assert "sacrebleu signature: `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in results
@@ -53,8 +53,13 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     assert [int(u) for u in re.findall(r"^\| (\d+) \|", trajectory, re.M)][0] == 0
     assert len(re.findall(r"^\| (\d+) \|", trajectory, re.M)) == 3
     assert "bimodality coefficient" in report and "| role | site, layer | head | score |" in report
-    # --alpha-lr-scale reached the alpha-entmax model; tokens/s measured apart, each model alone.
-    model_cfg = torch.load(out / "alpha_entmax" / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    # --alpha-lr-scale reached the alpha-entmax model and --max-tokens every model; tokens/s
+    # measured apart, each model alone.
+    cfgs = {n: torch.load(out / n / "checkpoint_last.pt", weights_only=False)["cfg"]
+            for n in ("softmax", "entmax15", "alpha_entmax")}
+    assert {cfg["dataset"]["max_tokens"] for cfg in cfgs.values()} == {2048}
+    assert "sentencepiece 8k, 2048 tokens a batch;" in results
+    model_cfg = cfgs["alpha_entmax"]["model"]
     assert model_cfg.alpha_lr_scale == 5.0  # a namespace: fairseq keeps a --user-dir architecture's options so
     speed = json.loads((out / "speed.json").read_text())
     assert speed["settings"] == {"updates": 2, "rounds": 2, "normalizers": ["softmax", "entmax15", "alpha_entmax"]}
