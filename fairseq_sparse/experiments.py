@@ -67,7 +67,7 @@ def training_env(device, members=1, tf32=False):
     env = {}
     if tf32:
         env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
-    if device == "cpu" and members > 1 and "OMP_NUM_THREADS" not in os.environ:
+    if device == "cpu" and members > 1:
         env["OMP_NUM_THREADS"] = threads_each(members)
     return dict(os.environ, **env) if env else None
 
