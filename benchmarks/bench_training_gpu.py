@@ -59,10 +59,10 @@ from fairseq_sparse import markdown
 from fairseq_sparse.entmax.attention_kernel import KernelConfig
 from fairseq_sparse.modules import AlphaEntmaxAttention
 
+from kernel_variants import SCORES_RECOMPUTED  # this script's folder is on sys.path
+from timing import interleaved_ms, paired_ratio, tiles_setting
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-from kernel_variants import SCORES_RECOMPUTED  # noqa: E402
-from timing import interleaved_ms, paired_ratio, tiles_setting  # noqa: E402
 VARIANTS = [  # name, arch, normaliser, fused path
     ("stock transformer (softmax)", "transformer_iwslt_de_en", None, False),
     ("softmax, fused (SDPA)", "entmax_transformer_iwslt_de_en", "softmax", True),
