@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The package itself, as fairseq's --user-dir.
+PLUGIN_DIR = Path(__file__).resolve().parent
 # fairseq-train as a module of this interpreter: where the wheels were installed with
 # --target (a leased GPU machine, benchmarks/gpu_session.sh), no console script sits beside it.
 FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]

@@ -29,11 +29,8 @@ with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on
 import argparse
 from pathlib import Path
 
-import torch
-
-from fairseq_sparse import markdown
 from fairseq_sparse.experiments import FULL_MNIST
-from fairseq_sparse.latent.code_use import measure, pixel_histogram_cross_entropy
+from fairseq_sparse.latent.code_use import code_use_table
 from fairseq_sparse.latent.images import load_images
 
 
@@ -54,19 +51,7 @@ def main(argv=None):
         parser.error(f"--data {args.data}: needs the official train/test IDX files")
     if args.images < 1:
         parser.error(f"--images {args.images}: must be positive")
-    train, test = images.levels[:-images.official_test], images.levels[-images.official_test:][:args.images]
-    histogram = pixel_histogram_cross_entropy(train, test, images.num_levels)
-    permutation = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))
-    rows = [measure(path, test, permutation, train) for path in args.checkpoints]
-    header = ["checkpoint", "estimator", "seed", "D", "floor: histogram + D bits", "-ELBO", "q entropy, bits",
-              "distinct codes", "reconstruction, own code", "reconstruction, another image's code",
-              "median abs score", "encoder gradient norm"]
-    cells = [[r["checkpoint"], r["estimator"], r["seed"], r["bits"], f"{histogram + r['bits'] / test.shape[1]:.3f}",
-              f"{r['neg_elbo']:.3f}", f"{r['q_entropy_bits']:.2f}", r["distinct_codes"],
-              f"{r['reconstruction_own']:.4f}", f"{r['reconstruction_swapped']:.4f}",
-              f"{r['median_abs_score']:.3g}", f"{r['encoder_gradient_norm']:.3g}"] for r in rows]
-    table = (f"Per-pixel histogram cross-entropy of the test images: {histogram:.3f} bits per pixel.\n\n"
-             + markdown.table(header, cells))
+    table = code_use_table(args.checkpoints, images, args.images)
     print(table)
     if args.out:
         args.out.write_text(table + "\n", encoding="utf-8")

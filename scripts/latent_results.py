@@ -1,224 +1,24 @@
-"""The estimator x experiment grid of Correia et al. (NeurIPS 2020), over seeds, through
-fairseq-train; one table per experiment in the paper's format, next to its numbers,
-and plots of decoder calls (the support size, for sparse marginalisation) and of the test
-metric over training.
+"""The estimator x experiment grid of Correia et al. (NeurIPS 2020) through fairseq-train, tabulated
+next to the paper's numbers (fairseq_sparse.latent.results).
 
     python scripts/latent_results.py --out results/latent              # digits, 3 seeds
     python scripts/latent_results.py --out results/mnist --dataset mnist      # the full MNIST, official split
-    python scripts/latent_results.py --out results/ssvae --dataset mnist --experiments ssvae \
+    python scripts/latent_results.py --out results/ssvae --dataset mnist --experiments ssvae \\
         --warm-start-epochs 100 --epochs '{"ssvae": 200}' --fairseq-args "--lr 5e-4 --latent-dim 8"  # the paper's protocol
-
-A run whose log already ends its training, at ``--epochs``, is collected, not rerun; one
-logged with fewer epochs, or interrupted, is trained again, to the new count: from its
-checkpoint with ``--keep-checkpoints``, its log appended to, otherwise from the start
-(``--collect-only`` never trains, and collects every finished run).  Metrics are the
-last epoch's on the test split; decoder calls are per training example, averaged over
-all of training (as the paper counts them) and in the last epoch (where the support of
-sparse marginalisation has shrunk).
 """
 
 import argparse
 import json
-import math
-import shlex
-import statistics
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fairseq_sparse import markdown
-from fairseq_sparse.experiments import (FAIRSEQ_TRAIN, FULL_MNIST, at_least, epoch_metrics, job_env, run_logged,
-                                        training_done)
-from fairseq_sparse.latent import ESTIMATORS, BitVector, Categorical
-
-REPO = Path(__file__).resolve().parents[1]
-
-# The paper's numbers (Tables 1-3): ssvae accuracy, signaling-game success (both %),
-# bit-vector VAE bits per dimension at D = 32 / 128; decoder calls where reported.
-PAPER = {
-    "ssvae": {"dense": 96.93, "sparsemax": 96.87, "sfe": 94.75, "sfe_plus": 96.53, "nvil": 96.01, "gumbel": 95.46},
-    "signaling_game": {"dense": 93.37, "sparsemax": 93.35, "sfe": 33.05, "sfe_plus": 44.32, "nvil": 37.04,
-                       "gumbel": 23.51, "st_gumbel": 27.42},
-    "bitvector_vae/32": {"sfe": 3.74, "sfe_plus": 3.61, "nvil": 3.65, "gumbel": 3.57, "topk_sparsemax": 3.62,
-                         "sparsemap": 3.72, "sparsemap_budget": 3.64},
-    "bitvector_vae/128": {"sfe": 3.77, "sfe_plus": 3.59, "nvil": 3.60, "gumbel": 3.49, "topk_sparsemax": 3.61,
-                          "sparsemap": 3.67, "sparsemap_budget": 3.66},
-}
-PAPER_CALLS = {"ssvae": {"dense": 10, "sparsemax": 1.01}, "signaling_game": {"dense": 256, "sparsemax": 3.13}}
-
-# experiment -> (metric, higher is better, extra fairseq-train options)
-EXPERIMENTS = {
-    "ssvae": ("accuracy", True, ["--task", "ssvae", "--arch", "ssvae", "--lr", "1e-3"]),
-    "signaling_game": ("success", True, ["--task", "signaling_game", "--arch", "signaling_game", "--lr", "1e-3"]),
-    "bitvector_vae/32": ("nll_bits_per_dim", False, ["--task", "bitvector_vae", "--arch", "bitvector_vae",
-                                                     "--latent-bits", "32", "--lr", "2e-3"]),
-    "bitvector_vae/128": ("nll_bits_per_dim", False, ["--task", "bitvector_vae", "--arch", "bitvector_vae",
-                                                      "--latent-bits", "128", "--lr", "2e-3"]),
-}
-
-
-def estimators_for(experiment):
-    space = BitVector if experiment.startswith("bitvector_vae") else Categorical
-    return sorted(name for name, cls in ESTIMATORS.items() if space in cls.spaces)
-
-
-def parse_log(text):
-    """Per-epoch training decoder calls, the last validation/test metrics of a log, and the
-    test metrics of every validated epoch (``test_curve``)."""
-    epochs = epoch_metrics(text)
-    last = {subset: rows[-1] for subset, rows in epochs.items() if subset != "train"}
-    return {"train_calls": [t.get("decoder_calls", math.nan) for t in epochs.get("train", [])], **last,
-            "test_curve": epochs.get("test", [])}
-
-
-def grid(args):
-    """The runs to train or collect: experiment x estimator x seed, in that order."""
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    return [(experiment, estimator, seed) for experiment in args.experiments for estimator in estimators_for(experiment)
-            if not args.estimators or estimator in args.estimators for seed in seeds]
-
-
-def run_one(args, experiment, estimator, seed):
-    name = f"{experiment.replace('/', '_d')}/{estimator}_seed{seed}"
-    log = args.out / "logs" / f"{name}.log"
-    warm_log = args.out / "logs" / f"{name}.warm.log"
-    warm = experiment == "ssvae" and args.warm_start_epochs > 0
-    # Collecting takes every finished run; training also goes on with one shorter than --epochs.
-    if not training_done(log, None if args.collect_only else args.epochs[experiment.split("/")[0]]):
-        if args.collect_only:
-            return experiment, estimator, seed, None
-        train(args, experiment, estimator, seed, name, log, warm_log if warm else None)
-    parsed = parse_log(log.read_text(encoding="utf-8"))
-    if warm:
-        parsed["warm_start"] = parse_log(warm_log.read_text(encoding="utf-8"))
-    return experiment, estimator, seed, parsed
-
-
-def train(args, experiment, estimator, seed, name, log, warm_log):
-    """One run through fairseq-train, its output in ``log`` as it goes; first, given a
-    ``warm_log``, the warm start on the labelled images (ssvae)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = job_env(args.jobs)
-    save_dir = args.out / "checkpoints" / name
-    cmd = list(FAIRSEQ_TRAIN)
-    if args.dataset == "mnist":
-        cmd.append(str(args.data))
-    cmd += ["--user-dir", str(REPO / "fairseq_sparse"), *EXPERIMENTS[experiment][2], "--dataset", args.dataset,
-            "--criterion", "latent_marginalization", "--estimator", estimator, "--optimizer", "adam",
-            "--batch-size", str(args.batch_size), "--seed", str(seed), "--valid-subset", "valid,test",
-            "--num-workers", "0", "--log-format", "simple", "--log-interval", "1000"] + (["--cpu"] if args.cpu else [])
-    if experiment.startswith("bitvector_vae"):
-        cmd += ["--nll-samples", str(args.nll_samples)]
-    options = shlex.split(args.fairseq_args)  # after the defaults, so that they override them
-    finetune = []
-    if warm_log is not None:
-        # The paper's warm start: the classifier and VAE on the labelled images alone, its last
-        # checkpoint kept (a stage interrupted resumes from it), then the whole objective from there.
-        warm_dir = save_dir / "warm_start"
-        if not training_done(warm_log, args.warm_start_epochs):
-            # The warm start's own epochs and learning rate come last: they override --fairseq-args.
-            warm_cmd = cmd + options + ["--labelled-only", "--max-epoch", str(args.warm_start_epochs), "--lr",
-                                        str(args.warm_start_lr), "--save-dir", str(warm_dir), "--no-epoch-checkpoints"]
-            if args.tensorboard:
-                warm_cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / f"{name}.warm")]
-            run_logged(warm_cmd, warm_log, env=env, append=resuming(warm_dir))
-        finetune = ["--finetune-from-model", str(warm_dir / "checkpoint_last.pt")]
-    # Even with --no-save fairseq probes its save dir with a file of a fixed name: one per run,
-    # or concurrent runs delete each other's probe.
-    keep = ["--no-epoch-checkpoints"] if args.keep_checkpoints else ["--no-save"]
-    cmd += ["--max-epoch", str(args.epochs[experiment.split("/")[0]]), *options, *keep, "--save-dir",
-            str(save_dir), *finetune]
-    if args.tensorboard:
-        cmd += ["--tensorboard-logdir", str(args.out / "tensorboard" / name)]
-    run_logged(cmd, log, env=env, append=resuming(save_dir))
-
-
-def resuming(save_dir):
-    """Whether fairseq-train will go on from a checkpoint in ``save_dir`` (kept with
-    --keep-checkpoints), so that its log is appended to and keeps the epochs before."""
-    return (save_dir / "checkpoint_last.pt").is_file()
-
-
-def mean_spread(values, digits=2):
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return "n/a"
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
-
-
-def table(experiment, runs):
-    metric, higher, _ = EXPERIMENTS[experiment]
-    label = {"accuracy": "accuracy (%)", "success": "success (%)", "nll_bits_per_dim": "NLL bits/dim"}[metric]
-    header = (["estimator", label] + (["neg. ELBO bits/dim"] if metric == "nll_bits_per_dim" else [])
-              + ["decoder calls (training mean)", "decoder calls (last epoch)", "paper", "paper calls"])
-    rows = []
-    # Bits per dimension: estimators differ by hundredths, so three decimals.
-    digits = 3 if metric == "nll_bits_per_dim" else 2
-    for estimator in sorted(runs):
-        results = runs[estimator]
-        row = [estimator, mean_spread([r["test"][metric] for r in results], digits)]
-        if metric == "nll_bits_per_dim":
-            row.append(mean_spread([r["test"]["neg_elbo_bits_per_dim"] for r in results], digits))
-        row.append(mean_spread([statistics.mean(r["train_calls"]) for r in results]))
-        row.append(mean_spread([r["train_calls"][-1] for r in results]))
-        row.append(str(PAPER.get(experiment, {}).get(estimator, "")))
-        row.append(str(PAPER_CALLS.get(experiment, {}).get(estimator, "")))
-        rows.append(row)
-    lines = [f"### {experiment}" + (" (lower is better)" if not higher else ""), "", markdown.table(header, rows)]
-    seeds = {estimator: len(results) for estimator, results in sorted(runs.items())}
-    if len(set(seeds.values())) == 1:
-        lines += ["", f"Mean ± standard deviation over {next(iter(seeds.values()))} seed(s)."]
-    else:  # runs of a grid collected while some estimators have fewer finished seeds
-        lines += ["", "Mean ± standard deviation over the seeds of each estimator: "
-                  + ", ".join(f"{estimator} {n}" for estimator, n in seeds.items()) + "."]
-    return "\n".join(lines)
-
-
-def plot(results, path):
-    """Per experiment: decoder calls per training example over the epochs (top) and the
-    test metric at each validated epoch (bottom), mean over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    experiments = list(results)
-    colours = {name: plt.get_cmap("tab20")(i) for i, name in enumerate(sorted(ESTIMATORS))}
-    width = 4.5 * len(experiments) + 1.5
-    fig, axes = plt.subplots(2, len(experiments), figsize=(width, 7.2), squeeze=False)
-    lines = {}
-    for column, experiment in enumerate(experiments):
-        metric = EXPERIMENTS[experiment][0]
-        calls_ax, metric_ax = axes[0, column], axes[1, column]
-        for estimator, runs in sorted(results[experiment].items()):
-            # Solid: exact marginalisation; dotted: Monte Carlo (a fixed number of samples).
-            style = "-" if ESTIMATORS[estimator].sparse or estimator == "dense" else ":"
-            curves = [r["train_calls"] for r in runs]
-            n = min(len(c) for c in curves)
-            mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
-            (lines[estimator],) = calls_ax.plot(range(1, n + 1), mean, style, marker="o", markersize=3,
-                                                color=colours[estimator], label=estimator)
-            points = [{int(row["epoch"]): row[metric] for row in r.get("test_curve", [])
-                       if "epoch" in row and metric in row} for r in runs]
-            shared = sorted(set.intersection(*(set(p) for p in points)))
-            if shared:
-                metric_ax.plot(shared, [statistics.mean(p[e] for p in points) for e in shared], style, marker="o",
-                               markersize=3, color=colours[estimator])
-        calls_ax.set_yscale("log")
-        calls_ax.set_title(experiment)
-        calls_ax.set_xlabel("epoch")
-        calls_ax.set_ylabel("decoder calls per example (training)")
-        metric_ax.set_xlabel("epoch")
-        metric_ax.set_ylabel(f"test {metric.replace('_', ' ')}")
-    fig.legend([lines[k] for k in sorted(lines)], sorted(lines), fontsize=8, loc="center right")
-    fig.tight_layout(rect=(0, 0, 1 - 1.5 / width, 1))
-    fig.savefig(path, dpi=130)
+from fairseq_sparse.experiments import FULL_MNIST, at_least
+from fairseq_sparse.latent import results
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=results.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="directory for logs, results.json, tables, plot")
-    parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS),
+    parser.add_argument("--experiments", nargs="+", default=list(results.EXPERIMENTS), choices=list(results.EXPERIMENTS),
                         help="experiments to run (default: all)")
     parser.add_argument("--estimators", nargs="+", help="only these (default: every one the experiment supports)")
     parser.add_argument("--seeds", type=at_least(1), default=3,
@@ -270,22 +70,7 @@ def main(argv=None):
                          "number of epochs, at least 1")
     if args.warm_start_epochs and "ssvae" not in args.experiments:
         parser.error("--warm-start-epochs applies to the ssvae experiment only")
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        finished = list(pool.map(lambda job: run_one(args, *job), grid(args)))
-    results = {}
-    for experiment, estimator, seed, parsed in finished:
-        if parsed is not None:
-            results.setdefault(experiment, {}).setdefault(estimator, []).append(parsed)
-    if not results:
-        raise SystemExit(f"no finished runs in {args.out}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    tables = "\n\n".join(table(experiment, runs) for experiment, runs in results.items())
-    (args.out / "tables.md").write_text(tables + "\n", encoding="utf-8")
-    print(tables)
-    plot(results, args.out / "decoder_calls.png")
-    print(f"\nplot of decoder calls and the test metric over training: {args.out / 'decoder_calls.png'}")
+    results.run(args)
 
 
 if __name__ == "__main__":

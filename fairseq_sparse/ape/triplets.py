@@ -6,44 +6,23 @@ binariser, the models (which read the segments back off the source), the data
 pipelines and the experiment scripts all use it from here.
 """
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, data_utils
 
+from ..text import read_lines as read_text_lines
 from .bert_dictionary import wordpiece_ids
 
 FIELDS = ("src", "mt", "pe")
 
 
 def read_lines(path, allow_empty=False):
-    """The lines of one triplet file, without their line ends, each checked to hold text.
-
-    Lines end at ``\n`` (a ``\r`` before it is dropped: Windows line ends); a file with
-    ``\r`` and no ``\n`` at all has classic Mac line ends and is split at ``\r``.  A
-    ``\r`` inside a line of a ``\n`` file stays (WMT text has them).  An empty or
-    whitespace-only line is an error naming the file and line, since it would pair
-    sentences with nothing (``allow_empty``: kept, for a release whose reader drops
-    such triplets itself); an extra final line end is not a line."""
-    path = Path(path)
-    number = 0
-    try:
-        with path.open(encoding="utf-8", newline="\n") as f:
-            first = f.readline()
-            if "\r" in first and not first.endswith("\n"):  # no "\n" in the whole file
-                ends = first.split("\r")
-                lines = ends[:-1] if ends[-1] == "" else ends
-            else:
-                lines = (line.removesuffix("\n").removesuffix("\r") for line in itertools.chain([first], f) if line)
-            for number, line in enumerate(lines, 1):
-                if not allow_empty and not line.strip():
-                    raise ValueError(f"{path}:{number}: empty line (every line of a triplet file holds a "
-                                     "sentence: remove it from the .src, .mt and .pe files alike)")
-                yield line
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: cannot be read as UTF-8 text after line {number} ({e})") from None
+    """The lines of one triplet file (:func:`fairseq_sparse.text.read_lines`), an empty
+    line an error that says to remove it from the three files alike."""
+    return read_text_lines(path, allow_empty, hint="every line of a triplet file holds a sentence: remove it "
+                                                  "from the .src, .mt and .pe files alike")
 
 
 def read_triplets(directory, split):

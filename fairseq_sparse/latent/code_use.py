@@ -8,6 +8,7 @@ import math
 import torch
 from fairseq import checkpoint_utils
 
+from ..markdown import table as markdown_table
 from ..experiments import bits_per_pixel
 
 HISTOGRAM_SMOOTHING = 0.1
@@ -86,3 +87,22 @@ def measure(checkpoint, test, permutation, train):
     # Last: it puts the model and estimator in training mode.
     row["encoder_gradient_norm"], row["median_abs_score"] = encoder_gradient(model, estimator, train[:GRADIENT_IMAGES])
     return row
+
+
+def code_use_table(checkpoints, images, count):
+    """A Markdown table of :func:`measure` for each checkpoint, on the first ``count`` official
+    test images of ``images`` (:func:`~.images.load_images` of the full MNIST), its floor
+    the pixel histogram's cross-entropy plus D bits spread over the pixels."""
+    train, test = images.levels[:-images.official_test], images.levels[-images.official_test:][:count]
+    histogram = pixel_histogram_cross_entropy(train, test, images.num_levels)
+    permutation = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))
+    rows = [measure(path, test, permutation, train) for path in checkpoints]
+    header = ["checkpoint", "estimator", "seed", "D", "floor: histogram + D bits", "-ELBO", "q entropy, bits",
+              "distinct codes", "reconstruction, own code", "reconstruction, another image's code",
+              "median abs score", "encoder gradient norm"]
+    cells = [[r["checkpoint"], r["estimator"], r["seed"], r["bits"], f"{histogram + r['bits'] / test.shape[1]:.3f}",
+              f"{r['neg_elbo']:.3f}", f"{r['q_entropy_bits']:.2f}", r["distinct_codes"],
+              f"{r['reconstruction_own']:.4f}", f"{r['reconstruction_swapped']:.4f}",
+              f"{r['median_abs_score']:.3g}", f"{r['encoder_gradient_norm']:.3g}"] for r in rows]
+    return (f"Per-pixel histogram cross-entropy of the test images: {histogram:.3f} bits per pixel.\n\n"
+            + markdown_table(header, cells))

@@ -3,9 +3,11 @@ generated triplets and one layer."""
 
 import argparse
 import re
+import tempfile
 
 import pytest
 
+from fairseq_sparse.ape import demo
 from tests.conftest import run_script, shared_data
 
 import ape_demo
@@ -42,9 +44,9 @@ def test_main_job_removes_the_checkpoints_of_its_own_temp_dir_only(tmp_path, mon
         return work / "checkpoints" / "checkpoint_best.pt"
 
     for step in ("prepare_data", "choose_decoding", "post_edit", "score", "show_alphas"):
-        monkeypatch.setattr(ape_demo, step, lambda *args: (None, None))
-    monkeypatch.setattr(ape_demo, "train", fake_training)
-    monkeypatch.setattr(ape_demo.tempfile, "tempdir", str(tmp_path / "tmp"))
+        monkeypatch.setattr(demo, step, lambda *args: (None, None))
+    monkeypatch.setattr(demo, "train", fake_training)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     ape_demo.main([])
     (work,) = (tmp_path / "tmp").iterdir()
@@ -53,18 +55,18 @@ def test_main_job_removes_the_checkpoints_of_its_own_temp_dir_only(tmp_path, mon
     def failing(*args):
         raise RuntimeError("generation failed")
 
-    monkeypatch.setattr(ape_demo, "score", failing)
+    monkeypatch.setattr(demo, "score", failing)
     with pytest.raises(RuntimeError, match="generation failed"):
         ape_demo.main([])
     assert not any((run / "checkpoints").exists() for run in (tmp_path / "tmp").iterdir())
-    monkeypatch.setattr(ape_demo, "score", lambda *args: None)
+    monkeypatch.setattr(demo, "score", lambda *args: None)
     ape_demo.main(["--workdir", str(tmp_path / "mine")])
     assert (tmp_path / "mine" / "checkpoints" / "checkpoint_best.pt").exists()
 
 
 def demo_data(tmp_path, data, held_out=500, train_size=0):
     args = argparse.Namespace(data=data, held_out=held_out, train_size=train_size)
-    return ape_demo.real_data(args, tmp_path)
+    return demo.real_data(args, tmp_path)
 
 
 def lines(path):

@@ -4,9 +4,8 @@ import json
 
 import pytest
 
+from fairseq_sparse.ape import source_ablation as ablation
 from tests.conftest import REPO, run_cli, run_script
-
-import ape_source_ablation as ablation
 
 
 @pytest.mark.parametrize("lengths", [[3, 1], [5, 5, 5], [1, 9, 2, 8, 3, 7, 4], [4] * 6, list(range(11, 0, -1))])

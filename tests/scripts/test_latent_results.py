@@ -6,9 +6,8 @@ from argparse import Namespace
 
 import pytest
 
+from fairseq_sparse.latent.results import grid, table
 from tests.conftest import run_script
-
-from latent_results import grid, table
 
 
 def run(*args):

@@ -11,9 +11,10 @@ import statistics
 
 import pytest
 
+from fairseq_sparse.sentence_vae import stability
 from tests.conftest import run_script, shared_data
 
-import sentence_vae_stability as stability
+from sentence_vae_stability import baselines
 
 
 def run(data, out, *extra, epochs=2):
@@ -133,7 +134,7 @@ def test_baselines_and_their_commands(tmp_path):
     args = argparse.Namespace(
         data=tmp_path, hsvae_weights=(0.01, 0.01), hsvae_options="--hard-slab", latent_dim=6, embed_dim=16,
         hidden_dim=32, dropout=0.3, word_dropout=1.0, lr=1e-3, batch_size=32, epochs=2, cpu=True)
-    runs = stability.baselines("vae,1 vae_l1,0.01,0.1 vae_l2,0.5")
+    runs = baselines("vae,1 vae_l1,0.01,0.1 vae_l2,0.5")
     assert runs == [("vae", (1.0,)), ("vae_l1", (0.01, 0.1)), ("vae_l2", (0.5,))]
     cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
     assert "--cpu" in cmd
@@ -147,4 +148,4 @@ def test_baselines_and_their_commands(tmp_path):
     assert stability.knob_names("vae_l1") == "(psi, penalty)"
     for bad in ("hsvae,1", "vae", "vae_l1,1,2,3", "vae,x"):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
-            stability.baselines(bad)
+            baselines(bad)

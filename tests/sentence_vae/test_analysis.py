@@ -1,5 +1,5 @@
 """fairseq_sparse.sentence_vae.analysis's parts, on codes built to hold what is probed
-(the whole analysis runs in tests/scripts/test_sentence_vae_analysis.py)."""
+(the whole analysis runs in tests/sentence_vae/test_analysis_command.py)."""
 
 import torch
 

@@ -6,7 +6,7 @@ import torch
 from fairseq_sparse.sentence_vae.bert_sentence_vae import BertSentenceVAEModel, BertSentenceVAEModelConfig
 from fairseq_sparse.sentence_vae.task import SentenceVAEConfig, SentenceVAETask
 from tests.conftest import REPO, run_cli, valid_metrics, yelp_corpus
-from tests.scripts.test_sentence_vae_analysis import run_analysis
+from tests.sentence_vae.test_analysis_command import run_analysis
 
 
 @pytest.fixture

@@ -36,10 +36,10 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from .entmax import fused_attention
-from .entmax.activations import FLOAT32_ALPHA_MIN
-from .entmax.head_alpha import ALPHA_MIN, HeadAlpha
-from .entmax.normalizers import get_normalizer, normalizer_names
+from ..entmax import fused_attention
+from ..entmax.activations import FLOAT32_ALPHA_MIN
+from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
+from ..entmax.normalizers import get_normalizer, normalizer_names
 
 # What some models pass an attention function to change the scores (T5's relative bias,
 # Gemma 2's soft cap, attention sinks): not applied here, so refused.

@@ -1,0 +1,211 @@
+"""The sentence-VAE grid of Prokhorov et al. (2021, Sec. 6): objectives x settings x seeds
+through fairseq-train, the average Hoyer over training and, with ``--analyse``, the
+frozen-encoder classifier on the test split (``scripts/sentence_vae_stability.py`` is its
+command line).
+
+Runs:
+- HSVAE over (alpha, beta) of its Beta prior (``--hsvae-settings``), with the KL weights
+  (psi, lambda) of ``--hsvae-weights``: the authors' 0.01, 0.01 (VictorProkhorov/HSVAE),
+  without which the posterior collapses;
+- MAT-VAE over (psi, lambda) (``--mat-vae-settings``);
+- baselines (``--baselines``): ``vae``, ``vae_l1``, ``vae_l2`` with their KL weight psi
+  and, for the penalties, the penalty's weight (``vae_l1,0.01,0.1``).
+Every run has the authors' optimiser unless told otherwise: Adam, ``--lr`` 8e-4,
+``--batch-size`` 256; and, as in their code, no dropout unless ``--dropout`` or ``--word-dropout``
+(every run's).
+
+The paper's claim: HSVAE's sparsity follows (alpha, beta) and is steady across
+seeds; MAT-VAE's is erratic across settings.  Writes ``DIR/stability.png`` (validation
+average Hoyer per epoch, mean and range over seeds, one panel per objective),
+``DIR/stability.json`` and a table of the last epoch (reconstruction and KL in nats
+per sentence, average Hoyer; with ``--analyse``, the objective's KL terms on test,
+the test accuracy of a classifier on the frozen encoder's K = 5 samples
+(``fairseq-sparse-sentence-vae-analysis``), the same classifier's on the posterior means,
+the majority class's, the length probe's R^2, the active units and, for HSVAE, the bits
+of its spike pattern the sentence decides against the pattern's entropy).  A run keeps its
+last checkpoint, so an interrupted grid resumes each run where it stopped (its log
+is appended to), and a grid rerun with more ``--epochs`` trains its runs on; runs and
+analyses already finished are collected, not rerun.  Each analysis is written to
+``DIR/analysis/RUN/epochN/`` for the epoch N its checkpoint had reached, so the analysis
+of a shorter run is kept when the grid trains it on.
+"""
+
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from ..markdown import table as markdown_table
+from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, training_done
+
+# objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
+KNOBS = {"hsvae": (("alpha", "--prior-alpha"), ("beta", "--prior-beta")),
+         "mat_vae": (("psi", "--kl-weight"), ("lambda", "--mmd-weight")),
+         "vae": (("psi", "--kl-weight"),),
+         "vae_l1": (("psi", "--kl-weight"), ("penalty", "--regularization-weight")),
+         "vae_l2": (("psi", "--kl-weight"), ("penalty", "--regularization-weight"))}
+
+
+def knob_names(objective):
+    """"(alpha, beta)", "(psi,)": how the table and plot name a setting's values."""
+    return str(tuple(name for name, _ in KNOBS[objective])).replace("'", "")
+
+
+def run_name(objective, setting, seed):
+    return f"{objective}/{'_'.join(f'{v:g}' for v in setting)}_seed{seed}"
+
+
+def train_command(args, objective, setting, seed, save_dir):
+    cmd = [*FAIRSEQ_TRAIN, str(args.data), "--user-dir",
+           str(PLUGIN_DIR), "--task", "sentence_vae", "--arch", "sentence_vae", "--criterion", objective]
+    for (_, option), value in zip(KNOBS[objective], setting):
+        cmd += [option, str(value)]
+    if objective == "hsvae":
+        cmd += ["--kl-weight", str(args.hsvae_weights[0]), "--gamma-kl-weight", str(args.hsvae_weights[1]),
+                *shlex.split(args.hsvae_options)]
+    return cmd + [
+        "--latent-dim", str(args.latent_dim), "--embed-dim", str(args.embed_dim), "--hidden-dim",
+        str(args.hidden_dim), "--dropout", str(args.dropout), "--word-dropout", str(args.word_dropout),
+        "--optimizer", "adam", "--lr", str(args.lr), "--batch-size", str(args.batch_size),
+        "--max-epoch", str(args.epochs), "--seed", str(seed), "--num-workers", "0", "--no-epoch-checkpoints",
+        "--log-format", "simple", "--log-interval", "1000", *(["--cpu"] if args.cpu else []),
+        "--save-dir", str(save_dir)]
+
+
+def run_one(args, objective, setting, seed):
+    name = run_name(objective, setting, seed)
+    log = args.out / "logs" / f"{name}.log"
+    save_dir = args.out / "checkpoints" / name
+    env = job_env(args.jobs)
+    if not training_done(log, args.epochs):
+        log.parent.mkdir(parents=True, exist_ok=True)
+        # Appended: a resumed run (fairseq reads checkpoint_last.pt in its save dir) keeps the
+        # epochs logged before the interruption.
+        with open(log, "a", encoding="utf-8") as out:
+            proc = subprocess.run(train_command(args, objective, setting, seed, save_dir), stdout=out,
+                                  stderr=subprocess.STDOUT, text=True, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} failed; log in {log}:\n{log.read_text(encoding='utf-8')[-2000:]}")
+    valid = epoch_metrics(log.read_text(encoding="utf-8")).get("valid", [])  # a repeated epoch once
+    analysis = None
+    if args.analyse:
+        # One directory per epoch the checkpoint had reached: a run trained on later is analysed
+        # again into its own, and the shorter run's analysis stays where it was, not overwritten.
+        result = args.out / "analysis" / name / f"epoch{int(valid[-1]['epoch'])}" / "analysis.json"
+        if not result.is_file():
+            cmd = [sys.executable, "-m", "fairseq_sparse.sentence_vae.analysis",
+                   str(save_dir / "checkpoint_last.pt"), str(args.data), "--out", str(result.parent),
+                   "--baseline-epochs", "0", "--seed", str(seed)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise SystemExit(f"analysis of {name} failed:\n{proc.stderr[-2000:]}")
+        analysis = json.loads(result.read_text(encoding="utf-8"))
+    return objective, setting, seed, valid, analysis
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    for ax, (objective, by_setting) in zip(axes[0], results.items()):
+        for setting, runs in by_setting.items():
+            curves = [[epoch["average_hoyer"] for epoch in run["valid"]] for run in runs]
+            n = min(len(c) for c in curves)
+            mean = [statistics.mean(c[i] for c in curves) for i in range(n)]
+            low = [min(c[i] for c in curves) for i in range(n)]
+            high = [max(c[i] for c in curves) for i in range(n)]
+            (line,) = ax.plot(range(1, n + 1), mean, marker="o", markersize=3,
+                              label=f"{knob_names(objective)} = {setting}")
+            ax.fill_between(range(1, n + 1), low, high, color=line.get_color(), alpha=0.2)
+        ax.set_title(f"{objective}: average Hoyer, mean and range over seeds", fontsize=9)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("average Hoyer (validation)")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def mean_spread(values, digits):
+    """"mean ± std" over seeds; one seed has no spread to show, none is "-"."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def spike_bits(runs):
+    """"information / entropy" of HSVAE's spike pattern, means over seeds; "-" for the
+    objectives without one (and analyses written before it)."""
+    patterns = [run["analysis"]["spike_pattern"] for run in runs if "spike_pattern" in run["analysis"]]
+    if not patterns:
+        return "-"
+    return (f"{statistics.mean(p['information_bits'] for p in patterns):.2f} / "
+            f"{statistics.mean(p['entropy_bits'] for p in patterns):.2f}")
+
+
+def table(results, analysed):
+    header = ["objective", "setting", "seeds", "reconstruction", "KL", "average Hoyer"]
+    if analysed:
+        header += ["KL terms (test)", "frozen-encoder accuracy (test)", "the same on posterior means",
+                   "the two on valid (to choose on)",
+                   "majority class", "length probe R^2 (means)", "active units",
+                   "spike pattern: bits the sentence decides / entropy"]
+    rows = []
+    for objective, by_setting in results.items():
+        for setting, runs in by_setting.items():
+            last = [run["valid"][-1] for run in runs]
+            row = [objective, f"{knob_names(objective)} = {setting}", str(len(runs)),
+                   mean_spread([e["reconstruction"] for e in last], 2), mean_spread([e["kl"] for e in last], 2),
+                   mean_spread([e["average_hoyer"] for e in last], 3)]
+            if analysed:
+                terms = runs[0]["analysis"].get("test_kl", {})
+                row += [", ".join(f"{name} {statistics.mean(run['analysis']['test_kl'][name] for run in runs):.2f}"
+                                  for name in terms) or "-",
+                        mean_spread([run["analysis"]["frozen_encoder_accuracy"] for run in runs], 2),
+                        # Analyses written before the column existed lack it.
+                        mean_spread([run["analysis"]["frozen_encoder_accuracy_means"] for run in runs
+                                     if "frozen_encoder_accuracy_means" in run["analysis"]], 2),
+                        " / ".join(mean_spread([run["analysis"][key] for run in runs
+                                                if run["analysis"].get(key) is not None], 2)
+                                   for key in ("frozen_encoder_accuracy_valid", "frozen_encoder_accuracy_means_valid")),
+                        f"{runs[0]['analysis']['majority_class_accuracy']:.2f}",
+                        mean_spread([run["analysis"]["length_probe_r2_means"] for run in runs
+                                     if "length_probe_r2_means" in run["analysis"]], 3),
+                        mean_spread([run["analysis"]["active_units"] for run in runs
+                                     if "active_units" in run["analysis"]], 1),
+                        spike_bits(runs)]
+            rows.append(row)
+    return markdown_table(header, rows)
+
+
+def run(args):
+    """The experiment on ``args`` (the script's options, checked)."""
+    grid = [(objective, setting, seed)
+            for objective, setting in ([("hsvae", s) for s in args.hsvae_settings]
+                                       + [("mat_vae", s) for s in args.mat_vae_settings] + args.baselines)
+            for seed in range(args.first_seed, args.first_seed + args.seeds)]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        done = list(pool.map(lambda job: run_one(args, *job), grid))
+    results = {}
+    for objective, setting, seed, valid, analysis in done:
+        if not valid:
+            raise SystemExit(f"{run_name(objective, setting, seed)}: no validation in its log")
+        results.setdefault(objective, {}).setdefault(setting, []).append(
+            {"seed": seed, "valid": valid, "analysis": analysis})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "stability.json").write_text(json.dumps(
+        {o: {",".join(f"{v:g}" for v in s): runs for s, runs in by.items()} for o, by in results.items()}, indent=1),
+        encoding="utf-8")
+    plot(results, args.out / "stability.png")
+    text = table(results, args.analyse)
+    (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    print(f"\nplot: {args.out / 'stability.png'}")
+
