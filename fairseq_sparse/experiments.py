@@ -1,5 +1,5 @@
-"""What the experiment scripts share: running fairseq commands and logging them, reading
-fairseq's logs and output, reading corpora and carving held-out splits."""
+"""What the experiments of every research line share: running fairseq commands and logging
+them, reading fairseq's logs and output, reading corpora and carving held-out splits."""
 
 import argparse
 import math

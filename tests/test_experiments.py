@@ -1,4 +1,4 @@
-"""fairseq_sparse.experiments: the command runner and fairseq log parser the experiment scripts share."""
+"""fairseq_sparse.experiments: the command runner and fairseq log parser the experiments share."""
 
 import argparse
 import subprocess

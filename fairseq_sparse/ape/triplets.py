@@ -3,7 +3,7 @@
 two-segment BERT input ``[CLS] src [SEP] mt [SEP]`` and the target ``pe [SEP]``
 (Correia & Martins, ACL 2019).  The one owner of that format: the task, the
 binariser, the models (which read the segments back off the source), the data
-pipelines and the experiment scripts all use it from here.
+pipelines and the experiments all use it from here.
 """
 
 from pathlib import Path
