@@ -2,7 +2,7 @@
 post-editing with a BERT-initialised model whose attention heads are alpha-entmax with a
 learned alpha per head.
 
-1. Data: by default a generated corpus (fairseq_sparse/data/toy_ape_corpus.py: toy
+1. Data: by default a generated corpus (fairseq_sparse/ape/toy_corpus.py: toy
    German sources, English MT with typical errors injected, correct post-edits;
    not real data).  ``--data DIR`` uses real triplets instead, e.g. a directory
    with {train,valid,test}.{src,mt,pe} from ../shared/data/ape.
@@ -191,4 +191,3 @@ def run(args):
             shutil.rmtree(work / "checkpoints", ignore_errors=True)
     print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/"
           + ("; its checkpoints were removed, --workdir DIR keeps them)" if temporary else ")"))
-

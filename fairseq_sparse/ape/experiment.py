@@ -62,9 +62,9 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..markdown import table as markdown_table
 from ..experiments import (FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, held_out, interval_metrics, read_corpus,
                            run_logged, training_env)
+from ..markdown import table as markdown_table
 from . import tuning
 from .triplets import write_triplets
 
@@ -249,8 +249,6 @@ def run(args, title):
     write_table(args, title, sizes)
 
 
-
-
 def write_table(args, title, sizes):
     """results.md: every system's test rows that --out holds, beside doing nothing."""
     data = args.out / "data"
@@ -293,4 +291,3 @@ def write_table(args, title, sizes):
               "", "Training settings: see each system's train.log (fairseq prints its whole configuration)."]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
-

@@ -20,8 +20,8 @@ import re
 import shutil
 import sys
 
-from ..markdown import table as markdown_table
 from ..experiments import PLUGIN_DIR, read_corpus, run_logged
+from ..markdown import table as markdown_table
 from .triplets import write_triplets
 
 FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]
@@ -101,4 +101,3 @@ def run(args):
         f"What the right source is worth: {result['source_worth_bits_per_pe_token']:+.4f} bits per post-edit token, "
         f"{result['source_worth_bits_per_mt_token']:+.4f} per MT token.", ""]))
     print((args.out / "ablation.md").read_text(), end="")
-

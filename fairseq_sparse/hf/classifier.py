@@ -204,4 +204,3 @@ def write_table(args, results, n_train, n_dev, n_test):
                                  "mean alpha (mean change)", "wall"], rows))
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-

@@ -8,8 +8,8 @@ import math
 import torch
 from fairseq import checkpoint_utils
 
-from ..markdown import table as markdown_table
 from ..experiments import bits_per_pixel
+from ..markdown import table as markdown_table
 
 HISTOGRAM_SMOOTHING = 0.1
 CHUNK = 100  # images at a time: their decoder logits are CHUNK x 784 x 256 floats

@@ -34,8 +34,8 @@ A run label is the text before ``=`` (default: the log's name).
 import itertools
 import math
 
-from ..markdown import table as markdown_table
 from ..experiments import interval_metrics
+from ..markdown import table as markdown_table
 
 CURVES = (("decoder_calls", "codes decoded per image"), ("code_entropy_bits", "entropy of q (bits per image)"),
           ("score_shared", "scores: shared by the batch (solid), spread (dashed)"),
@@ -135,4 +135,3 @@ def run(args):
     (args.out / "dynamics.md").write_text(text + "\n", encoding="utf-8")
     plot(runs, args.out / "dynamics.png")
     print(text)
-

@@ -18,8 +18,8 @@ import shlex
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 
-from ..markdown import table as markdown_table
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, run_logged, training_done
+from ..markdown import table as markdown_table
 from . import ESTIMATORS, BitVector, Categorical
 
 # The paper's numbers (Tables 1-3): ssvae accuracy, signaling-game success (both %),
@@ -222,4 +222,3 @@ def run(args):
     print(tables)
     plot(results, args.out / "decoder_calls.png")
     print(f"\nplot of decoder calls and the test metric over training: {args.out / 'decoder_calls.png'}")
-

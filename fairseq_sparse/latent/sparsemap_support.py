@@ -133,4 +133,3 @@ def run(args):
                                                        "results": results}, indent=1), encoding="utf-8")
     plot(results, args.out / "support.png")
     print(f"written: {args.out / 'support.json'}, {args.out / 'support.png'}")
-

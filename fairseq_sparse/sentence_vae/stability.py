@@ -37,8 +37,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from ..markdown import table as markdown_table
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, training_done
+from ..markdown import table as markdown_table
 
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
 KNOBS = {"hsvae": (("alpha", "--prior-alpha"), ("beta", "--prior-beta")),
@@ -208,4 +208,3 @@ def run(args):
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
     print(f"\nplot: {args.out / 'stability.png'}")
-

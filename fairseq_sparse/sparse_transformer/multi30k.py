@@ -31,9 +31,9 @@ from pathlib import Path
 import sacrebleu
 import torch
 
-from ..markdown import table as markdown_table
 from ..entmax import HeadAlpha
 from ..experiments import PLUGIN_DIR, device_name, generate_hypotheses
+from ..markdown import table as markdown_table
 from ..text import read_lines
 
 BIN = Path(sys.executable).parent
@@ -361,4 +361,3 @@ def run(args):
                   "[alpha_entmax_report/report.md](alpha_entmax_report/report.md)"]
     (args.out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
-

@@ -11,7 +11,7 @@ from tests.conftest import REPO, run_cli, yelp_corpus
 def run_analysis(checkpoint, data, out, samples, classifier_epochs):
     """fairseq-sparse-sentence-vae-analysis on a checkpoint (one baseline epoch): its analysis.json and printout."""
     proc = run_cli("fairseq-sparse-sentence-vae-analysis", checkpoint, data, "--out", out, "--samples", samples,
-                      "--classifier-epochs", classifier_epochs, "--baseline-epochs", "1", check=False, timeout=600)
+                   "--classifier-epochs", classifier_epochs, "--baseline-epochs", "1", check=False, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out / "analysis.json").read_text()), proc.stdout
 
@@ -63,8 +63,8 @@ def test_analysis_of_a_trained_hsvae(tmp_path):
     test = (data / "test.txt").read_text(encoding="utf-8").splitlines()
     (data / "test.txt").write_text("".join(line.split(" ", 1)[1] + "\n" for line in test), encoding="utf-8")
     (data / "test_labels.txt").write_text("-1\n" + "".join(line.split(" ", 1)[0] + "\n" for line in test[1:]))
-    proc = run_cli("fairseq-sparse-sentence-vae-analysis", tmp_path / "ckpt" / "checkpoint_last.pt", data, "--out", out,
-                      check=False, timeout=600)
+    proc = run_cli("fairseq-sparse-sentence-vae-analysis", tmp_path / "ckpt" / "checkpoint_last.pt", data,
+                   "--out", out, check=False, timeout=600)
     assert proc.returncode != 0 and "1 test sentences are labelled -1 (no class)" in proc.stderr
 
 
