@@ -8,6 +8,9 @@ and each ``--test-prefix`` set (beam 5) and writes ``results.md``:
 - BLEU of the detokenised output against the raw references (sacrebleu, with its signature);
 - updates, training wall time and tokens per second (fairseq's ``wps``, mean over epochs)
   relative to softmax, same run;
+- each model's best validation loss and what ended its training (its plateau under
+  ``--patience``, its epoch cap or its time cap), with the validation loss of every epoch
+  plotted in ``validation_loss.png``;
 - attention density per site (fraction of allowed keys with nonzero weight, valid split)
   and the Jensen-Shannon diversity of the heads of each layer, for every model;
 - mean learned alpha per site, how far training moved any head's alpha from its
@@ -149,6 +152,52 @@ def epoch_summaries(log):
     return epochs
 
 
+def validation_losses(log):
+    """{epoch: validation loss in bits} of a ``--log-format json`` log (the last record of each epoch)."""
+    losses = {}
+    for line in Path(log).read_text(encoding="utf-8").splitlines():
+        if '"valid_loss"' in line:
+            record = json.loads(line[line.index("{"):])
+            losses[int(record["epoch"])] = float(record["valid_loss"])
+    return losses
+
+
+def ended_by(save, epochs, max_epoch):
+    """What ended the training in ``save``: its validation plateau, its epoch cap, or else its
+    wall-time cap (a run that failed raised before this is asked)."""
+    if stopped_early(save):
+        return "plateau (--patience)"
+    return "epoch cap" if epochs >= max_epoch else "time cap (--stop-time-hours)"
+
+
+def plot_validation_loss(curves, path):
+    """Validation loss per epoch of each model (left), and the second half of the epochs at
+    their own scale (right), where a plateau shows; the best epoch of each is marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    last = max(max(c) for c in curves.values())
+    for normalizer, losses in curves.items():
+        epochs = sorted(losses)
+        best = min(epochs, key=losses.get)
+        for ax, start in zip(axes, (1, max(1, last // 2))):
+            shown = [e for e in epochs if e >= start]
+            (line,) = ax.plot(shown, [losses[e] for e in shown], marker="o", markersize=2.5, label=normalizer)
+            if best >= start:
+                ax.plot([best], [losses[best]], "*", markersize=11, color=line.get_color())
+    for ax, title in zip(axes, ("every epoch", "the second half (best epoch: star)")):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("validation loss (bits)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def training_summary(out, normalizer):
     """(best checkpoint, mean training tokens/s over epochs, epochs trained, updates, training
     wall seconds)."""
@@ -284,8 +333,13 @@ def run(args):
         score, signature, missing = bleu(args.data, checkpoint, references, args)
         others = [bleu(data, checkpoint, refs, args) for data, refs in extra]
         attention, diversity = attention_summary(checkpoint, args.data)
+        losses = validation_losses(args.out / normalizer / "train.log")
+        best = min(losses, key=losses.get)
         rows[normalizer] = dict(bleu=score, wps=wps, epochs=epochs, updates=updates, wall=wall, missing=missing,
-                                others=others, attention=attention, diversity=diversity)
+                                others=others, attention=attention, diversity=diversity, losses=losses,
+                                best=(losses[best], best),
+                                ended=ended_by(args.out / normalizer, epochs, args.max_epoch))
+    plot_validation_loss({n: r["losses"] for n, r in rows.items()}, args.out / "validation_loss.png")
     if "alpha_entmax" in rows:
         save = args.out / "alpha_entmax"
         run_command([BIN / "fairseq-sparse-attention-report", "--path", save / "checkpoint_best.pt", "--data", args.data,
@@ -322,14 +376,16 @@ def run(args):
         f"sacrebleu signature: `{signature}`", "",
         markdown_table(
             ["attention", "BLEU", "epochs", f"train tokens/s vs {base_name}", "updates", "training wall time",
-             "density enc / dec / cross", "mean alpha enc / dec / cross",
+             "best validation loss (epoch)", "ended by", "density enc / dec / cross", "mean alpha enc / dec / cross",
              "largest alpha change since initialisation enc / dec / cross"],
             [[normalizer, f"{r['bleu']:.2f}", r["epochs"], f"{r['speed'][0]:.2f} ({r['speed'][1]:.0f} tok/s)",
-              r["updates"], f"{r['wall'] / 60:.1f} min",
+              r["updates"], f"{r['wall'] / 60:.1f} min", f"{r['best'][0]:.3f} ({r['best'][1]})", r["ended"],
               per_site([r["attention"][s][0] for s in SITES], "{:.3f}"),
               per_site([r["attention"][s][1] for s in SITES], "{:.2f}"),
               per_site([r["attention"][s][2] for s in SITES], "{:.3f}")] for normalizer, r in rows.items()]),
     ]
+    lines += ["", "Validation loss per epoch, the best epoch starred (the checkpoint scored above): "
+              "![validation loss per epoch](validation_loss.png)"]
     if extra:
         lines += ["", "BLEU on the other test sets (same checkpoints, beam 5):", "",
                   markdown_table(["attention", *(Path(prefix).name for prefix in args.test_prefix)],

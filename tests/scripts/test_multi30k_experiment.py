@@ -37,6 +37,11 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     updates = re.findall(r"^\| (?:softmax|entmax15|alpha_entmax) \| [0-9.]+ \| 2 \| [0-9.]+ \([0-9]+ tok/s\) \| (\d+) \| "
                          r"([0-9.]+) min \|", results, re.M)
     assert len(updates) == 3 and len({u for u, _ in updates}) == 1 and int(updates[0][0]) > 0
+    # Each model's best validation loss with its epoch, what ended it (two epochs: the epoch cap), and the curves.
+    ended = re.findall(r"^\| (?:softmax|entmax15|alpha_entmax) \| .* min \| ([0-9.]+) \(([12])\) \| epoch cap \|",
+                       results, re.M)
+    assert len(ended) == 3 and all(0 < float(loss) < 14 for loss, _ in ended)
+    assert (out / "validation_loss.png").stat().st_size > 5000 and "(validation_loss.png)" in results
     other = re.findall(r"^\| (softmax|entmax15|alpha_entmax) \| ([0-9.]+) \|$", results.split("other test sets")[1], re.M)
     assert [n for n, _ in other] == ["softmax", "entmax15", "alpha_entmax"] and all(float(b) >= 0 for _, b in other)
     diversity = re.findall(r"^\| (encoder|decoder|cross) \| 0 \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
