@@ -177,6 +177,7 @@ def plot_validation_loss(curves, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     last = max(max(c) for c in curves.values())
@@ -190,6 +191,7 @@ def plot_validation_loss(curves, path):
                 ax.plot([best], [losses[best]], "*", markersize=11, color=line.get_color())
     for ax, title in zip(axes, ("every epoch", "the second half (best epoch: star)")):
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("validation loss (bits)")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
