@@ -140,26 +140,26 @@ def train_all(data, out, args):
             stopped_early(log.parent)
 
 
-def epoch_summaries(log):
-    """{epoch: fairseq's end-of-epoch training record} of a ``--log-format json`` log.  One per
+def epoch_records(log, key):
+    """{epoch: fairseq's last record holding ``key``} of a ``--log-format json`` log.  One per
     epoch: fairseq may write a line more than once, and a rerun of a finished experiment
     resumes (trains nothing) and appends to the earlier log."""
     epochs = {}
-    for line in Path(log).read_text().splitlines():
-        if '"train_wps"' in line:
+    for line in Path(log).read_text(encoding="utf-8").splitlines():
+        if f'"{key}"' in line:
             record = json.loads(line[line.index("{"):])
-            epochs[record["epoch"]] = record
+            epochs[int(record["epoch"])] = record
     return epochs
 
 
+def epoch_summaries(log):
+    """{epoch: fairseq's end-of-epoch training record} of a ``--log-format json`` log."""
+    return epoch_records(log, "train_wps")
+
+
 def validation_losses(log):
-    """{epoch: validation loss in bits} of a ``--log-format json`` log (the last record of each epoch)."""
-    losses = {}
-    for line in Path(log).read_text(encoding="utf-8").splitlines():
-        if '"valid_loss"' in line:
-            record = json.loads(line[line.index("{"):])
-            losses[int(record["epoch"])] = float(record["valid_loss"])
-    return losses
+    """{epoch: validation loss in bits} of a ``--log-format json`` log."""
+    return {epoch: float(r["valid_loss"]) for epoch, r in epoch_records(log, "valid_loss").items()}
 
 
 def ended_by(save, epochs, max_epoch):

@@ -8,20 +8,19 @@ from fairseq_sparse.sparse_transformer.multi30k import ended_by, plot_validation
 
 
 def valid_line(epoch, loss, updates):
-    # fairseq-train --log-format json, as it logs the end of an epoch's validation.
+    # fairseq-train --log-format json --log-file, as it logs the end of an epoch's validation.
     record = {"epoch": epoch, "valid_loss": f"{loss:.3f}", "valid_nll_loss": f"{loss - 0.5:.3f}",
               "valid_num_updates": str(updates), "valid_best_loss": f"{loss:.3f}"}
-    return f"2026-12-03 14:20:00 | INFO | valid | {json.dumps(record)}"
+    return json.dumps(record)
 
 
 def write_log(save, losses, stopped=False):
-    lines = ["2026-12-03 14:14:30 | INFO | fairseq_cli.train | task: TranslationTask"]
+    lines = ["task: TranslationTask"]
     for epoch, loss in losses:
         train = {"epoch": epoch, "train_loss": f"{loss + 0.3:.3f}", "train_wps": "2000", "train_num_updates": "264"}
-        lines += [f"2026-12-03 14:20:00 | INFO | train | {json.dumps(train)}", valid_line(epoch, loss, 264 * epoch)]
+        lines += [json.dumps(train), valid_line(epoch, loss, 264 * epoch)]
     if stopped:
-        lines.append("2026-12-03 15:00:00 | INFO | fairseq_cli.train | early stop since valid performance hasn't "
-                     "improved for last 2 runs")
+        lines.append("early stop since valid performance hasn't improved for last 2 runs")
     save.mkdir(parents=True, exist_ok=True)
     (save / "train.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
