@@ -11,6 +11,9 @@
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarised, into .carry/vae
 #   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE; carry [".whl", ".carry/vae"],
 #                                            # timeout_s 600
+#   bash benchmarks/gpu_session.sh m30k-pack # here, once: Multi30k en-de, binarised, into .carry/m30k
+#   bash benchmarks/gpu_session.sh multi30k  # there: softmax, 1.5-entmax and alpha-entmax transformers trained
+#                                            # to their plateau; carry [".whl", ".carry/m30k"], timeout_s 600
 #
 # Every ratio is to a baseline measured in the same run, round by round (benchmarks/timing.py);
 # each step is capped by `timeout`, so that a slow one cannot eat the others' time (the caps add
@@ -154,6 +157,63 @@ vae)
     } 2>&1 | tee "$OUT/vae.log"
     tar -C /tmp -czf "$OUT/vae.tgz" --exclude='checkpoints' vae
     ;;
+m30k-pack)
+    # Multi30k en-de as data_prep/multi30k.sh prepares it (sentencepiece 8k, fairseq binary; 3 MB),
+    # with the sentencepiece model and the raw test references beside it, into .carry/m30k.
+    grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
+    rm -rf .carry/m30k /tmp/m30k_prep
+    bash data_prep/multi30k.sh /tmp/m30k_prep || exit 1
+    mkdir -p .carry/m30k
+    cp -r /tmp/m30k_prep/bin /tmp/m30k_prep/spm.model /tmp/m30k_prep/test.raw.de .carry/m30k/ || exit 1
+    fits_carry .carry/m30k .whl
+    ;;
+multi30k)
+    # The three attention normalisers trained side by side, each until its validation loss has
+    # not improved for 5 epochs (or the time cap), then scored and analysed by
+    # scripts/multi30k_sparse_attention.py on the device. Checkpoints do not come back: each
+    # model's best weights (float16, the alphas float32) and every epoch's alphas do, for
+    # analyses made afterwards.
+    install
+    out=/tmp/m30k
+    mkdir -p "$out/data" && cp -r .carry/m30k/. "$out/data/" || exit 1
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_utilisation.csv" &
+    watch=$!
+    start=$SECONDS
+    {
+        device_info
+        # Training stops at 0.085 h (5.1 min) at the latest, so that scoring and the reports fit the call.
+        timeout 530 python3 scripts/multi30k_sparse_attention.py --out "$out" --data "$out/data/bin" --device cuda \
+            --layers 3 --dim 256 --heads 4 --max-tokens 4096 --max-epoch 60 --patience 5 --stop-time-hours 0.085 \
+            --jobs 3 --seed 1
+        echo "== rc $? after $((SECONDS - start)) s"
+    } 2>&1 | tee "$OUT/multi30k.log"
+    kill "$watch" 2>/dev/null
+    python3 - "$out" "$OUT" <<'PY' 2>&1 | tee -a "$OUT/multi30k.log"
+import sys
+from pathlib import Path
+import torch
+out, dest = Path(sys.argv[1]), Path(sys.argv[2])
+for run in sorted(p for p in out.iterdir() if (p / "checkpoint_best.pt").exists()):
+    state = torch.load(run / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    state.pop("last_optimizer_state", None)
+    # The shared embeddings are one tensor under three names: cast once, saved once.
+    halves = {}
+    state["model"] = {k: halves.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() and "alpha" not in k else v
+                      for k, v in state["model"].items()}
+    torch.save(state, dest / f"best_{run.name}.pt")
+    epochs = sorted(run.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[len("checkpoint"):]))
+    if run.name == "alpha_entmax":
+        alphas = {}
+        for path in epochs:
+            s = torch.load(path, map_location="cpu", weights_only=False)
+            alphas[int(path.stem[len("checkpoint"):])] = {
+                "num_updates": s["optimizer_history"][-1]["num_updates"],
+                "alphas": {k: v for k, v in s["model"].items() if "head_alpha" in k}}
+        torch.save(alphas, dest / "alpha_trajectory.pt")
+    print(f"packed {run.name}: best of {len(epochs)} epoch checkpoints")
+PY
+    tar -C /tmp -czf "$OUT/multi30k.tgz" --exclude='*.pt' --exclude='m30k/data' m30k
+    ;;
 run)
     shift
     groups=("$@")  # none: all of them
@@ -199,7 +259,7 @@ run)
     fi
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape|vae-pack|vae" >&2
+    echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape|vae-pack|vae|m30k-pack|multi30k" >&2
     exit 2
     ;;
 esac

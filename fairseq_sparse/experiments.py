@@ -11,9 +11,12 @@ from pathlib import Path
 
 # The package itself, as fairseq's --user-dir.
 PLUGIN_DIR = Path(__file__).resolve().parent
-# fairseq-train as a module of this interpreter: where the wheels were installed with
+# fairseq's command lines as modules of this interpreter: where the wheels were installed with
 # --target (a leased GPU machine, benchmarks/gpu_session.sh), no console script sits beside it.
 FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
+FAIRSEQ_GENERATE = [sys.executable, "-m", "fairseq_cli.generate"]
+FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]
+FAIRSEQ_PREPROCESS = [sys.executable, "-m", "fairseq_cli.preprocess"]
 # The full official MNIST (IDX files) in the shared data beside the repository.
 FULL_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "images" / "mnist-full"
 # glibc's malloc tunables (read at a process's start; other C libraries ignore them): keep up to
@@ -107,7 +110,7 @@ def run_logged(cmd, log, env=None, append=False):
     with open(log, "a", encoding="utf-8") as out:
         out.write(proc.stderr)
     if proc.returncode != 0:
-        program = cmd[2] if len(cmd) > 2 and str(cmd[1]) == "-m" else cmd[0]  # FAIRSEQ_TRAIN: the module
+        program = cmd[2] if len(cmd) > 2 and str(cmd[1]) == "-m" else cmd[0]  # FAIRSEQ_TRAIN &c.: the module
         raise SystemExit(f"{program} failed ({proc.returncode}); full log in {log}:\n{(stdout + proc.stderr)[-3000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, proc.stderr)
 

@@ -28,13 +28,12 @@ from pathlib import Path
 import torch
 from fairseq import checkpoint_utils
 
-from ..experiments import PLUGIN_DIR, find_corpus, generate_hypotheses, held_out, read_corpus, run_logged
+from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, find_corpus, generate_hypotheses, held_out,
+                           read_corpus, run_logged)
 from ..sparse_transformer.report import num_updates
 from . import toy_corpus as toy_ape_corpus
 from . import tuning
 from .triplets import FIELDS, write_triplets
-
-BIN = Path(sys.executable).parent
 
 
 def prepare_data(args, work):
@@ -94,7 +93,7 @@ def train(args, data, work):
     save = work / "checkpoints"
     print(f"\n== 2. fairseq-train bert_ape from {args.bert_model} (first {args.bert_layers} layers), "
           f"alpha-entmax attention, {args.max_epoch} epochs (progress: {work / 'train.log'}) ==", flush=True)
-    proc = run_logged([BIN / "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--task", "ape",
+    proc = run_logged([*FAIRSEQ_TRAIN, data, "--user-dir", PLUGIN_DIR, "--task", "ape",
                 "--arch", "bert_ape", "--bert-model", args.bert_model, "--bert-layers", args.bert_layers,
                 "--attention-normalizer", "alpha_entmax", "--alpha-init", "random",
                 "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", args.lr, "--lr-scheduler", "fixed",
@@ -127,7 +126,7 @@ def post_edit(data, checkpoint, work, conservativeness, margin, max_edits):
     gate += [] if max_edits is None else ["--keep-mt-max-edits", max_edits]
     print(f"\n== 4. fairseq-generate --scoring ter --conservativeness {conservativeness:g} "
           + (" ".join(str(g) for g in gate) if gate else "(gate off)") + " (test split) ==", flush=True)
-    proc = run_logged([BIN / "fairseq-generate", data, "--user-dir", PLUGIN_DIR, "--task", "ape",
+    proc = run_logged([*FAIRSEQ_GENERATE, data, "--user-dir", PLUGIN_DIR, "--task", "ape",
                 "--path", checkpoint, "--gen-subset", "test", "--beam", "4", "--cpu", "--scoring", "ter",
                 "--max-tokens", "4000", "--conservativeness", conservativeness, *gate], work / "generate.log")
     output = work / "generate.out"

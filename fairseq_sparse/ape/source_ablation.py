@@ -18,13 +18,11 @@ keeps its own and the lengths stay about the same), ``SPLIT_mt_as_target`` and
 import json
 import re
 import shutil
-import sys
 
-from ..experiments import PLUGIN_DIR, read_corpus, run_logged
+from ..experiments import FAIRSEQ_VALIDATE, PLUGIN_DIR, read_corpus, run_logged
 from ..markdown import table as markdown_table
 from .triplets import write_triplets
 
-FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]
 CONDITIONS = {  # split name suffix: (the target, whether each src is another sentence's)
     "": ("pe", False),
     "_src_swapped": ("pe", True),

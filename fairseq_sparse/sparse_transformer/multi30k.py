@@ -35,11 +35,13 @@ import sacrebleu
 import torch
 
 from ..entmax import HeadAlpha
-from ..experiments import PLUGIN_DIR, device_name, generate_hypotheses
+from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_PREPROCESS, FAIRSEQ_TRAIN, PLUGIN_DIR, device_name,
+                           generate_hypotheses)
 from ..markdown import table as markdown_table
 from ..text import read_lines
 
-BIN = Path(sys.executable).parent
+# The attention report as a module of this interpreter, as fairseq's commands (experiments.py).
+ATTENTION_REPORT = [sys.executable, "-m", "fairseq_sparse.sparse_transformer.report"]
 NORMALIZERS = ("softmax", "entmax15", "alpha_entmax")
 SITES = ("encoder", "decoder", "cross")
 # The training schedule: Adam at a peak learning rate of LR, warmed up from 0 over WARMUP
@@ -57,7 +59,7 @@ def model_arguments(data, normalizer, args):
     """fairseq-train's data, model, objective and optimiser arguments: the same for every
     normaliser, and for its training and its speed measurement."""
     scale = ["--alpha-lr-scale", args.alpha_lr_scale] if args.alpha_lr_scale != 1.0 else []
-    return [BIN / "fairseq-train", data, "--user-dir", PLUGIN_DIR, "--task", "translation",
+    return [*FAIRSEQ_TRAIN, data, "--user-dir", PLUGIN_DIR, "--task", "translation",
             "--arch", "entmax_transformer", "--attention-normalizer", normalizer, *scale,
             "--encoder-layers", args.layers, "--decoder-layers", args.layers,
             "--encoder-embed-dim", args.dim, "--decoder-embed-dim", args.dim,
@@ -162,11 +164,23 @@ def validation_losses(log):
     return {epoch: float(r["valid_loss"]) for epoch, r in epoch_records(log, "valid_loss").items()}
 
 
-def ended_by(save, epochs, max_epoch):
-    """What ended the training in ``save``: its validation plateau, its epoch cap, or else its
-    wall-time cap (a run that failed raised before this is asked)."""
+def training_seconds(save):
+    """The run's training time in ``save``: fairseq's cumulative training time (the clock that
+    --stop-time-hours reads), as its last checkpoint keeps it across resumptions.  The logs'
+    ``train_wall`` restarts at every resumption."""
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    return float(state["extra_state"]["previous_training_time"])
+
+
+def ended_by(save, epochs, max_epoch, stop_time_hours=None):
+    """What ended the training in ``save``: its validation plateau, its wall-time cap (its
+    cumulative training time past ``stop_time_hours``: the cap may fall in the last epoch),
+    its epoch cap, or else its wall-time cap, which fairseq_sparse.compat.train_runs checks
+    again before each epoch (a run that failed raised before this is asked)."""
     if stopped_early(save):
         return "plateau (--patience)"
+    if stop_time_hours and training_seconds(save) >= 3600 * stop_time_hours:
+        return "time cap (--stop-time-hours)"
     return "epoch cap" if epochs >= max_epoch else "time cap (--stop-time-hours)"
 
 
@@ -207,7 +221,7 @@ def training_summary(out, normalizer):
     epochs = epoch_summaries(save / "train.log")
     last = epochs[max(epochs)]
     return (save / "checkpoint_best.pt", statistics.mean(float(r["train_wps"]) for r in epochs.values()), len(epochs),
-            int(float(last["train_num_updates"])), float(last["train_wall"]))
+            int(float(last["train_num_updates"])), training_seconds(save))
 
 
 def epoch_checkpoints(save):
@@ -242,7 +256,7 @@ def binarise_test_set(prefix, data, out, src="en", tgt="de"):
     # refuses a directory that holds its dictionaries already).
     bin_dir = target / "bin"
     shutil.rmtree(bin_dir, ignore_errors=True)
-    run_command([BIN / "fairseq-preprocess", "--source-lang", src, "--target-lang", tgt, "--testpref", target / "test.spm",
+    run_command([*FAIRSEQ_PREPROCESS, "--source-lang", src, "--target-lang", tgt, "--testpref", target / "test.spm",
          "--destdir", bin_dir, "--srcdict", data / f"dict.{src}.txt", "--tgtdict", data / f"dict.{tgt}.txt",
          "--workers", "1"])
     return bin_dir, files[1]
@@ -254,7 +268,7 @@ def device_flags(args):
 
 def bleu(data, checkpoint, references, args):
     gen = subprocess.run(
-        [str(BIN / "fairseq-generate"), str(data), "--user-dir", str(PLUGIN_DIR), "--path", str(checkpoint),
+        [*map(str, FAIRSEQ_GENERATE), str(data), "--user-dir", str(PLUGIN_DIR), "--path", str(checkpoint),
          "--gen-subset", "test", "--beam", "5", "--post-process", "sentencepiece", *device_flags(args),
          "--max-tokens", "8000"],
         check=True, capture_output=True, text=True).stdout
@@ -340,11 +354,11 @@ def run(args):
         rows[normalizer] = dict(bleu=score, wps=wps, epochs=epochs, updates=updates, wall=wall, missing=missing,
                                 others=others, attention=attention, diversity=diversity, losses=losses,
                                 best=(losses[best], best),
-                                ended=ended_by(args.out / normalizer, epochs, args.max_epoch))
+                                ended=ended_by(args.out / normalizer, epochs, args.max_epoch, args.stop_time_hours))
     plot_validation_loss({n: r["losses"] for n, r in rows.items()}, args.out / "validation_loss.png")
     if "alpha_entmax" in rows:
         save = args.out / "alpha_entmax"
-        run_command([BIN / "fairseq-sparse-attention-report", "--path", save / "checkpoint_best.pt", "--data", args.data,
+        run_command([*ATTENTION_REPORT, "--path", save / "checkpoint_best.pt", "--data", args.data,
              "--out", args.out / "alpha_entmax_report", "--sentences", "0", "1", "2",
              "--trajectory", *epoch_checkpoints(save)])
 
