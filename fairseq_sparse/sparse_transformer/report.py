@@ -265,6 +265,21 @@ def roles(result):
     return rows
 
 
+def initial_order_md(alphas, change):
+    """Whether training kept the heads in the order of their initial alphas: if it did, where
+    a head ends is where its initialisation put it, not a choice of its own."""
+    initial = {sl: [a - c for a, c in zip(alphas[sl], change[sl])] for sl in alphas}
+    start = [x for sl in alphas for x in initial[sl]]
+    end = [x for sl in alphas for x in alphas[sl]]
+    rho = stats.rank_correlation(start, end)
+    if rho != rho:
+        return "(Every head started at the same alpha: no initial order to keep.)"
+    kept, pairs = stats.order_kept(initial, alphas)
+    return (f"Spearman's rank correlation between the initial and the learned alphas of the {len(end)} heads: "
+            f"{rho:.3f} (1: training kept the heads in the order of their initialisation); within a layer, "
+            f"{kept} of {pairs} pairs of heads kept their order.")
+
+
 def markdown_report(result, args):
     """report.md's text."""
     sites, alphas = result["sites"], result["alphas"]
@@ -280,7 +295,7 @@ def markdown_report(result, args):
     if result["change"] is not None:
         change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
                      "spreads the heads over (alpha_min, 2)):", "", head_table(result["change"], sites, "{:+.3f}"),
-                     "", "![](alpha_change.png)"]
+                     "", "![](alpha_change.png)", "", initial_order_md(alphas, result["change"])]
     else:
         change_md = ["(The initial alphas are unknown: the checkpoint was written before they were kept.)"]
     trajectory_md = []

@@ -111,6 +111,53 @@ def first_moves(series, tol=1e-3):
     return denser, sparser, turned, heads
 
 
+def _ranks(values):
+    """Rank of each value from 0, ties given the mean of the ranks they span."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def rank_correlation(x, y):
+    """Spearman's rank correlation of two equally long sequences (Pearson's correlation of
+    their ranks, ties ranked by their mean rank); NaN for fewer than 3 values or a sequence
+    whose values are all alike.  Of the initial and learned alphas of a model's heads, 1
+    says that training kept the heads in the order of their initialisation."""
+    if len(x) != len(y):
+        raise ValueError(f"rank_correlation of {len(x)} and {len(y)} values")
+    n = len(x)
+    if n < 3:
+        return math.nan
+    rx, ry = _ranks(list(x)), _ranks(list(y))
+    mean = (n - 1) / 2
+    cov = sum((a - mean) * (b - mean) for a, b in zip(rx, ry))
+    vx, vy = sum((a - mean) ** 2 for a in rx), sum((b - mean) ** 2 for b in ry)
+    return cov / math.sqrt(vx * vy) if vx > 0 and vy > 0 else math.nan
+
+
+def order_kept(initial, learned):
+    """(pairs of heads of one layer whose learned alphas are in the order of their initial
+    alphas, pairs of heads of one layer with distinct initial alphas), over
+    {(site, layer): alpha per head} of each."""
+    kept = pairs = 0
+    for sl, start in initial.items():
+        end = learned[sl]
+        for a in range(len(start)):
+            for b in range(a + 1, len(start)):
+                if start[a] != start[b]:
+                    pairs += 1
+                    kept += (start[a] - start[b]) * (end[a] - end[b]) > 0
+    return kept, pairs
+
+
 def word_ids_from_pieces(pieces, specials=()):
     """Word index of each subword piece: sentencepiece ('\u2581' starts a word),
     BERT's WordPiece ('##' continues a word) or subword-nmt ('@@' ends a non-final

@@ -37,6 +37,15 @@ def test_report_from_checkpoints(multi30k_bin, tmp_path):
                  "cross": f"decoder.layers.{layer}.encoder_attn"}[site]
         initial = state[f"{owner}.head_alpha.initial_alpha"].tolist()
         assert [a - c for a, c in zip(values, change[(site, layer)])] == pytest.approx(initial, abs=2e-3)
+    # Whether the heads kept their initial order, against scipy's Spearman of the checkpoint's own alphas
+    # (two epochs move no head far: the order stays, up to the tables' rounding).
+    scipy_stats = pytest.importorskip("scipy.stats")
+    order = re.search(r"initial and the learned alphas of the 24 heads: ([-0-9.]+) \(1: .*\); within a layer, "
+                      r"(\d+) of (\d+) pairs of heads kept their order", report)
+    starts = [x for (site, layer), v in learned.items() for x in (a - c for a, c in zip(v, change[(site, layer)]))]
+    assert order and float(order[1]) == pytest.approx(scipy_stats.spearmanr(starts, [x for v in learned.values() for x in v])
+                                                      .statistic, abs=0.01)
+    assert float(order[1]) > 0.9 and int(order[2]) <= int(order[3]) <= 36
     assert "## Head roles" in report
     # Per site: shares of heads below 1.3 and above 1.7 and the bimodality coefficient.
     sites = re.findall(r"^\| (encoder|decoder|cross) \| [0-9.]+ to [0-9.]+ \| 8 \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",

@@ -76,3 +76,21 @@ def test_first_moves_count_denser_sparser_and_turned_heads():
               ("decoder", 0): [(0, [1.2, 1.9])]}  # one point: no move to count
     # h0 denser then sparser again; h1 sparser; h2 never moved; h3 first moved at 200, denser.
     assert stats.first_moves(series) == (2, 1, 1, 4)
+
+
+def test_rank_correlation_matches_scipy_with_ties():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    x = [1.9, 1.2, 1.5, 1.5, 1.05, 1.7, 1.3]
+    y = [1.8, 1.1, 1.3, 1.6, 1.05, 1.6, 1.25]
+    assert stats.rank_correlation(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic)
+    assert stats.rank_correlation(x, [-v for v in x]) == pytest.approx(-1.0)
+    assert math.isnan(stats.rank_correlation([1.5] * 4, y[:4])) and math.isnan(stats.rank_correlation(x[:2], y[:2]))
+    with pytest.raises(ValueError, match="3 and 2 values"):
+        stats.rank_correlation(x[:3], y[:2])
+
+
+def test_order_kept_counts_pairs_within_a_layer():
+    initial = {("encoder", 0): [1.2, 1.5, 1.8], ("decoder", 0): [1.5, 1.5]}
+    learned = {("encoder", 0): [1.1, 1.05, 1.7], ("decoder", 0): [1.4, 1.2]}
+    # encoder: (h0, h1) swapped, (h0, h2) and (h1, h2) kept; decoder: equal starts, no order to keep.
+    assert stats.order_kept(initial, learned) == (2, 3)
