@@ -217,6 +217,7 @@ def analyse(model, task, args):
     return dict(
         sites=model.attention_sites,
         alphas={sl: a.tolist() for sl, a in model.head_alphas().items()},
+        initial=initial,
         change=({sl: c.tolist() for sl, c in model.head_alpha_changes().items()} if initial is not None else None),
         density=per_head(acc, "density"),
         diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
@@ -265,10 +266,9 @@ def roles(result):
     return rows
 
 
-def initial_order_md(alphas, change):
-    """Whether training kept the heads in the order of their initial alphas: if it did, where
-    a head ends is where its initialisation put it, not a choice of its own."""
-    initial = {sl: [a - c for a, c in zip(alphas[sl], change[sl])] for sl in alphas}
+def initial_order_md(initial, alphas):
+    """Whether training kept the heads in the order of their ``initial`` alphas: if it did,
+    where a head ends is where its initialisation put it, not a choice of its own."""
     start = [x for sl in alphas for x in initial[sl]]
     end = [x for sl in alphas for x in alphas[sl]]
     rho = stats.rank_correlation(start, end)
@@ -295,7 +295,7 @@ def markdown_report(result, args):
     if result["change"] is not None:
         change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
                      "spreads the heads over (alpha_min, 2)):", "", head_table(result["change"], sites, "{:+.3f}"),
-                     "", "![](alpha_change.png)", "", initial_order_md(alphas, result["change"])]
+                     "", "![](alpha_change.png)", "", initial_order_md(result["initial"], alphas)]
     else:
         change_md = ["(The initial alphas are unknown: the checkpoint was written before they were kept.)"]
     trajectory_md = []

@@ -93,6 +93,15 @@ def updates(checkpoint):
     return torch.load(checkpoint)["optimizer_history"][-1]["num_updates"]
 
 
+def test_initial_order_needs_distinct_initial_alphas():
+    alphas = {("encoder", 0): [1.2, 1.3, 1.1], ("decoder", 0): [1.4, 1.6, 1.5]}
+    same = {sl: [1.5] * 3 for sl in alphas}  # --alpha-init 1.5
+    assert attention_report.initial_order_md(same, alphas) == "(Every head started at the same alpha: no initial order to keep.)"
+    initial = {("encoder", 0): [1.5, 1.7, 1.3], ("decoder", 0): [1.6, 1.9, 1.8]}
+    text = attention_report.initial_order_md(initial, alphas)
+    assert "of the 6 heads: 0.943 (1: " in text and "6 of 6 pairs of heads kept their order" in text
+
+
 def test_report_rejects_a_missing_checkpoint(tmp_path):
     proc = run_cli("fairseq-sparse-attention-report", "--path", tmp_path / "nope.pt", "--data", tmp_path,
                    "--out", tmp_path / "r", check=False)
