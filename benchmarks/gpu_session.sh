@@ -172,7 +172,8 @@ multi30k)
     # not improved for 5 epochs (or the time cap), then scored and analysed by
     # scripts/multi30k_sparse_attention.py on the device. Checkpoints do not come back: each
     # model's best weights (float16, the alphas float32) and every epoch's alphas do, for
-    # analyses made afterwards.
+    # analyses made afterwards. Called again on the same (warm) machine with a larger
+    # M30K_STOP_HOURS, the models not yet at their plateau train on from their last checkpoint.
     install
     out=/tmp/m30k
     mkdir -p "$out/data" && cp -r .carry/m30k/. "$out/data/" || exit 1
@@ -183,8 +184,8 @@ multi30k)
         device_info
         # Training stops at 0.085 h (5.1 min) at the latest, so that scoring and the reports fit the call.
         timeout 530 python3 scripts/multi30k_sparse_attention.py --out "$out" --data "$out/data/bin" --device cuda \
-            --layers 3 --dim 256 --heads 4 --max-tokens 4096 --max-epoch 60 --patience 5 --stop-time-hours 0.085 \
-            --jobs 3 --seed 1
+            --layers 3 --dim 256 --heads 4 --max-tokens 4096 --max-epoch 60 --patience 5 \
+            --stop-time-hours "${M30K_STOP_HOURS:-0.085}" --jobs 3 --seed 1
         echo "== rc $? after $((SECONDS - start)) s"
     } 2>&1 | tee "$OUT/multi30k.log"
     kill "$watch" 2>/dev/null
