@@ -193,6 +193,7 @@ multi30k)
 import sys
 from pathlib import Path
 import torch
+from fairseq_sparse.sparse_transformer.multi30k import checkpoint_epoch, epoch_checkpoints
 out, dest = Path(sys.argv[1]), Path(sys.argv[2])
 for run in sorted(p for p in out.iterdir() if (p / "checkpoint_best.pt").exists()):
     state = torch.load(run / "checkpoint_best.pt", map_location="cpu", weights_only=False)
@@ -202,12 +203,12 @@ for run in sorted(p for p in out.iterdir() if (p / "checkpoint_best.pt").exists(
     state["model"] = {k: halves.setdefault(v.data_ptr(), v.half()) if v.is_floating_point() and "alpha" not in k else v
                       for k, v in state["model"].items()}
     torch.save(state, dest / f"best_{run.name}.pt")
-    epochs = sorted(run.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[len("checkpoint"):]))
+    epochs = epoch_checkpoints(run)
     if run.name == "alpha_entmax":
         alphas = {}
         for path in epochs:
             s = torch.load(path, map_location="cpu", weights_only=False)
-            alphas[int(path.stem[len("checkpoint"):])] = {
+            alphas[checkpoint_epoch(path)] = {
                 "num_updates": s["optimizer_history"][-1]["num_updates"],
                 "alphas": {k: v for k, v in s["model"].items() if "head_alpha" in k}}
         torch.save(alphas, dest / "alpha_trajectory.pt")

@@ -173,10 +173,10 @@ def training_seconds(save):
 
 
 def ended_by(save, epochs, max_epoch, stop_time_hours=None):
-    """What ended the training in ``save``: its validation plateau, its wall-time cap (its
-    cumulative training time past ``stop_time_hours``: the cap may fall in the last epoch),
-    its epoch cap, or else its wall-time cap, which fairseq_sparse.compat.train_runs checks
-    again before each epoch (a run that failed raised before this is asked)."""
+    """What ended the training in ``save``: its validation plateau; else its wall-time cap if
+    its training clock is past ``stop_time_hours`` (the cap may fall in the last epoch); else
+    its epoch cap if it trained ``max_epoch`` epochs; else the wall-time cap, checked before an
+    epoch by fairseq_sparse.compat.train_runs.  A run that failed raised before this is asked."""
     if stopped_early(save):
         return "plateau (--patience)"
     if stop_time_hours and training_seconds(save) >= 3600 * stop_time_hours:
@@ -224,9 +224,14 @@ def training_summary(out, normalizer):
             int(float(last["train_num_updates"])), training_seconds(save))
 
 
+def checkpoint_epoch(path):
+    """The epoch of a checkpoint{epoch}.pt file."""
+    return int(path.stem[len("checkpoint"):])
+
+
 def epoch_checkpoints(save):
     """The run's checkpoint{epoch}.pt files, in epoch order."""
-    return sorted(save.glob("checkpoint[0-9]*.pt"), key=lambda p: int(p.stem[len("checkpoint"):]))
+    return sorted(save.glob("checkpoint[0-9]*.pt"), key=checkpoint_epoch)
 
 
 def binarise_test_set(prefix, data, out, src="en", tgt="de"):
@@ -328,7 +333,7 @@ def alpha_reach(save):
             denser += int((scale * pre_alpha < start).sum())
         moved = torch.cat(moved)
         bound = scale * sum(learning_rate(n) for n in range(updates))
-        rows.append((int(checkpoint.stem[len("checkpoint"):]), updates, bound, float(moved.max()),
+        rows.append((checkpoint_epoch(checkpoint), updates, bound, float(moved.max()),
                      float(moved.median()), denser, moved.numel()))
     return rows
 
