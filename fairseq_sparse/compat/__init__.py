@@ -67,8 +67,10 @@ PATCHES = (
           "resume from"),
     Patch("prefetch", ("iterators.BackgroundConsumer.run", "an atexit hook"),
           "a finished run exits cleanly instead of aborting on fairseq's prefetching thread"),
-    Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train"),
-          "one live fairseq-train run per --save-dir, and rerunning a finished run trains nothing"),
+    Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train", "Trainer.save_checkpoint",
+                         "Trainer.load_checkpoint"),
+          "one live fairseq-train run per --save-dir, a resumed run counts --patience on from where it stopped, "
+          "and rerunning a finished run (or one stopped at its plateau) trains nothing"),
 )
 
 _applied = None

@@ -114,8 +114,9 @@ STOPPED_EARLY = "stopped_early"
 
 
 def stopped_early(save):
-    """Whether the run in ``save`` ended at its validation plateau (--patience).  fairseq keeps
-    no such record in its checkpoints, and a rerun would train --patience epochs more."""
+    """Whether the run in ``save`` ended at its validation plateau (--patience), as fairseq's
+    log says (the log, not the checkpoint's --patience count of compat.train_runs, so that
+    runs whose checkpoints predate that count are told too)."""
     marker = save / STOPPED_EARLY
     if not marker.exists() and (save / "train.log").exists():
         if EARLY_STOP in (save / "train.log").read_text(encoding="utf-8"):

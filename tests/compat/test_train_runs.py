@@ -1,14 +1,15 @@
-"""One live fairseq-train run per --save-dir, and a finished run's rerun trains nothing and
-writes nothing (fairseq_sparse.compat.train_runs)."""
+"""One live fairseq-train run per --save-dir, a resumed run counts --patience on, and a finished
+run's rerun trains nothing and writes nothing (fairseq_sparse.compat.train_runs)."""
 
 import torch
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()
 
-from fairseq_sparse.compat.train_runs import LOCK_NAME, lock_save_dir, release  # noqa: E402
+from fairseq_sparse.compat.train_runs import LOCK_NAME, PATIENCE, lock_save_dir, release  # noqa: E402
 from tests.ape.test_task import TRAIN  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
+from tests.compat.test_checkpoints import TINY_TRANSFORMER  # noqa: E402
+from tests.conftest import REPO, run_cli  # noqa: E402
 
 
 def updates(checkpoint):
@@ -67,3 +68,39 @@ def test_a_run_past_its_time_limit_is_finished_but_a_new_one_trains_its_first_up
     again = run_cli("fairseq-train", *common)
     assert "nothing to train: it has trained for" in again.stdout + again.stderr
     assert updates(save / "checkpoint_last.pt") == 1
+
+
+def last_epoch(save):
+    """The last epoch trained into ``save``: that of its newest checkpoint{N}.pt."""
+    return max(int(p.stem[len("checkpoint"):]) for p in save.glob("checkpoint[0-9]*.pt"))
+
+
+def test_patience_counts_on_across_a_resumption_and_a_plateau_stays_finished(multi30k_bin, tmp_path):
+    # At learning rate 0 the validation loss never improves after epoch 1: --patience 2 stops
+    # an uninterrupted run after epoch 3.
+    common = [multi30k_bin, "--user-dir", REPO / "fairseq_sparse", *TINY_TRANSFORMER, "--lr", "0", "--patience", "2"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    run_cli("fairseq-train", *common, "--save-dir", straight, "--max-epoch", "10")
+    assert last_epoch(straight) == 3
+
+    run_cli("fairseq-train", *common, "--save-dir", split, "--max-epoch", "2")  # interrupted after epoch 2
+    resumed = run_cli("fairseq-train", *common, "--save-dir", split, "--max-epoch", "10")
+    assert "early stop since valid performance hasn't improved for last 2 runs" in resumed.stdout + resumed.stderr
+    assert last_epoch(split) == 3, "the resumed run stops where the uninterrupted one did"
+
+    files = {p.name: p.stat().st_mtime_ns for p in split.iterdir()}
+    again = run_cli("fairseq-train", *common, "--save-dir", split, "--max-epoch", "10")
+    assert ("nothing to train: it stopped at its validation plateau, no better loss in its last 2 validations "
+            "(--patience 2)") in again.stdout + again.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in split.iterdir()} == files
+    run_cli("fairseq-train", *common[:-1], "3", "--save-dir", split, "--max-epoch", "10")  # more patience trains on
+    assert last_epoch(split) == 4
+
+    # A checkpoint written without the count resumes counting from its best validation.
+    state = torch.load(straight / "checkpoint2.pt")
+    del state["extra_state"][PATIENCE]
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save(state, old / "checkpoint_last.pt")
+    run_cli("fairseq-train", *common, "--save-dir", old, "--max-epoch", "10")
+    assert last_epoch(old) == 4
