@@ -7,6 +7,7 @@ import fairseq_sparse
 fairseq_sparse.load_plugin()
 
 from fairseq_sparse.compat.train_runs import LOCK_NAME, PATIENCE, lock_save_dir, release  # noqa: E402
+from fairseq_sparse.sparse_transformer.multi30k import checkpoint_epoch, epoch_checkpoints  # noqa: E402
 from tests.ape.test_task import TRAIN  # noqa: E402
 from tests.compat.test_checkpoints import TINY_TRANSFORMER  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402
@@ -72,7 +73,7 @@ def test_a_run_past_its_time_limit_is_finished_but_a_new_one_trains_its_first_up
 
 def last_epoch(save):
     """The last epoch trained into ``save``: that of its newest checkpoint{N}.pt."""
-    return max(int(p.stem[len("checkpoint"):]) for p in save.glob("checkpoint[0-9]*.pt"))
+    return checkpoint_epoch(epoch_checkpoints(save)[-1])
 
 
 def test_patience_counts_on_across_a_resumption_and_a_plateau_stays_finished(multi30k_bin, tmp_path):
