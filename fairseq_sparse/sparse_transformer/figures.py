@@ -45,16 +45,24 @@ def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fm
 
 
 def alpha_histogram(alphas, path, sites):
-    """The learned alphas of each site over (1, 2)."""
-    fig, ax = plt.subplots(figsize=(MIN_WIDTH, 3.5), layout="constrained")
-    for site in sites:
+    """The learned alphas of each site over (1, 2), one panel per site.
+
+    Panels rather than overlaid bars, so that each site's shape (one mode or two) reads on its
+    own; heads are counted, so the y ticks are whole numbers.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    present = [s for s in sites if any(site == s and len(v) for (site, _), v in alphas.items())]
+    fig, axes = plt.subplots(len(present), 1, figsize=(MIN_WIDTH, 0.6 + 1.6 * len(present)), sharex=True,
+                             squeeze=False, layout="constrained")
+    for ax, site in zip(axes[:, 0], present):
         vals = [x for (s, _), v in alphas.items() if s == site for x in v]
-        if vals:
-            ax.hist(vals, bins=20, range=(1, 2), alpha=0.6, label=site)
-    ax.set_xlabel("alpha")
-    ax.set_ylabel("heads")
-    ax.legend()
-    ax.set_title("learned alpha by attention site", fontsize=10)
+        ax.hist(vals, bins=20, range=(1, 2), color="C0", edgecolor="white")
+        ax.set_ylabel("heads")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(site, fontsize=9)
+    axes[-1, 0].set_xlabel("alpha")
+    fig.suptitle("learned alpha by attention site", fontsize=10)
     _save(fig, path)
 
 

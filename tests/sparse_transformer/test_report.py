@@ -181,7 +181,8 @@ def test_dual_source_report_has_every_attention_site(tmp_path, tiny_bert, monkey
 
 def test_figures_fit_their_titles_and_wrap_many_heads(tmp_path):
     """A 4-head heatmap is wide enough for its title; a 12-head attention map is a grid of
-    MAP_COLUMNS heads a row (not one row of 12 panels) with a colour bar."""
+    MAP_COLUMNS heads a row (not one row of 12 panels) with a colour bar; the alpha histogram
+    has one panel per site present (not overlaid bars)."""
     from PIL import Image
 
     from fairseq_sparse.sparse_transformer import figures
@@ -197,3 +198,7 @@ def test_figures_fit_their_titles_and_wrap_many_heads(tmp_path):
     width, height = Image.open(tmp_path / "m.png").size
     panel_width, panel_height = 3.2 * 120, 3.4 * 120  # the smallest panel, in pixels at 120 dpi
     assert figures.MAP_COLUMNS == 4 and height >= 3 * panel_height and width < 6 * panel_width
+    figures.alpha_histogram({("encoder", 0): [1.2, 1.5]}, tmp_path / "a1.png", sites)
+    figures.alpha_histogram(values, tmp_path / "a2.png", sites)
+    one, two = Image.open(tmp_path / "a1.png").size[1], Image.open(tmp_path / "a2.png").size[1]
+    assert two - one >= 1.6 * 120 - 1  # a second site adds a panel
