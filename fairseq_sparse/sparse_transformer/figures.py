@@ -27,8 +27,16 @@ def _rows(values, sites):
     return sorted(values, key=lambda sl: (sites.index(sl[0]), sl[1]))
 
 
-def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}", text_color="w"):
-    """One row per (site, layer), one column per head, each cell labelled with its value."""
+def label_color(rgba):
+    """Black or white, whichever reads better on a cell of colour ``rgba``: black on cells
+    lighter than mid-grey (ITU-R BT.601 luma), white on darker ones."""
+    r, g, b = rgba[:3]
+    return "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
+
+
+def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}"):
+    """One row per (site, layer), one column per head, each cell labelled with its value in
+    whichever of black or white reads on its colour."""
     rows = _rows(values, sites)
     matrix = [values[r] for r in rows]
     fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 0.6 * len(matrix[0])), 1.2 + 0.45 * len(rows)),
@@ -38,7 +46,8 @@ def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fm
     ax.set_xticks(range(len(matrix[0])), [f"h{h}" for h in range(len(matrix[0]))])
     for i, row in enumerate(matrix):
         for j, v in enumerate(row):
-            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7, color=text_color)
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7,
+                    color=label_color(im.cmap(im.norm(v))))
     fig.colorbar(im, ax=ax)
     ax.set_title(textwrap.fill(title, 60), fontsize=10)
     _save(fig, path)

@@ -237,7 +237,7 @@ def draw(result, model, out):
         change = result["change"]
         bound = max(max(abs(x) for v in change.values() for x in v), 1e-3)
         figures.heatmap(change, "alpha change since initialisation", out / "alpha_change.png", sites, -bound, bound,
-                        "RdBu_r", "{:+.3f}", "k")
+                        "RdBu_r", "{:+.3f}")
     figures.alpha_histogram(alphas, out / "alpha_histogram.png", sites)
     figures.heatmap(result["density"], "attention density (fraction of keys with nonzero weight)",
                     out / "density.png", sites, 0.0, 1.0, "magma")

@@ -202,3 +202,15 @@ def test_figures_fit_their_titles_and_wrap_many_heads(tmp_path):
     figures.alpha_histogram(values, tmp_path / "a2.png", sites)
     one, two = Image.open(tmp_path / "a1.png").size[1], Image.open(tmp_path / "a2.png").size[1]
     assert two - one >= 1.6 * 120 - 1  # a second site adds a panel
+
+
+def test_heatmap_labels_read_on_light_and_dark_cells():
+    """A cell's label is black on the light ends of the report's colour maps (magma's and
+    viridis's top, RdBu_r's middle) and white on their dark ends."""
+    from matplotlib import colormaps
+
+    from fairseq_sparse.sparse_transformer.figures import label_color
+
+    assert [label_color(colormaps["magma"](x)) for x in (0.0, 1.0)] == ["w", "k"]
+    assert [label_color(colormaps["viridis"](x)) for x in (0.0, 1.0)] == ["w", "k"]
+    assert [label_color(colormaps["RdBu_r"](x)) for x in (0.0, 0.5, 1.0)] == ["w", "k", "w"]
