@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 # Attention maps of more heads than this wrap onto further rows.
 MAP_COLUMNS = 4
@@ -59,8 +60,6 @@ def alpha_histogram(alphas, path, sites):
     Panels rather than overlaid bars, so that each site's shape (one mode or two) reads on its
     own; heads are counted, so the y ticks are whole numbers.
     """
-    from matplotlib.ticker import MaxNLocator
-
     present = [s for s in sites if any(site == s and len(v) for (site, _), v in alphas.items())]
     fig, axes = plt.subplots(len(present), 1, figsize=(MIN_WIDTH, 0.6 + 1.6 * len(present)), sharex=True,
                              squeeze=False, layout="constrained")
