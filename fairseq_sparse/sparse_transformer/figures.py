@@ -13,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from .stats import pool_by_site  # noqa: E402
+
 # Attention maps of more heads than this wrap onto further rows.
 MAP_COLUMNS = 4
 # Narrowest figure, in inches: a title wider than its panel would be cut at both edges.
@@ -60,11 +62,10 @@ def alpha_histogram(alphas, path, sites):
     Panels rather than overlaid bars, so that each site's shape (one mode or two) reads on its
     own; heads are counted, so the y ticks are whole numbers.
     """
-    present = [s for s in sites if any(site == s and len(v) for (site, _), v in alphas.items())]
-    fig, axes = plt.subplots(len(present), 1, figsize=(MIN_WIDTH, 0.6 + 1.6 * len(present)), sharex=True,
+    pooled = pool_by_site(alphas, sites)
+    fig, axes = plt.subplots(len(pooled), 1, figsize=(MIN_WIDTH, 0.6 + 1.6 * len(pooled)), sharex=True,
                              squeeze=False, layout="constrained")
-    for ax, site in zip(axes[:, 0], present):
-        vals = [x for (s, _), v in alphas.items() if s == site for x in v]
+    for ax, (site, vals) in zip(axes[:, 0], pooled.items()):
         ax.hist(vals, bins=20, range=(1, 2), color="C0", edgecolor="white")
         ax.set_ylabel("heads")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -39,6 +39,7 @@ from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_PREPROCESS, FAIRSEQ_TRAIN, 
                            generate_hypotheses)
 from ..markdown import table as markdown_table
 from ..text import read_lines
+from .stats import pool_by_site
 
 # The attention report as a module of this interpreter, as fairseq's commands (experiments.py).
 ATTENTION_REPORT = [sys.executable, "-m", "fairseq_sparse.sparse_transformer.report"]
@@ -297,12 +298,11 @@ def attention_summary(checkpoint, data):
     acc, _, _ = collect(model, task, "valid", 1014, set())
     density = per_head(acc, "density")
     learned, changes = model.head_alphas(), model.head_alpha_changes()
+    densities, alphas = pool_by_site(density, SITES), pool_by_site(learned, SITES)
     by_site = {}
     for site in SITES:
-        vals = [x for (s, _), v in density.items() if s == site for x in v]
-        alphas = [float(a) for (s, _), v in learned.items() if s == site for a in v]
         moved = max(float(c.abs().max()) for sl, c in changes.items() if sl[0] == site)
-        by_site[site] = (statistics.mean(vals), statistics.mean(alphas), moved)
+        by_site[site] = (statistics.mean(densities[site]), statistics.mean(alphas[site]), moved)
     return by_site, {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
 
 

@@ -286,12 +286,10 @@ def markdown_report(result, args):
     order = sorted(result["diversity"], key=lambda sl: (sites.index(sl[0]), sl[1]))
     heads = len(next(iter(alphas.values())))
     site_rows = []
-    for site in sites:
-        vals = [x for (s, _), v in alphas.items() if s == site for x in v]
-        if vals:
-            below, above, coefficient = stats.bimodality(vals)
-            site_rows.append([site, f"{min(vals):.2f} to {max(vals):.2f}", len(vals), f"{below:.2f}", f"{above:.2f}",
-                              f"{coefficient:.3f}"])
+    for site, vals in stats.pool_by_site(alphas, sites).items():
+        below, above, coefficient = stats.bimodality(vals)
+        site_rows.append([site, f"{min(vals):.2f} to {max(vals):.2f}", len(vals), f"{below:.2f}", f"{above:.2f}",
+                          f"{coefficient:.3f}"])
     if result["change"] is not None:
         change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
                      "spreads the heads over (alpha_min, 2)):", "", head_table(result["change"], sites, "{:+.3f}"),

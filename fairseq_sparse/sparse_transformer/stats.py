@@ -62,6 +62,13 @@ def token_mass(p, key_pieces):
     return mass
 
 
+def pool_by_site(values, sites):
+    """{site: the per-head values of all its layers} from ``values`` keyed by (site, layer), for
+    each site of ``sites`` that has any, in ``sites``' order (tensors become floats)."""
+    return {site: vals for site in sites
+            if (vals := [float(x) for (s, _), v in values.items() if s == site for x in v])}
+
+
 def bimodality(values, low=1.3, high=1.7):
     """(share of ``values`` below ``low``, share above ``high``, Sarle's bimodality
     coefficient) of a set of learned alphas; the coefficient
