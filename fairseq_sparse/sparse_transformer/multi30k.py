@@ -298,11 +298,9 @@ def attention_summary(checkpoint, data):
     acc, _, _ = collect(model, task, "valid", 1014, set())
     density = per_head(acc, "density")
     learned, changes = model.head_alphas(), model.head_alpha_changes()
-    densities, alphas = pool_by_site(density, SITES), pool_by_site(learned, SITES)
-    by_site = {}
-    for site in SITES:
-        moved = max(float(c.abs().max()) for sl, c in changes.items() if sl[0] == site)
-        by_site[site] = (statistics.mean(densities[site]), statistics.mean(alphas[site]), moved)
+    densities, alphas, moves = (pool_by_site(v, SITES) for v in (density, learned, changes))
+    by_site = {site: (statistics.mean(densities[site]), statistics.mean(alphas[site]), max(map(abs, moves[site])))
+               for site in SITES}
     return by_site, {sl: a["diversity"] / a["queries"] for sl, a in acc.items()}
 
 
