@@ -24,25 +24,23 @@ import re
 import sys
 from pathlib import Path
 
+from fairseq_sparse import text
+
 IWSLT_DROP = ("<url>", "<talkid>", "<keywords>")
 IWSLT_STRIP = re.compile(r"</?(title|description)>")
 SEG = re.compile(r"<seg id=\"?\d+\"?>\s*(.*?)\s*</seg>")
 
 
 def read_lines(path):
+    """The lines of a released file by the package's one rule (fairseq_sparse.text): Common
+    Crawl's stray "\r" and Unicode line separators stay inside their sentences; empty lines
+    are kept here, since clean() drops the pairs they leave empty and counts them."""
     if not path.is_file():
         raise SystemExit(f"missing {path}: is the archive complete?")
     try:
-        with path.open(encoding="utf-8", newline="") as f:  # no newline translation: "\r" stays in its line
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise SystemExit(f"{path}: not UTF-8 ({e})") from None
-    # Lines end at "\n" only: Common Crawl has stray "\r" and Unicode line
-    # separators inside sentences, which splitlines() would treat as line ends.
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+        return list(text.read_lines(path, allow_empty=True))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def segments(path):

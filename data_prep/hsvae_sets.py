@@ -30,6 +30,7 @@ import numpy as np
 
 # The package's reader checks the files the way the sentence_vae task reads them.
 from fairseq_sparse.sentence_vae.corpus import read_corpus
+from fairseq_sparse.text import read_lines
 
 UNK = "_UNK"  # the HSVAE sets' spelling of a word outside their vocabulary
 
@@ -40,7 +41,7 @@ def unlabelled_sentences(args, kept_out):
     vocab_file = args.source / "vocab.txt"
     if not vocab_file.is_file():
         raise SystemExit(f"{vocab_file} is missing: --unlabelled spells other words as the set's _UNK")
-    vocabulary = {line.split()[0] for line in vocab_file.read_text(encoding="utf-8").splitlines() if line.strip()}
+    vocabulary = {line.split()[0] for line in read_lines(vocab_file, allow_empty=True) if line.strip()}
     vocabulary.add(UNK)
     seen = {" ".join(words) for words in kept_out}
     taken, dropped = [], 0

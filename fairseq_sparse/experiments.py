@@ -131,7 +131,7 @@ def training_done(log, epochs=None):
 def generate_hypotheses(output):
     """{sentence id: detokenised hypothesis} from fairseq-generate's stdout (its D- lines)."""
     hyps = {}
-    for line in output.splitlines():
+    for line in output.split("\n"):  # print's line ends only: a hypothesis may hold U+2028
         if line.startswith("D-"):
             sid, _, text = line.split("\t", 2)
             hyps[int(sid[2:])] = text

@@ -33,7 +33,7 @@ from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, find_cor
 from ..sparse_transformer.report import num_updates
 from . import toy_corpus as toy_ape_corpus
 from . import tuning
-from .triplets import FIELDS, write_triplets
+from .triplets import FIELDS, read_lines, read_triplets, write_triplets
 
 
 def prepare_data(args, work):
@@ -49,7 +49,7 @@ def prepare_data(args, work):
     print("== 1. data: a GENERATED corpus (not real data): toy German source, English MT with typical errors "
           f"injected, correct post-edit; {sizes['train']} / {sizes['valid']} / {sizes['test']} triplets{cut} ==")
     for split in ("src", "mt", "pe"):
-        print(f"   {split:3s}: {(data / f'test.{split}').read_text(encoding='utf-8').splitlines()[0]}")
+        print(f"   {split:3s}: {next(read_lines(data / f'test.{split}'))}")
     return data
 
 
@@ -144,8 +144,8 @@ def score(data, output, work, bert_model):
                 "--pe", data / "test.pe", "--fairseq-output", "--lowercase", "--bert-model", bert_model],
                work / "score.log")
     print("\n".join("   " + line for line in proc.stdout.splitlines()))
-    hyps = generate_hypotheses(output.read_text())
-    fields = {f: (data / f"test.{f}").read_text(encoding="utf-8").splitlines() for f in ("src", "mt", "pe")}
+    hyps = generate_hypotheses(output.read_text(encoding="utf-8"))
+    fields = read_triplets(data, "test")
     changed = [i for i in sorted(hyps) if hyps[i] != fields["mt"][i].lower()][:3]
     print("\n   examples the model changed:")
     for i in changed:

@@ -66,7 +66,7 @@ from ..experiments import (FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, held_out, i
                            run_logged, training_env)
 from ..markdown import table as markdown_table
 from . import tuning
-from .triplets import write_triplets
+from .triplets import read_lines, read_triplets, write_triplets
 
 # How the table names a gate whose best on dev was not the choice.
 GATE_NAMES = {"margin": "margin gate", "margin_edits": "margin gate with an edit limit"}
@@ -252,7 +252,7 @@ def run(args, title):
 def write_table(args, title, sizes):
     """results.md: every system's test rows that --out holds, beside doing nothing."""
     data = args.out / "data"
-    texts = {f: (data / f"test.{f}").read_text(encoding="utf-8").splitlines() for f in ("mt", "pe")}
+    texts = read_triplets(data, "test")
     scorer = tuning.Scorer(data / "tokenizer", texts["mt"], texts["pe"])
     rows = [("do nothing (MT as is)", scorer.score(texts["mt"]), None, None)]
     ensembles = False
@@ -265,7 +265,7 @@ def write_table(args, title, sizes):
         ensembles |= members > 1
         model = label if members == 1 else f"{label}, ensemble of {members}"
         for name, run in done["runs"].items():
-            hyps = (args.out / system / "test" / f"{name}.txt").read_text(encoding="utf-8").splitlines()
+            hyps = list(read_lines(args.out / system / "test" / f"{name}.txt", allow_empty=True))
             setting = ("plain beam search" if name == "plain" else
                        tuning.setting_name(*tuning.setting_of(run))
                        + (" (chosen on dev)" if name == "tuned" else

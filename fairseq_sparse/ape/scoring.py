@@ -16,21 +16,36 @@ accents: its exact copy of the MT is then no edit).
 """
 
 import argparse
+import sys
 from pathlib import Path
 
+from .. import text
 from ..experiments import generate_hypotheses
 from ..modules.bert import load_bert_tokenizer
 from .bert_dictionary import model_spelling
 from .ter import ape_scores, edit_effects
 
 
-def read_lines(path):
-    text = Path(path).read_text(encoding="utf-8").split("\n")
-    return text[:-1] if text and text[-1] == "" else text
+def read_lines(path, allow_empty=False):
+    """The lines of a file (:func:`fairseq_sparse.text.read_lines`); a missing, empty or
+    undecodable file, or an empty line, stops with its name and line."""
+    try:
+        return list(text.read_lines(path, allow_empty))
+    except (OSError, ValueError) as e:
+        raise SystemExit(str(e)) from None
+
+
+def report_empty(hyps, path):
+    """Say on stderr which post-edits are empty: a system that printed nothing is scored as
+    such, never silently."""
+    empty = [i + 1 for i, h in enumerate(hyps) if not h.strip()]
+    if empty:
+        print(f"warning: {len(empty)} of {len(hyps)} post-edits in {path} are empty (lines {empty[:10]}"
+              f"{', ...' if len(empty) > 10 else ''}); they are scored as empty sentences", file=sys.stderr)
 
 
 def read_fairseq_output(path, expected):
-    hyps = generate_hypotheses(Path(path).read_text(encoding="utf-8"))
+    hyps = generate_hypotheses("\n".join(read_lines(path, allow_empty=True)))
     missing = [i for i in range(expected) if i not in hyps]
     if missing:
         raise SystemExit(f"{path}: no D- line for {len(missing)} of {expected} sentences (first: {missing[:5]})")
@@ -57,9 +72,10 @@ def score(argv=None):
     refs, mts = read_lines(args.pe), read_lines(args.mt)
     if len(refs) != len(mts):
         raise SystemExit(f"{args.pe} has {len(refs)} lines but {args.mt} has {len(mts)}")
-    hyps = read_fairseq_output(args.hyp, len(refs)) if args.fairseq_output else read_lines(args.hyp)
+    hyps = read_fairseq_output(args.hyp, len(refs)) if args.fairseq_output else read_lines(args.hyp, True)
     if len(hyps) != len(refs):
         raise SystemExit(f"{args.hyp} has {len(hyps)} lines but {args.pe} has {len(refs)}")
+    report_empty(hyps, args.hyp)
     unedited = mts
     if args.bert_model:
         try:

@@ -42,8 +42,6 @@ def read_triplets(directory, split):
             raise FileNotFoundError(f"{path}: missing (the ape task reads {split}.src, {split}.mt, {split}.pe)") from None
         except OSError as e:
             raise ValueError(f"{path}: cannot be read ({e})") from None
-        if not lines:
-            raise ValueError(f"{path}: empty file")
         texts[name] = lines
     counts = {name: len(lines) for name, lines in texts.items()}
     if len(set(counts.values())) != 1:

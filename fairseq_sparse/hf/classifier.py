@@ -19,7 +19,6 @@ change), ``alphas_<run>.png`` (every head's alpha and its change) and ``results.
 
 import json
 import time
-from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
@@ -27,13 +26,23 @@ from transformers import AutoTokenizer, BertForSequenceClassification
 import fairseq_sparse.hf as hf
 
 from ..markdown import table as markdown_table
+from ..text import read_lines
 
 RUNS = ("softmax", "entmax15", "alpha_near1", "alpha_random")
 
 
 def read_labelled(text_path, label_path):
-    sentences = Path(text_path).read_text(encoding="utf-8").splitlines()
-    labels = [int(x) for x in Path(label_path).read_text(encoding="utf-8").split()]
+    """(sentences, class ids) of a text file and its labels file, one per line, read by the
+    package's one rule for lines (:mod:`fairseq_sparse.text`)."""
+    try:
+        sentences = list(read_lines(text_path))
+        labels = []
+        for number, line in enumerate(read_lines(label_path), 1):
+            if not line.strip().isdigit():
+                raise ValueError(f"{label_path}:{number}: {line.strip()!r} is not a class id (a non-negative integer)")
+            labels.append(int(line))
+    except (OSError, ValueError) as e:
+        raise SystemExit(str(e)) from None
     if len(sentences) != len(labels):
         raise SystemExit(f"{text_path} has {len(sentences)} sentences but {label_path} has {len(labels)} labels")
     return sentences, labels

@@ -11,23 +11,10 @@ import torch
 from fairseq.data import Dictionary, data_utils
 
 from ..modules.bert import load_bert_tokenizer
+from ..text import read_lines
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
-
-
-def _read_text(path):
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        newline = b"\n"
-        line, column = raw[:e.start].count(newline) + 1, e.start - (raw.rfind(newline, 0, e.start) + 1)
-        raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason} at byte {column} of the line)") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
 
 
 UNLABELLED = "-1"  # in a labels file: this sentence has no class
@@ -37,7 +24,7 @@ def read_label_file(path, count, text_path):
     """Class ids, one per line (the HSVAE sets' ``{split}_labels.txt``), as many as sentences;
     -1 marks a sentence without a label."""
     labels = []
-    for number, line in enumerate(_read_text(path), 1):
+    for number, line in enumerate(read_lines(path), 1):
         if not (line.strip().isdigit() or line.strip() == UNLABELLED):
             raise ValueError(f"{path}:{number}: {line.strip()!r} is not a class id (a non-negative integer, "
                              f"or {UNLABELLED} for no label)")
@@ -55,10 +42,7 @@ def read_corpus(path, max_tokens):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"sentence_vae: {path} is missing (DATA_DIR needs train.txt, valid.txt, test.txt)")
-    words = [line.split() for line in _read_text(path)]
-    for number, tokens in enumerate(words, 1):
-        if not tokens:
-            raise ValueError(f"{path}:{number}: empty line")
+    words = [line.split() for line in read_lines(path)]
     label_file = path.with_name(f"{path.stem}_labels.txt")
     if label_file.is_file():
         labels = read_label_file(label_file, len(words), path)

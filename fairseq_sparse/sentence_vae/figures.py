@@ -1,12 +1,12 @@
 """The sentence-VAE line's figures: the analysis's heat maps and spike bars, and the
 sparsity-against-accuracy trade-off across runs."""
 
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+
+from ..text import read_lines  # noqa: E402
 
 
 def spike_bars(pattern, path):
@@ -52,7 +52,7 @@ def read_table(path):
     """{run: [(epoch, average Hoyer, accuracy), ...] in epoch order}; a bad line is a
     ValueError naming the file and line."""
     runs = {}
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = read_lines(path, allow_empty=True)
     header_seen = False
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.startswith("#"):

@@ -280,7 +280,7 @@ def bleu(data, checkpoint, references, args):
          "--max-tokens", "8000"],
         check=True, capture_output=True, text=True).stdout
     hyps = generate_hypotheses(gen)
-    refs = references.read_text(encoding="utf-8").splitlines()
+    refs = list(read_lines(references))
     # Should fairseq-generate leave a sentence out (it did, before compat/batching.py),
     # it is scored as an empty output and the count is reported, never dropped.
     missing = len(refs) - len(hyps)

@@ -115,7 +115,7 @@ def test_raw_and_binarised_inputs_are_the_same(tmp_path, ape_raw, tiny_bert):
     (lambda d: (d / "valid.pe").write_text("one\ntwo\n"), r"not line-aligned: .*valid.src has 30, .*valid.pe has 2"),
     (lambda d: (d / "valid.mt").write_text(""), r"valid.mt: empty file"),
     (lambda d: (d / "valid.src").unlink(), r"valid.src: missing"),
-    (lambda d: (d / "valid.src").write_bytes(b"\xff\xfe bad\n"), r"valid.src: cannot be read as UTF-8"),
+    (lambda d: (d / "valid.src").write_bytes(b"\xff\xfe bad\n"), r"valid.src:1: not UTF-8 \(invalid start byte at byte 0 of the line\)"),
     # An empty or blank line would be an empty triplet, silently post-edited and scored.
     (lambda d: insert_line(d / "valid.mt", 4, ""), r"valid.mt:5: empty line"),
     (lambda d: insert_line(d / "valid.src", 0, " \t "), r"valid.src:1: empty line"),
