@@ -26,6 +26,9 @@ class BertDictionary(Dictionary):
         self.eos_index, self.unk_index = tokenizer.sep_token_id, tokenizer.unk_token_id
         # No symbol is "special" in fairseq's sense: all keep their BERT id.
         self.nspecial = 0
+        # Tokens a post-edit never holds: every special token but [SEP], which ends it, and
+        # [UNK], which copies a word the vocabulary cannot spell.
+        self.never_generated = sorted(set(tokenizer.all_special_ids) - {self.eos_index, self.unk_index})
 
     def unk_string(self, escape=False):
         return "<<unk>>" if escape else self.unk_word

@@ -112,15 +112,19 @@ class MarginRule:
 
 class ConservativeEnsemble(EnsembleModel):
     """fairseq's ensemble whose next-token log-probabilities have ``penalty`` subtracted
-    for every token that is not in the row's source ``[CLS] src [SEP] mt [SEP]``.
+    for every token that is not in the row's source ``[CLS] src [SEP] mt [SEP]``, and are
+    -inf for the ``never`` tokens (the special tokens a post-edit never holds: a briefly
+    trained model would otherwise repeat ``[CLS]`` up to the length limit, which prints
+    as an empty post-edit).
 
     The source of each beam row follows the row through fairseq's reordering
     (``reorder_encoder_out`` is called with every new row order, finished sentences
     removed), so no change to the search itself is needed."""
 
-    def __init__(self, models, penalty: float, eos: int):
+    def __init__(self, models, penalty: float, eos: int, never=()):
         super().__init__(models)
         self.penalty, self.eos = penalty, eos
+        self.never = list(never)
         self.src_tokens = None
 
     def forward_encoder(self, net_input):
@@ -133,6 +137,8 @@ class ConservativeEnsemble(EnsembleModel):
 
     def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        if self.never:
+            lprobs[:, self.never] = -math.inf
         if self.penalty == 0:  # plain search: nothing to subtract, no (rows, vocabulary) mask per step
             return lprobs, attn
         present = torch.zeros_like(lprobs, dtype=torch.bool).scatter_(1, self.src_tokens, True)
@@ -279,7 +285,8 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
     # Wrapped at C = 0 too, so that plain search goes through the same code (tested to be
     # fairseq's own, hypothesis for hypothesis).
     if type(generator.model) is EnsembleModel:
-        generator.model = ConservativeEnsemble(list(generator.model.models), conservativeness, dictionary.eos())
+        generator.model = ConservativeEnsemble(list(generator.model.models), conservativeness, dictionary.eos(),
+                                               getattr(dictionary, "never_generated", ()))
         generator.model.eval()
     elif conservativeness > 0:
         raise ValueError(f"--conservativeness: not available with {type(generator.model).__name__} "

@@ -198,6 +198,20 @@ class APETask(FairseqTask):
                                    self.cfg.keep_mt_margin,
                                    keep_mt_max_edits=getattr(self.cfg, "keep_mt_max_edits", None))
 
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's, with a warning for every batch whose best post-edits include empty ones
+        (the model ended them at once): they print as empty lines and score as such, which a
+        user must not have to discover from a TER of 100."""
+        hypos = super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        eos = self.dictionary.eos()
+        ids = sample["id"].tolist() if "id" in sample else range(len(hypos))  # fairseq-interactive has none
+        empty = [i for i, nbest in zip(ids, hypos) if nbest and not (nbest[0]["tokens"] != eos).any()]
+        if empty:
+            logger.warning(f"{len(empty)} of {len(hypos)} post-edits of this batch are empty: the model ended them "
+                           f"at once (sentence ids {empty[:10]}{', ...' if len(empty) > 10 else ''}); a model "
+                           "trained too briefly does this")
+        return hypos
+
     def build_bpe(self, args):
         """fairseq-generate's detokeniser: WordPieces merged back into words."""
         return WordPieceDetokenizer()

@@ -316,3 +316,47 @@ def test_search_options_with_a_reference_scorer_are_refused(ape_model):
                            (dict(conservativeness=1.0), "so --conservativeness would be ignored")):
         with pytest.raises(ValueError, match=f"--score-reference .*{named}"):
             build_ape_generator(scorer, [model], task.dictionary, **options)
+
+
+def favour(model, token_ids, boost=100.0):
+    """Make ``model`` put almost all its probability on ``token_ids`` at every step."""
+    normalized = model.get_normalized_probs
+
+    def biased(net_output, log_probs, sample=None):
+        logits = net_output[0].clone()
+        logits[..., token_ids] += boost
+        return normalized((logits, *net_output[1:]), log_probs, sample)
+
+    model.get_normalized_probs = biased
+    return model
+
+
+def test_special_tokens_other_than_sep_are_never_generated(ape_model):
+    """A model that favours [CLS] and [MASK] (as a briefly trained one favours [CLS]) writes
+    neither: fairseq's own search would repeat them up to the length limit."""
+    model, task, src, mt = ape_model
+    tokenizer = task.tokenizer
+    never = [tokenizer.cls_token_id, tokenizer.mask_token_id]
+    favour(model, never)
+    sample = batch(task, src, mt)
+    stock = FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12))
+    assert set(never) & set(stock.generate([model], sample)[0][0]["tokens"].tolist()), "the test's model favours them"
+    assert task.dictionary.never_generated == sorted(set(tokenizer.all_special_ids) - {tokenizer.sep_token_id,
+                                                                                        tokenizer.unk_token_id})
+    for conservativeness in (0.0, 2.0):
+        ours = build_ape_generator(FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12)),
+                                   [model], task.dictionary, conservativeness)
+        for nbest in ours.generate([model], sample):
+            for hypo in nbest:
+                assert not set(hypo["tokens"].tolist()) & set(task.dictionary.never_generated)
+                assert math.isfinite(float(hypo["score"]))
+
+
+def test_empty_post_edits_are_said(ape_model, caplog):
+    model, task, src, mt = ape_model
+    favour(model, [task.dictionary.eos()])
+    generator = task.build_generator([model], GenerationConfig(beam=2, max_len_b=12, min_len=0))
+    with caplog.at_level("WARNING", logger="fairseq_sparse.ape.task"):
+        hypos = task.inference_step(generator, [model], batch(task, src[:4], mt[:4]))
+    assert all(h[0]["tokens"].tolist() == [task.dictionary.eos()] for h in hypos)
+    assert "4 of 4 post-edits of this batch are empty" in caplog.text
