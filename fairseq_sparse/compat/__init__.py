@@ -70,7 +70,8 @@ PATCHES = (
     Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train", "Trainer.save_checkpoint",
                          "Trainer.load_checkpoint"),
           "one live fairseq-train run per --save-dir, a resumed run counts --patience on from where it stopped, "
-          "and rerunning a finished run (or one stopped at its plateau) trains nothing"),
+          "rerunning a finished run (or one stopped at its plateau) trains nothing, and a --restore-file that does "
+          "not exist is an error, not a run from scratch"),
 )
 
 _applied = None

@@ -20,6 +20,9 @@
   ``--reset-meters``), and a run that stopped at its plateau is finished: its rerun
   trains nothing, unless given a larger ``--patience``.  A checkpoint written without
   the count resumes counting from its best validation.
+- fairseq trains from scratch, with one INFO line, when ``--restore-file`` (or
+  ``--continue-once``) names a file that does not exist.  A checkpoint the user named is
+  one they mean to start from: here a missing one is an error naming the option.
 """
 
 import fcntl
@@ -129,11 +132,28 @@ def load_checkpoint(self, filename, reset_optimizer=False, reset_lr_scheduler=Fa
     return extra_state
 
 
+DEFAULT_RESTORE_FILE = "checkpoint_last.pt"  # fairseq's default: SAVE_DIR's own, absent on a first run
+
+
+def check_named_checkpoints(checkpoint_cfg):
+    """A SystemExit naming ``--restore-file`` or ``--continue-once`` when the checkpoint it
+    names does not exist (fairseq's own rule adds ``--checkpoint-suffix`` before ``.pt``)."""
+    suffix = checkpoint_cfg.checkpoint_suffix or ""
+    named = [("--continue-once", getattr(checkpoint_cfg, "continue_once", None))]
+    if checkpoint_cfg.restore_file != DEFAULT_RESTORE_FILE:
+        named.append(("--restore-file", checkpoint_cfg.restore_file))
+    for option, path in named:
+        if path and not any(os.path.isfile(p) for p in {path, path.replace(".pt", suffix + ".pt")}):
+            raise SystemExit(f"{option} {path}: no such checkpoint (fairseq would train from scratch instead); "
+                             f"give an existing file, or leave out {option}")
+
+
 def guard_main(main):
     @functools.wraps(main)
     def locked_main(cfg, *args, **kwargs):
         from fairseq import distributed_utils
 
+        check_named_checkpoints(cfg.checkpoint)
         if cfg.checkpoint.no_save or not distributed_utils.is_master(cfg.distributed_training):
             return main(cfg, *args, **kwargs)
         try:

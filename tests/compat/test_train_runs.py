@@ -105,3 +105,12 @@ def test_patience_counts_on_across_a_resumption_and_a_plateau_stays_finished(mul
     torch.save(state, old / "checkpoint_last.pt")
     run_cli("fairseq-train", *common, "--save-dir", old, "--max-epoch", "10")
     assert last_epoch(old) == 4
+
+
+def test_a_restore_file_that_does_not_exist_is_an_error_naming_it(tmp_path, ape_raw, tiny_bert):
+    save = tmp_path / "ckpt"
+    common = [ape_raw, *TRAIN, "--bert-model", tiny_bert, "--save-dir", save, "--max-update", "1"]
+    for option in ("--restore-file", "--continue-once"):
+        proc = run_cli("fairseq-train", *common, option, tmp_path / "typo.pt", check=False)
+        assert proc.returncode != 0 and f"{option} {tmp_path / 'typo.pt'}: no such checkpoint" in proc.stderr
+        assert not (save / "checkpoint_last.pt").exists(), "nothing was trained from scratch"
