@@ -14,7 +14,9 @@ and returned in their own dtype.  Scores of -inf (masks) get exactly zero
 probability, and a row with no finite score returns zeros with zero gradient.  A
 row holding NaN or +inf returns NaN (and NaN gradients), as softmax does, on every
 backend.
-Integer and boolean inputs are refused, as softmax refuses them.
+Integer and boolean inputs are refused, as softmax refuses them.  Gradients taken with
+``create_graph=True`` are themselves differentiable (in x and alpha): the backward then
+runs the reference's closed forms as tensor ops (``_graph_backward``).
 
 Near alpha = 1 float32 cannot resolve the power 1/(alpha - 1) (a row's sum is off by
 about 4e-8 / (alpha - 1)), so a call whose smallest alpha is below
@@ -263,16 +265,36 @@ def _backward_rows(y2, dy2, alpha, alpha_grad):
     return dx, (da if alpha_grad else None)
 
 
+def _graph_backward(y, dy, alpha, dim, alpha_grad):
+    """(dx, d alpha per row) as differentiable tensor ops on the output ``y`` (the reference's
+    closed forms), for a gradient that has a history of its own: under
+    ``torch.autograd.grad(..., create_graph=True)`` (a gradient penalty, a Hessian-vector
+    product) the kernels' gradients would have none, and the second derivative would be
+    silently dropped.  Almost everywhere (off the points where the support changes) the
+    gradient is a smooth function of y, dy and alpha, so differentiating these ops gives the
+    true second derivative."""
+    rows = y.movedim(dim, -1)
+    shape, dtype = rows.shape, _compute_dtype(y.dtype)
+    y2 = rows.reshape(-1, shape[-1]).to(dtype)
+    dy2 = dy.movedim(dim, -1).reshape(-1, shape[-1]).to(dtype)
+    a = alpha if isinstance(alpha, float) else _alpha_rows(alpha, y, dim)
+    dx2, da = reference.backward(y2, dy2, a, alpha_grad)
+    return _from_rows(dx2, shape, dim, dy.dtype), da
+
+
 def _fixed_forward(ctx, x, dim, alpha):
     x2, shape = _to_rows(x, dim)
     y2 = _forward_rows(x2, alpha)
-    ctx.save_for_backward(y2)
+    y = _from_rows(y2, shape, dim, x.dtype)
+    ctx.save_for_backward(y2, y)  # y, the output, for a gradient with a history (_graph_backward)
     ctx.dim, ctx.shape = dim, shape
-    return _from_rows(y2, shape, dim, x.dtype)
+    return y
 
 
 def _fixed_backward(ctx, dy, alpha):
-    (y2,) = ctx.saved_tensors
+    y2, y = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True
+        return _graph_backward(y, dy, alpha, ctx.dim, False)[0], None
     dy2, _ = _to_rows(dy, ctx.dim)
     dx2, _ = _backward_rows(y2, dy2, alpha, False)
     return _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype), None
@@ -309,18 +331,23 @@ class EntmaxAlphaFunction(Function):
         alpha_rows = _alpha_rows(alpha, x, dim)
         x2, alpha_rows = _precise(x2, alpha_rows, lowest)
         y2 = _forward_rows(x2, alpha_rows)
-        ctx.save_for_backward(y2, alpha_rows)
+        y = _from_rows(y2, shape, dim, x.dtype)
+        # y and alpha themselves, for a gradient with a history (_graph_backward).
+        ctx.save_for_backward(y2, alpha_rows, y, alpha)
         ctx.dim, ctx.shape, ctx.alpha_shape, ctx.alpha_dtype = dim, shape, alpha.shape, alpha.dtype
-        return _from_rows(y2, shape, dim, x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
-        y2, alpha_rows = ctx.saved_tensors
-        dy2, _ = _to_rows(dy, ctx.dim)
-        dy2 = dy2.to(y2.dtype)  # float64 where the forward pass needed it
+        y2, alpha_rows, y, alpha = ctx.saved_tensors
         alpha_grad = ctx.needs_input_grad[1]
-        dx2, da_rows = _backward_rows(y2, dy2, alpha_rows, alpha_grad)
-        dx = _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype)
+        if torch.is_grad_enabled():  # create_graph=True
+            dx, da_rows = _graph_backward(y, dy, alpha, ctx.dim, alpha_grad)
+        else:
+            dy2, _ = _to_rows(dy, ctx.dim)
+            dy2 = dy2.to(y2.dtype)  # float64 where the forward pass needed it
+            dx2, da_rows = _backward_rows(y2, dy2, alpha_rows, alpha_grad)
+            dx = _from_rows(dx2, ctx.shape, ctx.dim, dy.dtype)
         dalpha = None
         if alpha_grad:
             # Back to alpha's broadcast shape: rows -> x's shape with size 1 at dim -> sum.

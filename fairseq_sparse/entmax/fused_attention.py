@@ -148,6 +148,12 @@ class FusedEntmaxAttention(Function):
 
     @staticmethod
     def backward(ctx, do):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "entmax_attention's fused kernel has no double backward (torch.autograd.grad(..., "
+                "create_graph=True)): its gradients would have no history and a gradient penalty would be silently "
+                "dropped; compute such a loss on the explicit path (reference_attention, or entmax_attention "
+                "inside use_backend(\"torch\")), whose normalisers support it")
         q, k, v, og, stats, heads, kpm = ctx.saved_tensors
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(

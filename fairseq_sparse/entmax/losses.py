@@ -44,6 +44,9 @@ class EntmaxLossFunction(Function):
 
     @staticmethod
     def backward(ctx, grad, _support_grad):
+        if torch.is_grad_enabled():
+            raise RuntimeError("entmax_loss has no double backward (torch.autograd.grad(..., create_graph=True)): its "
+                               "gradient would have no history and the second-order term would be silently dropped")
         p, target = ctx.saved_tensors
         eps, vocab = ctx.eps, p.size(-1)
         dz = p - eps / vocab

@@ -148,7 +148,9 @@ def backward(y, dy, alpha, alpha_grad):
     With respect to alpha: :func:`alpha_gradient`.
     """
     on = y > 0
-    g = torch.where(on, y.pow(2 - alpha), torch.zeros_like(y))
+    # y^(2-alpha) of 1 off the support, then 0: the power's derivative at y = 0 is infinite,
+    # and a gradient taken through this backward (create_graph) must not meet it.
+    g = torch.where(on, torch.where(on, y, torch.ones_like(y)).pow(2 - alpha), torch.zeros_like(y))
     g_sum = g.sum(-1, keepdim=True)
     g_sum_safe = g_sum.clamp_min(torch.finfo(y.dtype).tiny)
     gdy = g * dy

@@ -250,3 +250,36 @@ def test_backend_choice_holds_in_its_own_thread_only(backend):
     release.set()
     thread.join(10)
     assert seen == ["auto", "torch" if backend == "cpp" else "cpp", "auto"] and current_backend() == backend
+
+
+@pytest.mark.parametrize("normaliser", ["sparsemax", "entmax15", "entmax_alpha"])
+def test_double_backward_matches_finite_differences(normaliser):
+    """A gradient taken with create_graph=True has a history of its own (a gradient penalty,
+    a Hessian-vector product): second derivatives against finite differences in float64,
+    in x and in a per-row alpha."""
+    from torch.autograd import gradgradcheck
+
+    from fairseq_sparse.entmax import entmax15, entmax_alpha, sparsemax
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    if normaliser == "entmax_alpha":
+        alpha = torch.tensor([[1.3], [1.6], [1.9]], dtype=torch.float64, requires_grad=True)
+        assert gradgradcheck(entmax_alpha, (x, alpha))
+    else:
+        assert gradgradcheck({"sparsemax": sparsemax, "entmax15": entmax15}[normaliser], (x,))
+    # The penalty term of float32 scores keeps its graph (it was silently dropped).
+    x32 = torch.randn(2, 5, requires_grad=True)
+    f = (lambda t: entmax_alpha(t, 1.4)) if normaliser == "entmax_alpha" else {"sparsemax": sparsemax,
+                                                                             "entmax15": entmax15}[normaliser]
+    (g,) = torch.autograd.grad((f(x32) * torch.arange(5.0)).sum(), x32, create_graph=True)
+    assert g.requires_grad
+
+
+def test_entmax_loss_refuses_double_backward():
+    from fairseq_sparse.entmax.losses import entmax_loss
+
+    z = torch.randn(4, 7, requires_grad=True)
+    loss = entmax_loss(z, torch.tensor([0, 1, 2, 3]), 1.5).sum()
+    with pytest.raises(RuntimeError, match="entmax_loss has no double backward"):
+        torch.autograd.grad(loss, z, create_graph=True)

@@ -405,3 +405,14 @@ def test_the_threshold_start_model_counts_the_kernels_passes(monkeypatch, capsys
             kernel = float(re.search(r"kernel, package's start: (\d+\.\d+)", line).group(1))
             histogram = [float(x) for x in re.findall(r"histogram, \d+ bins (\d+\.\d+)", line)]
             assert model == kernel and len(histogram) == 2 and all(h > 0 for h in histogram), line
+
+
+def test_double_backward_is_refused_with_a_message():
+    """A gradient penalty through the fused kernel would be silently dropped (its gradients
+    have no history): refused, naming the explicit path that supports it."""
+    q, k, v, _ = inputs(1, 2, 8, 8, 16)
+    q, k, v = (t.float().requires_grad_() for t in (q, k, v))
+    with use_backend("triton"):
+        o = entmax_attention(q, k, v, 1.5)
+    with pytest.raises(RuntimeError, match="no double backward.*reference_attention"):
+        torch.autograd.grad(o.sum(), q, create_graph=True)
