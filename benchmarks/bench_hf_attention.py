@@ -36,7 +36,7 @@ def training_step(model_path, batch, length, seed=0):
     import fairseq_sparse.hf as hf
 
     torch.manual_seed(seed)
-    model = hf.sparsify(BertModel.from_pretrained(model_path), "alpha_entmax").train()
+    model = hf.sparsify(BertModel.from_pretrained(model_path), "alpha_entmax", alpha_init="random").train()
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, model.config.vocab_size, (batch, length), generator=g)
     projection = torch.randn(batch, length, model.config.hidden_size, generator=g)

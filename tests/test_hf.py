@@ -315,3 +315,48 @@ def test_the_fused_kernel_serves_padding_and_causal_masks_with_the_same_outputs(
         model(**batch, output_attentions=True)  # weights asked for: the explicit path
         assert len(calls) == 2
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("config_class, sizes", [
+    ("DebertaV2Config", dict(num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)),
+    ("BloomConfig", dict(n_layer=1, n_head=2)),
+    ("FalconConfig", dict(num_hidden_layers=1, num_attention_heads=2)),
+])
+def test_a_model_whose_attention_is_its_own_code_is_refused_by_name(tmp_path, config_class, sizes):
+    """Its heads would stay softmax (DeBERTa-v2, Bloom) or fail with a KeyError (Falcon)."""
+    import transformers
+    from transformers import AutoModel
+
+    config = getattr(transformers, config_class)(vocab_size=50, hidden_size=16, **sizes)
+    AutoModel.from_config(config).save_pretrained(tmp_path)
+    for name in ("sparsemax", "entmax15"):
+        with pytest.raises(ValueError, match=rf"attn_implementation='{name}': \w+Model computes its attention in its "
+                                             "own code"):
+            AutoModel.from_pretrained(tmp_path, attn_implementation=name)
+
+
+def test_sparsify_again_with_other_alphas_is_refused_and_the_default_is_near_softmax():
+    model = bert()
+    hf.sparsify(model, "alpha_entmax")
+    assert all(torch.allclose(a, torch.tensor(hf.ALPHA_INIT)) for a in hf.head_alphas(model).values())
+    hf.sparsify(model, "alpha_entmax")  # the same choice again: kept
+    with pytest.raises(ValueError, match=r"alpha_init=1.9.*already have learned alphas \(alpha_init='1.05'"):
+        hf.sparsify(model, "alpha_entmax", alpha_init=1.9)
+    hf.sparsify(model, "softmax")
+    hf.sparsify(model, "alpha_entmax", alpha_init=1.9)
+    assert all(torch.allclose(a, torch.tensor(1.9)) for a in hf.head_alphas(model).values())
+    assert model.config.fairseq_sparse["alpha_init"] == "1.9"
+
+
+def test_loading_a_sparsified_model_reports_no_unexpected_alphas(tmp_path, caplog):
+    from transformers import BertModel
+
+    model = hf.sparsify(bert(), "alpha_entmax", alpha_init=1.5)
+    model.save_pretrained(tmp_path)
+    with caplog.at_level("WARNING"):
+        loaded = hf.from_pretrained(BertModel, tmp_path)
+    assert "UNEXPECTED" not in caplog.text
+    assert all(torch.allclose(a, torch.tensor(1.5)) for a in hf.head_alphas(loaded).values())
+    with caplog.at_level("WARNING"):
+        BertModel.from_pretrained(tmp_path)  # without hf.from_pretrained the alphas are dropped: said
+    assert "UNEXPECTED" in caplog.text

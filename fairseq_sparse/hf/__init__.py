@@ -28,17 +28,19 @@ attention module: a registered submodule, so the optimizer, ``state_dict`` and
 Imports torch and transformers, never fairseq.
 """
 
+import contextvars
+import functools
 import json
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from ..entmax import fused_attention
 from ..entmax.activations import FLOAT32_ALPHA_MIN
-from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
+from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha, parse_alpha_init
 from ..entmax.normalizers import get_normalizer, normalizer_names
 
 # What some models pass an attention function to change the scores (T5's relative bias,
@@ -47,6 +49,13 @@ UNSUPPORTED = ("position_bias", "softcap", "s_aux", "sinks")
 
 # The config attribute that records what sparsify() did, for from_pretrained().
 CONFIG_KEY = "fairseq_sparse"
+# sparsify()'s start for learned alphas: near softmax, the start that keeps a pretrained
+# model's accuracy (docs/results/sparse_transformer.md#sparse-attention-in-hugging-face-models).
+ALPHA_INIT = 1.05
+# The saved names of the learned alphas (HeadAlpha's parameter and buffer).
+HEAD_ALPHA_KEY = ".head_alpha."
+# Set while from_pretrained() loads a model whose alphas it loads itself, after sparsify().
+_loading_alphas = contextvars.ContextVar("fairseq_sparse_loading_alphas", default=False)
 
 
 def _repeat_kv(states, groups):
@@ -163,12 +172,60 @@ def attention_function(name):
     return attend
 
 
+def serves(model_class):
+    """Whether ``model_class`` computes its attention through transformers' attention
+    interface, so that a registered name reaches it (transformers' own test; its flag
+    ``_supports_attention_backend`` where that test is missing)."""
+    test = getattr(model_class, "_can_set_attn_implementation", None)
+    return bool(test()) if test is not None else bool(getattr(model_class, "_supports_attention_backend", False))
+
+
+def _refuse_unserved(choose):
+    """``PreTrainedModel.get_correct_attn_implementation`` that refuses a normaliser's name for
+    a model whose attention does not go through the interface: transformers accepts any
+    registered name for any model, and such a model (DeBERTa-v2, Bloom) would record the
+    name and stay softmax, or fail later with a KeyError (Falcon)."""
+    @functools.wraps(choose)
+    def checked(self, requested_attention, *args, **kwargs):
+        if requested_attention in normalizer_names() and not serves(type(self)):
+            raise ValueError(f"attn_implementation={requested_attention!r}: {type(self).__name__} computes its "
+                             "attention in its own code, not through transformers' attention interface, so its "
+                             "heads would stay softmax; fairseq_sparse.hf serves the models that use the interface "
+                             "(BERT, RoBERTa, DistilBERT, Llama, Qwen2, GPT-2, ...)")
+        return choose(self, requested_attention, *args, **kwargs)
+
+    checked._fairseq_sparse_checked = True
+    return checked
+
+
+def _expect_head_alphas(adjust):
+    """``PreTrainedModel._adjust_missing_and_unexpected_keys`` that, inside
+    :func:`from_pretrained`, does not report the saved alphas as unexpected: the model
+    transformers builds has none yet, and from_pretrained loads them right after (a load
+    report saying "UNEXPECTED ... not ok if you expect identical arch" would alarm a user
+    for a correct load).  Anywhere else they are reported, since they are then dropped."""
+    @functools.wraps(adjust)
+    def adjusted(self, loading_info):
+        adjust(self, loading_info)
+        if _loading_alphas.get():
+            loading_info.unexpected_keys -= {k for k in loading_info.unexpected_keys if HEAD_ALPHA_KEY in k}
+
+    adjusted._fairseq_sparse_checked = True
+    return adjusted
+
+
 def register():
     """Register every normaliser of the registry as an attention implementation (with the
-    eager mask function); called on import, and again after a normaliser is added."""
+    eager mask function), refused for models the interface does not serve; called on
+    import, and again after a normaliser is added."""
     for name in normalizer_names():
         AttentionInterface.register(name, attention_function(name))
         AttentionMaskInterface.register(name, eager_mask)
+    for name, wrap in (("get_correct_attn_implementation", _refuse_unserved),
+                       ("_adjust_missing_and_unexpected_keys", _expect_head_alphas)):
+        method = getattr(PreTrainedModel, name)
+        if not getattr(method, "_fairseq_sparse_checked", False):
+            setattr(PreTrainedModel, name, wrap(method))
 
 
 def attention_modules(model):
@@ -191,20 +248,32 @@ def query_heads(module):
                      "num_attention_heads, or q_proj and head_dim)")
 
 
-def sparsify(model, normalizer, alpha_init="random", alpha_min=ALPHA_MIN):
+def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN):
     """Switch every attention module of ``model`` to ``normalizer`` and return the model.
 
     For a learned normaliser (``"alpha_entmax"``) each attention module gets a
     :class:`~fairseq_sparse.entmax.HeadAlpha` of one alpha per query head (``alpha_init``:
-    a number in (alpha_min, 2), or ``"random"``: uniform in (alpha_min, 2) per head, from
-    torch's generator), as the submodule ``head_alpha``: call it before building the
-    optimizer.  The choice is recorded in ``model.config`` for :func:`from_pretrained`.
+    a number in (alpha_min, 2), by default ``ALPHA_INIT``, near softmax, or ``"random"``:
+    uniform in (alpha_min, 2) per head, from torch's generator), as the submodule
+    ``head_alpha``: call it before building the optimizer.  A model whose heads have
+    learned alphas already keeps them: calling again with another ``alpha_init`` or
+    ``alpha_min`` is an error (``sparsify(model, "softmax")`` first starts them afresh).
+    The choice is recorded in ``model.config`` for :func:`from_pretrained`.
     """
     chosen = get_normalizer(normalizer, "normalizer")
     modules = attention_modules(model)
     if not modules:
         raise ValueError(f"model: {type(model).__name__} has no attention module that transformers' attention "
                          "interface serves (none with `scaling` and `is_causal`)")
+    if chosen.learned:
+        alpha_init = parse_alpha_init(alpha_init)
+        has = [m.head_alpha for m in modules.values() if isinstance(getattr(m, "head_alpha", None), HeadAlpha)]
+        record = getattr(model.config, CONFIG_KEY, None) or {}
+        if has and (str(alpha_init), float(alpha_min)) != (record.get("alpha_init"), record.get("alpha_min")):
+            raise ValueError(
+                f"sparsify(alpha_init={alpha_init!r}, alpha_min={alpha_min}): the model's heads already have learned "
+                f"alphas (alpha_init={record.get('alpha_init')!r}, alpha_min={record.get('alpha_min')}), which this "
+                "call would keep; to start them afresh, call sparsify(model, 'softmax') first")
     parameter = next(model.parameters(), None)
     for module in modules.values():
         if chosen.learned:
@@ -268,7 +337,11 @@ def from_pretrained(model_class, path, **kwargs):
         return model_class.from_pretrained(path, **kwargs)
     register()
     normalizer = get_normalizer(record["normalizer"], f"{path}: config {CONFIG_KEY}.normalizer")
-    model = model_class.from_pretrained(path, attn_implementation=normalizer.name, **kwargs)
+    token = _loading_alphas.set(normalizer.learned)
+    try:
+        model = model_class.from_pretrained(path, attn_implementation=normalizer.name, **kwargs)
+    finally:
+        _loading_alphas.reset(token)
     sparsify(model, normalizer.name, record.get("alpha_init", "random"), record.get("alpha_min", ALPHA_MIN))
     if normalizer.learned:
         saved = _saved_tensors(path, lambda k: ".head_alpha." in k)
