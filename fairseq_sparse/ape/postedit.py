@@ -29,6 +29,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.tasks import FairseqTask
 
+from ..compat.checkpoint_files import load_for_task
 from .bert_dictionary import WordPieceDetokenizer
 from .decoding import build_ape_generator
 from .triplets import mt_segment
@@ -93,12 +94,7 @@ class PostEditor:
             overrides["max_segment_tokens"] = max_segment_tokens
         models, task = [], None
         for member in paths:
-            state = checkpoint_utils.load_checkpoint_to_cpu(str(member), overrides)
-            cfg = state.get("cfg")
-            trained_with = cfg["task"].get("_name") if cfg is not None else getattr(state.get("args"), "task", None)
-            if trained_with != "ape":  # checked before fairseq builds that task (its errors say nothing of this)
-                raise ValueError(f"{member} was trained with --task {trained_with}, not --task ape: it cannot "
-                                 "post-edit")
+            state = load_for_task(member, "ape", "post-editing", overrides)
             # The first member's task (data, tokenizer, segment cut) serves them all; each member's
             # weights are checked against its tokenizer as they load.
             try:

@@ -13,7 +13,6 @@ checkpoint beside it that is whole, to resume from with ``--restore-file``.
 
 import functools
 import os
-import pickle
 import shutil
 import uuid
 import zipfile
@@ -78,15 +77,31 @@ def whole_checkpoints_beside(path):
 def load_checkpoint_to_cpu(path, *args, **kwargs):
     try:
         return _original_load(path, *args, **kwargs)
-    # A file that is no zip (a text file, say) reaches torch's legacy unpickler: KeyError, UnpicklingError.
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+    # A file that is no zip (a text file, say) reaches torch's legacy unpickler, which fails in
+    # ways that depend on its first bytes (KeyError, UnpicklingError, IndexError, ...): every
+    # failure of such a file is named here.
+    except Exception as e:
         if not (_is_local(path) and os.path.isfile(path)) or zipfile.is_zipfile(path):
             raise  # a whole file failing for another reason: fairseq's own error stands
         good = whole_checkpoints_beside(path)
         hint = (f"the newest whole checkpoint beside it is {good[0]}: resume from it with --restore-file {good[0]}"
                 if good else "no whole checkpoint is beside it")
-        raise RuntimeError(f"{path}: torn or not a checkpoint ({os.path.getsize(path)} bytes, not a complete file; "
-                           f"was a save interrupted?): {type(e).__name__}: {str(e)[:200]}; {hint}") from None
+        # Not torch's message: it advises weights_only=False, which would run code from an untrusted file.
+        raise RuntimeError(f"{path}: torn or not a checkpoint ({os.path.getsize(path)} bytes, not a complete zip "
+                           f"file as torch.save writes; was a save interrupted?); {hint}") from None
+
+
+def load_for_task(path, task, user, overrides=None):
+    """``load_checkpoint_to_cpu(path, overrides)``, checked to be a checkpoint trained with
+    ``--task task`` before fairseq builds anything from it (its errors for another task's
+    checkpoint name neither); ``user`` names what needs it in the error."""
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path), overrides)
+    cfg = state.get("cfg")
+    trained_with = cfg["task"].get("_name") if cfg is not None else getattr(state.get("args"), "task", None)
+    if trained_with != task:
+        raise ValueError(f"{path} was trained with --task {trained_with}, not --task {task}: {user} needs a "
+                         f"{task} checkpoint")
+    return state
 
 
 def apply():

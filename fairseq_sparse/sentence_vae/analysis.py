@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from torch import nn
 
+from ..compat.checkpoint_files import load_for_task
 from . import figures
 from .hoyer import active_units, average_hoyer, spike_pattern
 from .sentence_vae import encoder_input
@@ -199,8 +200,10 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
     """Every figure of the analysis for ``checkpoint`` on the labelled corpus ``data``, as a
     dict (also what ``analysis.json`` holds); the plots are written to ``out``.  A corpus
     without class labels, or with unlabelled test sentences, is a ValueError naming it."""
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [str(checkpoint)], arg_overrides={"data": str(data)})
+    overrides = {"data": str(data)}
+    state = load_for_task(checkpoint, "sentence_vae", "fairseq-sparse-sentence-vae-analysis", overrides)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides,
+                                                                      state=state)
     model = models[0].eval()
     criterion = task.build_criterion(cfg.criterion)
     classes = task.num_classes
@@ -287,7 +290,7 @@ def main(argv=None):
     try:
         results = analyse(args.checkpoint, args.data, args.out, args.samples, args.classifier_epochs,
                           args.baseline_epochs, args.seed)
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:  # RuntimeError: a torn file or not a checkpoint
         raise SystemExit(str(error)) from None
     (args.out / "analysis.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means",

@@ -384,7 +384,11 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    path = write_report(parse_args(argv))
+    args = parse_args(argv)
+    try:
+        path = write_report(args)
+    except (ValueError, RuntimeError) as e:  # RuntimeError: a torn file or not a checkpoint
+        raise SystemExit(f"fairseq-sparse-attention-report: {e}") from None
     print(f"wrote {path}")
 
 

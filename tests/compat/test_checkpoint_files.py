@@ -54,9 +54,27 @@ def test_a_torn_checkpoint_is_named_with_the_whole_one_to_resume_from(tmp_path, 
     assert re.search(r"Loaded checkpoint .*checkpoint_1_4\.pt \(epoch 1 @ 4 updates\)", resumed.stdout)
 
 
-def test_a_text_file_given_as_a_checkpoint_is_named(tmp_path):
-    """It failed in torch's legacy unpickler with `KeyError: 101`."""
+@pytest.mark.parametrize("content", [b"hello, not a checkpoint\n", b"these are my notes\n", b"PK junk\n", b"\x80\x02junk"])
+def test_a_text_file_given_as_a_checkpoint_is_named(tmp_path, content):
+    """It failed in torch's legacy unpickler with `KeyError: 101`, or `IndexError: pop from
+    empty list`, depending on its first bytes; torch's advice to load with
+    weights_only=False (running code from an untrusted file) is not passed on."""
     text = tmp_path / "notes.pt"
-    text.write_text("hello, not a checkpoint\n")
-    with pytest.raises(RuntimeError, match=rf"{re.escape(str(text))}: torn or not a checkpoint"):
+    text.write_bytes(content)
+    with pytest.raises(RuntimeError, match=rf"{re.escape(str(text))}: torn or not a checkpoint") as error:
         checkpoint_utils.load_checkpoint_to_cpu(str(text))
+    assert "weights_only" not in str(error.value)
+
+
+def test_commands_name_a_text_file_given_as_a_checkpoint(tmp_path, ape_raw):
+    """fairseq-sparse-postedit, the attention report and the sentence-VAE analysis stop with
+    the message, no traceback (they crashed with `IndexError: pop from empty list`)."""
+    text = tmp_path / "notes.pt"
+    text.write_text("these are my notes\n")
+    for command, *arguments in (
+            ("fairseq-sparse-postedit", "--path", text, "--src", ape_raw / "test.src", "--mt", ape_raw / "test.mt"),
+            ("fairseq-sparse-attention-report", "--path", text, "--data", ape_raw, "--out", tmp_path / "r"),
+            ("fairseq-sparse-sentence-vae-analysis", text, ape_raw, "--out", tmp_path / "a")):
+        proc = run_cli(command, *arguments, check=False)
+        assert proc.returncode != 0 and f"{text}: torn or not a checkpoint" in proc.stderr, (command, proc.stderr)
+        assert "Traceback" not in proc.stderr, command

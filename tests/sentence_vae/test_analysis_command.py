@@ -83,3 +83,11 @@ def class_word_kl_of(labelled_lines, checkpoint):
             counts[int(label), ids.setdefault(word, len(ids))] += 1
     p = counts / counts.sum(1, keepdims=True)
     return (p[:, None, :] * (np.log(p[:, None, :]) - np.log(p[None, :, :]))).sum(-1)
+
+
+def test_analysis_of_another_tasks_checkpoint_is_refused_by_name(tmp_path, ape_trained):
+    """It crashed with `AttributeError: 'APETask' object has no attribute 'num_classes'`."""
+    data, checkpoint = ape_trained
+    proc = run_cli("fairseq-sparse-sentence-vae-analysis", checkpoint, data, "--out", tmp_path / "a", check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"{checkpoint} was trained with --task ape, not --task sentence_vae" in proc.stderr
