@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 # The package's reader checks the files the way the sentence_vae task reads them.
+from fairseq_sparse.experiments import at_least
 from fairseq_sparse.sentence_vae.corpus import read_corpus
 from fairseq_sparse.text import read_lines
 
@@ -66,7 +67,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", type=Path, help="an HSVAE set: valid.txt, test.txt and their *_labels.txt")
     parser.add_argument("out", type=Path, help="directory for train/valid/test.txt and *_labels.txt")
-    parser.add_argument("--valid-per-class", type=int, default=100,
+    parser.add_argument("--valid-per-class", type=at_least(1), default=100,
                         help="sentences per class held out of the paper's valid set (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="which sentences are held out (default: %(default)s)")
     parser.add_argument("--unlabelled", type=Path, nargs="+", default=[],

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from fairseq_sparse.experiments import at_least
+
 
 def check_parallel(raw, split, src, tgt):
     paths = [raw / f"{split}.{lang}" for lang in (src, tgt)]
@@ -67,9 +69,9 @@ def main(argv=None):
     parser.add_argument("--train", default="train", help="training split's name in RAW (default: %(default)s)")
     parser.add_argument("--valid", default="valid", help="validation split's name in RAW (default: %(default)s)")
     parser.add_argument("--test", default="test", help="test split's name in RAW (default: %(default)s)")
-    parser.add_argument("--vocab-size", type=int, default=8000,
+    parser.add_argument("--vocab-size", type=at_least(2), default=8000,
                         help="joint sentencepiece vocabulary size (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2,
+    parser.add_argument("--workers", type=at_least(1), default=2,
                         help="fairseq-preprocess worker processes (default: %(default)s)")
     args = parser.parse_args(argv)
 

@@ -179,6 +179,12 @@ def main(argv=None):
                              "edits of it (default: the checkpoint's task value, usually no limit)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: %(default)s)")
     args = parser.parse_args(argv)
+    try:
+        device = torch.device(args.device)
+        torch.empty(0, device=device)  # a device this machine has (torch's own error is an assertion)
+    except (RuntimeError, AssertionError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        parser.error(f"--device {args.device}: not available here ({reason})")
     logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.WARNING, stream=sys.stderr)
     options = {name: value for name, value in (("conservativeness", args.conservativeness),
                                                ("keep_mt_margin", args.keep_mt_margin),

@@ -150,7 +150,10 @@ def check_alpha_range(alpha):
     a = alpha.detach()
     lowest = torch.where(((a > 1) & (a <= 2)).all(), a.min(), -1.0).item()
     if lowest < 0:
-        raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{a.min().item()}, {a.max().item()}]")
+        low, high = a.min().double().item(), a.max().double().item()
+        raise ValueError(f"entmax alpha must lie in (1, 2], got values in [{low!r}, {high!r}]"
+                         + (f" (if it was meant to be just above 1: {a.dtype} rounds it to 1; give a float64 tensor)"
+                            if low == 1.0 and a.dtype != torch.float64 else ""))
     return lowest
 
 
@@ -397,7 +400,8 @@ def entmax_alpha(x, alpha, dim=-1, check_alpha=True):
     ``FLOAT32_ALPHA_MIN``, so such a caller's alpha must be at least that.
     """
     if not torch.is_tensor(alpha):
-        alpha = torch.tensor(float(alpha), dtype=_compute_dtype(x.dtype), device=x.device)
+        # float64, so that an alpha just above 1 is neither rounded to 1 nor refused as 1.
+        alpha = torch.tensor(float(alpha), dtype=torch.float64, device=x.device)
     degenerate = _without_rows(x, dim, lambda row, d: entmax_alpha(row, alpha, d, check_alpha))
     return degenerate if degenerate is not None else EntmaxAlphaFunction.apply(x, alpha, dim, check_alpha)
 

@@ -30,7 +30,8 @@ def test_bad_input_files_and_options_are_named(tmp_path, ape_trained):
     cases = [(["--mt", blank], f"{blank}:4: empty line"),
              (["--mt", data / "valid.mt"], "has 20 lines but --mt"),
              (["--mt", data / "test.mt", "--beam", "0"], "PostEditor beam=0: must be a whole number >= 1"),
-             (["--mt", data / "test.mt", "--batch-size", "0"], "PostEditor batch_size=0: must be a whole number >= 1")]
+             (["--mt", data / "test.mt", "--batch-size", "0"], "PostEditor batch_size=0: must be a whole number >= 1"),
+             (["--mt", data / "test.mt", "--device", "cuda:99"], "--device cuda:99: not available here")]
     for options, message in cases:
         proc = run_cli("fairseq-sparse-postedit", "--path", checkpoint, "--src", data / "test.src", *options,
                        check=False)

@@ -74,3 +74,8 @@ def test_sentence_vae_trains_on_a_prepared_set(tmp_path):
                    cwd=tmp_path)
     assert "9000 train, 1000 valid, 5000 test sentences with class labels" in proc.stdout
     assert valid_metrics(proc.stdout)["reconstruction"] > 0
+
+
+def test_a_negative_valid_share_is_refused_by_option(tmp_path):
+    proc = run_script("data_prep/hsvae_sets.py", tmp_path, tmp_path / "out", "--valid-per-class", "-3", check=False)
+    assert proc.returncode == 2 and "argument --valid-per-class: must be at least 1, not -3" in proc.stderr

@@ -51,3 +51,17 @@ def test_non_parallel_or_empty_lines_name_the_file(tmp_path):
                            "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--valid", "val",
                            "--test", "test_2016_flickr"], capture_output=True, text=True)
     assert proc.returncode != 0 and "train.de:26: empty line" in proc.stderr
+
+
+def test_a_raw_dir_without_the_release_is_an_error_not_a_download(tmp_path):
+    """A wrong RAW_DIR was ignored for a download (with internet: another corpus than the user's)."""
+    proc = subprocess.run(BASH + [str(tmp_path / "out"), str(tmp_path / "typo")], capture_output=True, text=True)
+    assert proc.returncode != 0 and f"RAW_DIR {tmp_path / 'typo'} has no train.en" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_vocabulary_of_nothing_is_refused_by_option(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_translation.py"), "--raw", str(tmp_path),
+                           "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--vocab-size", "0"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "argument --vocab-size: must be at least 2, not 0" in proc.stderr

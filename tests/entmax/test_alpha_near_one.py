@@ -81,3 +81,15 @@ def test_attention_near_one_uses_the_precise_path():
 def test_non_float_scores_are_refused(normalise, dtype):
     with pytest.raises(TypeError, match="floating-point scores.*" + str(dtype).replace("torch.", "")):
         normalise(torch.tensor([[1, 1, 1]]).to(dtype))
+
+
+def test_a_float_alpha_just_above_one_is_taken_and_a_rounded_tensor_is_named():
+    """entmax_alpha(x, 1 + 1e-8) was refused with "got values in [1.0, 1.0]": float32 had
+    rounded the alpha it was given."""
+    x = torch.randn(4, 7)
+    torch.testing.assert_close(entmax_alpha(x, 1 + 1e-8), torch.softmax(x, -1), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match=r"got values in \[1.0, 1.0\] \(if it was meant to be just above 1: "
+                                         r"torch.float32 rounds it to 1; give a float64 tensor\)"):
+        entmax_alpha(x, torch.tensor(1 + 1e-8))
+    with pytest.raises(ValueError, match=r"got values in \[2.5, 2.5\]$"):
+        entmax_alpha(x, 2.5)
