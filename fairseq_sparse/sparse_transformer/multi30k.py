@@ -340,8 +340,16 @@ def alpha_reach(save):
 def run(args):
     """The experiment on ``args`` (the script's options; ``args.data``: the binarised data,
     beside which data_prep/multi30k.sh left ``spm.model`` and ``test.raw.de``)."""
-    args.out.mkdir(parents=True, exist_ok=True)
     references = args.data.parent / "test.raw.de"
+    # Checked before any training: scoring needs them once every model has trained.
+    if not references.is_file():
+        raise SystemExit(f"--data {args.data}: no raw test references {references} beside it (data_prep/multi30k.sh "
+                         "writes test.raw.de next to bin/); BLEU is scored on them after training")
+    try:
+        list(read_lines(references))
+    except ValueError as e:
+        raise SystemExit(f"--data {args.data}: {e}") from None
+    args.out.mkdir(parents=True, exist_ok=True)
 
     extra = [binarise_test_set(prefix, args.data, args.out) for prefix in args.test_prefix]
     # Before training, so that no run of ours shares the device with it (kept, then reused).

@@ -77,3 +77,16 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
                        results.split("How far the alphas could move")[1], re.M)
     assert [int(r[0]) for r in reach] == [1, 2] and int(reach[1][1]) > int(reach[0][1])
     assert all(0 < float(r[3]) <= 1.01 * float(r[2]) and float(r[5]) <= float(r[3]) for r in reach)
+
+
+def test_missing_references_are_named_before_any_training(tmp_path):
+    """It trained every model, then failed with a traceback."""
+    raw = mirror(tmp_path, n=60, held_out=20)
+    prepare(tmp_path / "data", raw)
+    (tmp_path / "data" / "test.raw.de").unlink()
+    out = tmp_path / "exp"
+    proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
+                      "--max-epoch", "1", "--dim", "32", "--layers", "1")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert f"no raw test references {tmp_path / 'data' / 'test.raw.de'}" in proc.stderr
+    assert not any(out.iterdir()), "nothing was trained"
