@@ -174,8 +174,8 @@ def show_alphas(checkpoint, data):
 def run(args):
     """The main job on ``args`` (the script's options, checked): steps 1 to 6, printed as they go."""
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    # A temp dir of our own keeps its logs and outputs for a look afterwards, not its checkpoints:
-    # each run would otherwise leave about 470 MB in /tmp.
+    # Without --workdir the run's files go to a temp dir that is removed when it succeeds (each
+    # run would otherwise leave about 470 MB in /tmp), and kept, logs for a look, when it fails.
     temporary = args.workdir is None
     work = args.workdir or Path(tempfile.mkdtemp(prefix="fairseq_sparse_ape_demo_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -185,8 +185,13 @@ def run(args):
         output = post_edit(data, checkpoint, work, *choose_decoding(data, checkpoint, work))
         score(data, output, work, args.bert_model)
         show_alphas(checkpoint, data)
-    finally:
+    except BaseException:
         if temporary:
             shutil.rmtree(work / "checkpoints", ignore_errors=True)
-    print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/"
-          + ("; its checkpoints were removed, --workdir DIR keeps them)" if temporary else ")"))
+            print(f"\n(the run's logs are kept in {work})", file=sys.stderr)
+        raise
+    if temporary:
+        shutil.rmtree(work)
+        print("\n(--workdir DIR keeps train.log, generate.out, tensorboard/ and the checkpoints)")
+    else:
+        print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/, checkpoints/)")

@@ -33,10 +33,10 @@ def test_main_job_post_edits_and_reports(tmp_path):
     assert (tmp_path / "checkpoints" / "checkpoint_best.pt").exists()
 
 
-def test_main_job_removes_the_checkpoints_of_its_own_temp_dir_only(tmp_path, monkeypatch):
-    """Without --workdir each run would leave its checkpoints (about 470 MB) in /tmp: they go,
-    also when a step fails, and the logs stay; a --workdir keeps everything.  The steps are
-    stubbed: the end-to-end run above covers them."""
+def test_main_job_removes_its_own_temp_dir_and_keeps_a_workdir(tmp_path, monkeypatch):
+    """Without --workdir each run would leave its files (about 470 MB) in /tmp: they go when it
+    succeeds; when a step fails its checkpoints go and its logs stay; a --workdir keeps
+    everything.  The steps are stubbed: the end-to-end run above covers them."""
     def fake_training(args, data, work):
         (work / "checkpoints").mkdir()
         (work / "checkpoints" / "checkpoint_best.pt").write_bytes(b"weights")
@@ -49,8 +49,7 @@ def test_main_job_removes_the_checkpoints_of_its_own_temp_dir_only(tmp_path, mon
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     ape_demo.main([])
-    (work,) = (tmp_path / "tmp").iterdir()
-    assert (work / "train.log").exists() and not (work / "checkpoints").exists()
+    assert not any((tmp_path / "tmp").iterdir()), "a successful run leaves nothing in /tmp"
 
     def failing(*args):
         raise RuntimeError("generation failed")
@@ -58,7 +57,8 @@ def test_main_job_removes_the_checkpoints_of_its_own_temp_dir_only(tmp_path, mon
     monkeypatch.setattr(demo, "score", failing)
     with pytest.raises(RuntimeError, match="generation failed"):
         ape_demo.main([])
-    assert not any((run / "checkpoints").exists() for run in (tmp_path / "tmp").iterdir())
+    (work,) = (tmp_path / "tmp").iterdir()
+    assert (work / "train.log").exists() and not (work / "checkpoints").exists()
     monkeypatch.setattr(demo, "score", lambda *args: None)
     ape_demo.main(["--workdir", str(tmp_path / "mine")])
     assert (tmp_path / "mine" / "checkpoints" / "checkpoint_best.pt").exists()
