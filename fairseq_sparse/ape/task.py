@@ -164,7 +164,8 @@ class APETask(FairseqTask):
             raise ValueError(f"--bert-model is required: {stored} does not exist yet (it is written the first "
                              "time the task runs with --bert-model)")
         tokenizer = load_bert_tokenizer(cfg.bert_model)
-        keep_tokenizer(tokenizer, stored)
+        if not from_checkpoint:  # training keeps it with its data; loading a model writes nothing there
+            keep_tokenizer(tokenizer, stored)
         return tokenizer
 
     @property

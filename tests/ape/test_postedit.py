@@ -59,3 +59,14 @@ def test_generate_on_a_split_without_post_edits_points_to_the_post_editing_comma
     assert proc.returncode != 0
     assert "test.pe: missing: fairseq-generate scores post-edits against test.pe" in proc.stderr
     assert "fairseq-sparse-postedit --path CKPT --src" in proc.stderr and "fairseq-interactive" in proc.stderr
+
+
+def test_post_editing_with_data_writes_nothing_into_it(tmp_path, ape_trained):
+    """--data names where the tokenizer is; a directory without one got a tokenizer/ folder written
+    into it unasked."""
+    data, checkpoint = ape_trained
+    mine = tmp_path / "my_data"
+    mine.mkdir()
+    run_cli("fairseq-sparse-postedit", "--path", checkpoint, "--src", data / "test.src", "--mt", data / "test.mt",
+            "--data", mine)
+    assert not any(mine.iterdir())
