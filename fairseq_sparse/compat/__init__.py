@@ -65,6 +65,10 @@ PATCHES = (
                                "checkpoint_utils.load_checkpoint_to_cpu"),
           "every checkpoint file is written atomically, and a torn one is named with the whole checkpoint to "
           "resume from"),
+    Patch("quiet", ("warnings' filters",),
+          "fairseq's stack prints twenty lines of known-harmless warnings (Hydra's deprecations, pin_memory "
+          "without an accelerator, torch.cuda.amp.autocast) before every command: each is silenced by its "
+          "message and module, so that the warnings that matter are seen", lambda: True),
     Patch("prefetch", ("iterators.BackgroundConsumer.run", "an atexit hook"),
           "a finished run exits cleanly instead of aborting on fairseq's prefetching thread"),
     Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train", "Trainer.save_checkpoint",
