@@ -31,9 +31,9 @@ def main(argv=None):
                              "(default: %(default)s)")
     parser.add_argument("--data", type=Path, default=FULL_MNIST,
                         help="MNIST-format directory for --dataset mnist (default: the full MNIST, IDX files)")
-    parser.add_argument("--epochs", type=json.loads, default={"ssvae": 10, "signaling_game": 10, "bitvector_vae": 10},
-                        help='epochs per experiment, as JSON (default: {"ssvae": 10, "signaling_game": 10, '
-                             '"bitvector_vae": 10})')
+    parser.add_argument("--epochs", type=json.loads, default={},
+                        help='epochs of every experiment (a number), or per experiment as JSON, e.g. '
+                             '\'{"ssvae": 200}\' (default: 10 each)')
     parser.add_argument("--batch-size", type=at_least(1), default=64, help="images per update (default: %(default)s)")
     parser.add_argument("--nll-samples", type=at_least(1), default=32,
                         help="importance samples per image of the bit-vector VAE's NLL estimate (default: %(default)s)")
@@ -58,9 +58,11 @@ def main(argv=None):
     parser.add_argument("--tensorboard", action="store_true", help="also write tensorboard logs under OUT")
     parser.add_argument("--collect-only", action="store_true", help="tabulate the logs already in OUT; train nothing")
     args = parser.parse_args(argv)
-    if not isinstance(args.epochs, dict):
-        parser.error(f"--epochs {json.dumps(args.epochs)}: give a JSON object, e.g. '{{\"ssvae\": 3}}'")
     families = ("ssvae", "signaling_game", "bitvector_vae")
+    if isinstance(args.epochs, int) and not isinstance(args.epochs, bool):
+        args.epochs = dict.fromkeys(families, args.epochs)
+    if not isinstance(args.epochs, dict):
+        parser.error(f"--epochs {json.dumps(args.epochs)}: give a number, or a JSON object such as '{{\"ssvae\": 3}}'")
     for family in families:
         args.epochs.setdefault(family, 10)
     for family, epochs in args.epochs.items():

@@ -129,18 +129,25 @@ def resuming(save_dir):
 
 
 def mean_spread(values, digits=2):
+    """"mean ± standard deviation"; one value alone, since one run has no spread to show."""
     values = [v for v in values if not math.isnan(v)]
     if not values:
         return "n/a"
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def table(experiment, runs):
+DATASETS = {"mnist": "MNIST", "digits": "scikit-learn's 8x8 digits"}
+
+
+def table(experiment, runs, dataset="mnist"):
+    """The markdown table of one experiment's runs beside the paper's figures; ``dataset`` (the
+    runs' own) and their epochs are said where they are not the paper's setting."""
     metric, higher, _ = EXPERIMENTS[experiment]
     label = {"accuracy": "accuracy (%)", "success": "success (%)", "nll_bits_per_dim": "NLL bits/dim"}[metric]
     header = (["estimator", label] + (["neg. ELBO bits/dim"] if metric == "nll_bits_per_dim" else [])
-              + ["decoder calls (training mean)", "decoder calls (last epoch)", "paper", "paper calls"])
+              + ["decoder calls (training mean)", "decoder calls (last epoch)", "paper (MNIST)", "paper calls"])
     rows = []
     # Bits per dimension: estimators differ by hundredths, so three decimals.
     digits = 3 if metric == "nll_bits_per_dim" else 2
@@ -156,21 +163,29 @@ def table(experiment, runs):
         rows.append(row)
     lines = [f"### {experiment}" + (" (lower is better)" if not higher else ""), "", markdown_table(header, rows)]
     seeds = {estimator: len(results) for estimator, results in sorted(runs.items())}
-    if len(set(seeds.values())) == 1:
-        lines += ["", f"Mean ± standard deviation over {next(iter(seeds.values()))} seed(s)."]
+    if set(seeds.values()) == {1}:
+        lines += ["", "One seed: no spread."]
+    elif len(set(seeds.values())) == 1:
+        lines += ["", f"Mean ± standard deviation over {next(iter(seeds.values()))} seeds."]
     else:  # runs of a grid collected while some estimators have fewer finished seeds
         lines += ["", "Mean ± standard deviation over the seeds of each estimator: "
                   + ", ".join(f"{estimator} {n}" for estimator, n in seeds.items()) + "."]
+    if dataset != "mnist":
+        epochs = sorted({len(r["train_calls"]) for results in runs.values() for r in results})
+        trained = f", {' to '.join(map(str, epochs[::max(1, len(epochs) - 1)]))} epoch{'s' if epochs != [1] else ''}"
+        lines += ["", f"These runs: {DATASETS.get(dataset, dataset)}{trained}. The paper's columns are full MNIST at "
+                      "its own training length: a setting these runs do not share, so not a target for them."]
     return "\n".join(lines)
 
 
 def plot(results, path):
     """Per experiment: decoder calls per training example over the epochs (top) and the
-    test metric at each validated epoch (bottom), mean over seeds."""
+    test metric at each validated epoch (bottom), mean over seeds; returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
     experiments = list(results)
     colours = {name: plt.get_cmap("tab20")(i) for i, name in enumerate(sorted(ESTIMATORS))}
@@ -194,7 +209,16 @@ def plot(results, path):
             if shared:
                 metric_ax.plot(shared, [statistics.mean(p[e] for p in points) for e in shared], style, marker="o",
                                markersize=3, color=colours[estimator])
-        calls_ax.set_yscale("log")
+        # A log axis where the calls span decades (dense against sparse); plain numbers on it, and
+        # whole epochs on both x axes.
+        low, high = calls_ax.dataLim.y0, calls_ax.dataLim.y1
+        if low > 0 and high > 10 * low:
+            calls_ax.set_yscale("log")
+            calls_ax.yaxis.set_major_formatter(ScalarFormatter())
+            calls_ax.yaxis.set_minor_formatter(NullFormatter())
+        metric_ax.set_xlim(calls_ax.get_xlim())  # the same epochs above and below
+        for ax in (calls_ax, metric_ax):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         calls_ax.set_title(experiment)
         calls_ax.set_xlabel("epoch")
         calls_ax.set_ylabel("decoder calls per example (training)")
@@ -203,6 +227,7 @@ def plot(results, path):
     fig.legend([lines[k] for k in sorted(lines)], sorted(lines), fontsize=8, loc="center right")
     fig.tight_layout(rect=(0, 0, 1 - 1.5 / width, 1))
     fig.savefig(path, dpi=130)
+    return fig
 
 
 def run(args):
@@ -217,7 +242,7 @@ def run(args):
         raise SystemExit(f"no finished runs in {args.out}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    tables = "\n\n".join(table(experiment, runs) for experiment, runs in results.items())
+    tables = "\n\n".join(table(experiment, runs, args.dataset) for experiment, runs in results.items())
     (args.out / "tables.md").write_text(tables + "\n", encoding="utf-8")
     print(tables)
     plot(results, args.out / "decoder_calls.png")

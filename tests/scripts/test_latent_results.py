@@ -28,7 +28,7 @@ def test_grid_tables_and_plot(tmp_path):
     assert "| sparsemax |" in tables and "| 96.87 | 1.01 |" in tables  # the paper's sparsemax row, next to ours
     assert "decoder calls (training mean) | decoder calls (last epoch)" in tables
     assert "| sparsemap |" in tables and "| 3.72 |" in tables
-    assert "Mean ± standard deviation over 2 seed(s)." in tables
+    assert "Mean ± standard deviation over 2 seeds." in tables
     results = json.loads((out / "results.json").read_text())
     ssvae = results["ssvae"]["sparsemax"]
     assert len(ssvae) == 2 and len(ssvae[0]["train_calls"]) == 2 and 0 <= ssvae[0]["test"]["accuracy"] <= 100
@@ -65,7 +65,7 @@ def test_a_grid_trained_on_keeps_the_epochs_of_its_first_run(tmp_path):
     out = tmp_path / "on"
     common = ["--out", out, "--experiments", "ssvae", "--estimators", "sparsemax", "--seeds", "1",
               "--keep-checkpoints"]
-    run(*common, "--epochs", '{"ssvae": 1}')
+    run(*common, "--epochs", "1")  # a number: every experiment's
     run(*common, "--epochs", '{"ssvae": 2}')
     log = (out / "logs" / "ssvae" / "sparsemax_seed1.log").read_text()
     assert log.count("done training") == 2 and "Loaded checkpoint" in log and "(epoch 2 @" in log
@@ -85,7 +85,8 @@ def test_warm_start_is_refused_without_ssvae(tmp_path):
     (["--warm-start-epochs", "-1"], "argument --warm-start-epochs: must be at least 0, not -1"),
     (["--epochs", '{"ssvae": 0}'], "--epochs: 'ssvae': 0; give each of ssvae, signaling_game, bitvector_vae"),
     (["--epochs", '{"ssave": 2}'], "--epochs: 'ssave': 2;"),
-    (["--epochs", "[2]"], "--epochs [2]: give a JSON object"),
+    (["--epochs", "[2]"], "--epochs [2]: give a number, or a JSON object"),
+    (["--epochs", "0"], "--epochs: 'ssvae': 0; give each of ssvae, signaling_game, bitvector_vae"),
 ])
 def test_bad_counts_are_errors_naming_the_option(tmp_path, option, message):
     # (An epoch count of 0 would reach fairseq-train as --max-epoch 0: no limit.)
@@ -100,10 +101,21 @@ def test_table_names_the_seeds_of_each_estimator_when_they_differ():
 
     uneven = table("signaling_game", {"dense": [run(90.0)], "sparsemax": [run(91.0), run(93.0)]})
     assert "| sparsemax | 92.00 ± 1.41 | 2.00 ± 0.00 | 1.00 ± 0.00 | 93.35 | 3.13 |" in uneven
-    assert "| dense | 90.00 ± 0.00 |" in uneven
+    assert "| dense | 90.00 | 2.00 | 1.00 |" in uneven, "one seed has no spread to print"
     assert uneven.endswith("Mean ± standard deviation over the seeds of each estimator: dense 1, sparsemax 2.")
     even = table("signaling_game", {"dense": [run(90.0)], "sparsemax": [run(91.0)]})
-    assert even.endswith("Mean ± standard deviation over 1 seed(s).")
+    assert even.endswith("One seed: no spread.") and "±" not in even
+    assert "| paper (MNIST) |" in even
+
+
+def test_a_table_of_another_setting_than_the_papers_says_so():
+    runs = {"sparsemax": [{"test": {"accuracy": 80.0}, "train_calls": [1.0, 1.0]}]}
+    assert table("ssvae", runs, "digits").endswith(
+        "These runs: scikit-learn's 8x8 digits, 2 epochs. The paper's columns are full MNIST at its own training "
+        "length: a setting these runs do not share, so not a target for them.")
+    assert "These runs" not in table("ssvae", runs, "mnist")
+    runs["dense"] = [{"test": {"accuracy": 80.0}, "train_calls": [1.0] * 5}]
+    assert "These runs: scikit-learn's 8x8 digits, 2 to 5 epochs." in table("ssvae", runs, "digits")
 
 
 def test_bit_vector_rows_keep_three_decimals():
@@ -112,8 +124,8 @@ def test_bit_vector_rows_keep_three_decimals():
         return {"test": {"nll_bits_per_dim": nll, "neg_elbo_bits_per_dim": elbo}, "train_calls": [2.0, 1.0]}
 
     rows = table("bitvector_vae/32", {"gumbel": [run(1.5663, 1.5657)], "sfe_plus": [run(1.5074, 1.5209)]})
-    assert "| gumbel | 1.566 ± 0.000 | 1.566 ± 0.000 | 1.50 ± 0.00 | 1.00 ± 0.00 | 3.57 |  |" in rows
-    assert "| sfe_plus | 1.507 ± 0.000 | 1.521 ± 0.000 |" in rows
+    assert "| gumbel | 1.566 | 1.566 | 1.50 | 1.00 | 3.57 |  |" in rows
+    assert "| sfe_plus | 1.507 | 1.521 |" in rows
 
 
 def test_first_seed_adds_seeds_to_an_earlier_grid():
@@ -122,3 +134,23 @@ def test_first_seed_adds_seeds_to_an_earlier_grid():
     assert grid(args) == [("bitvector_vae/32", "gumbel", 2), ("bitvector_vae/32", "gumbel", 3),
                           ("bitvector_vae/32", "sfe_plus", 2), ("bitvector_vae/32", "sfe_plus", 3)]
     assert [seed for _, _, seed in grid(Namespace(**{**vars(args), "first_seed": 1, "seeds": 3}))][:3] == [1, 2, 3]
+
+
+def test_decoder_calls_figure_has_whole_epochs_and_readable_call_axes(tmp_path):
+    """Epoch ticks fell at 1.2, and a log axis over 9 to 10 calls was labelled 10^1 and 9x10^0 only."""
+    from fairseq_sparse.latent.results import plot
+
+    def run(calls, metric, value):
+        return {"train_calls": calls, "test_curve": [{"epoch": len(calls), metric: value}]}
+
+    fig = plot({"ssvae": {"dense": [run([10.0, 10.0], "accuracy", 86.0)], "sparsemax": [run([9.5, 9.2], "accuracy", 85.0)]},
+                "signaling_game": {"dense": [run([256.0] * 3, "success", 50.0)], "sparsemax": [run([5.0, 3.0, 2.0], "success", 40.0)]}},
+               tmp_path / "calls.png")
+    (ssvae_calls, game_calls), (ssvae_metric, game_metric) = fig.axes[0:2], fig.axes[2:4]
+    for ax in fig.axes[:4]:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+    assert ssvae_calls.get_yscale() == "linear" and game_calls.get_yscale() == "log"
+    labels = [t.get_text() for t in game_calls.get_yticklabels() if t.get_text()]
+    assert "10" in labels and "100" in labels and not any("times" in x or "^" in x for x in labels)
+    assert game_metric.get_xlim() == game_calls.get_xlim()
