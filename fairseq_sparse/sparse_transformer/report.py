@@ -20,6 +20,7 @@ model's own (``attention_sites``).
 """
 
 import argparse
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -274,6 +275,15 @@ def initial_order_md(initial, alphas):
     rho = stats.rank_correlation(start, end)
     if rho != rho:
         return "(Every head started at the same alpha: no initial order to keep.)"
+    # Heads that moved by less than half the usual gap between neighbouring initial alphas could
+    # hardly swap places: a correlation near 1 then reflects too little training, not a finding.
+    moved = max(abs(a - b) for a, b in zip(start, end))
+    ordered = sorted(start)
+    gap = statistics.median(b - a for a, b in zip(ordered, ordered[1:]))
+    if moved < gap / 2:
+        return (f"(No head's alpha has moved by more than {moved:.4f} since initialisation, less than half the "
+                f"median gap of {gap:.4f} between neighbouring initial alphas: too little for the heads to change "
+                "order, so whether training keeps their initial order cannot be told yet.)")
     kept, pairs = stats.order_kept(initial, alphas)
     return (f"Spearman's rank correlation between the initial and the learned alphas of the {len(end)} heads: "
             f"{rho:.3f} (1: training kept the heads in the order of their initialisation); within a layer, "

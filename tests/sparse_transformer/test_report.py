@@ -214,3 +214,12 @@ def test_heatmap_labels_read_on_light_and_dark_cells():
     assert [label_color(colormaps["magma"](x)) for x in (0.0, 1.0)] == ["w", "k"]
     assert [label_color(colormaps["viridis"](x)) for x in (0.0, 1.0)] == ["w", "k"]
     assert [label_color(colormaps["RdBu_r"](x)) for x in (0.0, 0.5, 1.0)] == ["w", "k", "w"]
+
+
+def test_initial_order_is_not_claimed_for_alphas_that_have_not_moved():
+    """After 20 updates the report said "training kept the heads in the order of their
+    initialisation (Spearman 1.000)" when no head had moved."""
+    initial = {("encoder", 0): [1.2, 1.5, 1.8], ("decoder", 0): [1.3, 1.6, 1.9]}
+    barely = {sl: [a - 0.0004 for a in v] for sl, v in initial.items()}
+    text = attention_report.initial_order_md(initial, barely)
+    assert "moved by more than 0.0004" in text and "cannot be told yet" in text and "Spearman" not in text
