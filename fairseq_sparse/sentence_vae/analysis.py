@@ -253,6 +253,8 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
         "average_hoyer_means": average_hoyer(test_means),
         "test_kl": test_kl,  # each KL term of the objective, nats per sentence
         "active_units": int(active_units(test_means).sum()),
+        # Beside it, how far from that threshold the most varied dimension is.
+        "largest_mean_variance": test_means.double().var(0, unbiased=True).max().item(),
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -260,7 +262,7 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
         spiked = (test_gamma > 0.5).float()
         gamma_class = torch.stack([spiked[test_labels == c].mean(0) for c in range(classes)]).numpy()
         figures.heat_map(gamma_class, out / "gamma_class.png", "gamma_class: fraction with E[gamma] > 1/2",
-                 "latent dimension", "class", "fraction of sentences")
+                 "latent dimension", "class", "fraction of sentences", limits=(0, 1))
         results["gamma_class"] = gamma_class.round(4).tolist()
         results["spike_pattern"] = spike_pattern(test_gamma)
         figures.spike_bars(results["spike_pattern"], out / "spike_pattern.png")
@@ -268,7 +270,26 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
     figures.heat_map(kl, out / "class_kl.png", "KL(class i || class j), word distributions", "class j", "class i",
              "nats")
     results["class_word_kl"] = kl.round(4).tolist()
+    results["notes"] = notes(results)
     return results
+
+
+def notes(results):
+    """Sentences that say how figures that seem to contradict each other both hold."""
+    said = []
+    r2 = results.get("length_probe_r2_means")
+    if results["active_units"] == 0 and r2 is not None and r2 > 0.05:
+        said.append(f"active_units 0 beside a length probe R2 of {r2:.2f}: no dimension's posterior mean varies "
+                    f"over the test sentences by more than Burda et al.'s 0.01 (the largest variance is "
+                    f"{results['largest_mean_variance']:.2g}), yet what little varies carries sentence length; the "
+                    "threshold is on the means' scale, the probe's R2 is not")
+    pattern = results.get("spike_pattern")
+    if pattern and pattern["always_zero"] and pattern["information_bits"] > 0.05:
+        said.append(f"always_zero {pattern['always_zero']} beside {pattern['information_bits']:.2f} bits decided by "
+                    "the sentence: a dimension counts as always zero where it is more likely zero than not "
+                    "(E[gamma] > 1/2) for 99% of the sentences, yet how likely still moves with the sentence, and "
+                    "those bits measure that")
+    return said
 
 
 def main(argv=None):
@@ -296,7 +317,7 @@ def main(argv=None):
     for key in ("objective", "frozen_encoder_accuracy", "frozen_encoder_accuracy_means",
                 "frozen_encoder_accuracy_valid", "frozen_encoder_accuracy_means_valid", "end_to_end_accuracy",
                 "majority_class_accuracy", "length_probe_r2_means", "average_hoyer_samples", "average_hoyer_means",
-                "active_units", "spike_pattern"):
+                "active_units", "largest_mean_variance", "spike_pattern"):
         if key not in results:
             continue
         value = results[key]
@@ -304,6 +325,8 @@ def main(argv=None):
             value = {name: bits for name, bits in value.items() if name != "per_dimension"}
         missing = "no labelled valid sentence" if key.endswith("_valid") else "not run"
         print(f"{key}: {value:.2f}" if isinstance(value, float) else f"{key}: {missing if value is None else value}")
+    for note in results["notes"]:
+        print(f"note: {note}")
     print(f"written: {args.out / 'analysis.json'}, plots in {args.out}")
 
 

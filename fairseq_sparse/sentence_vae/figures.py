@@ -27,15 +27,19 @@ def spike_bars(pattern, path):
     save(fig, path)
 
 
-def heat_map(matrix, path, title, xlabel, ylabel, colorbar):
+def heat_map(matrix, path, title, xlabel, ylabel, colorbar, limits=None):
+    """``limits``: the colour scale's (low, high), for a quantity with a range of its own (a
+    fraction: (0, 1)); by default the matrix's, which stretches a constant to a false contrast."""
     fig, ax = plt.subplots(figsize=(max(5.5, 0.25 * matrix.shape[1] + 2), max(3, 0.4 * matrix.shape[0] + 1.5)))
-    image = ax.imshow(matrix, aspect="auto", cmap="viridis")
+    low, high = limits if limits is not None else (None, None)
+    image = ax.imshow(matrix, aspect="auto", cmap="viridis", vmin=low, vmax=high)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_yticks(range(matrix.shape[0]))
     fig.colorbar(image, ax=ax, label=colorbar)
     save(fig, path)
+    return fig
 
 
 def save(fig, path):
