@@ -40,11 +40,17 @@ Steps:
 - ``class_kl.png``: KL(class i || class j) between the add-1 smoothed word
   distributions of the training sentences of each class.
 
-Everything is written to ``DIR/analysis.json`` and printed.
+Everything is written to ``DIR/analysis.json`` and printed.  Each step says on stderr
+what it does and, when done, how long it took (with a progress bar on a terminal): most of
+the time goes to the end-to-end baseline, a GRU trained on every labelled training
+sentence for ``--baseline-epochs`` epochs.
 """
 
 import argparse
+import contextlib
 import json
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +58,26 @@ import torch
 import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from torch import nn
+from tqdm import tqdm
 
 from ..compat.checkpoint_files import load_for_task
 from . import figures
 from .hoyer import active_units, average_hoyer, spike_pattern
 from .sentence_vae import encoder_input
+
+
+@contextlib.contextmanager
+def step(what):
+    """Say on stderr what a step of the analysis does, then how long it took."""
+    print(f"analysis: {what} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    yield
+    print(f"analysis: {what}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+
+
+def epochs_bar(epochs, what):
+    """range(epochs) with a progress bar on a terminal (none in a log)."""
+    return tqdm(range(epochs), desc=what, unit="epoch", leave=False, file=sys.stderr, disable=None)
 
 
 def classifier_head(inputs, classes):
@@ -105,7 +126,7 @@ def train_head(inputs, targets, outputs, loss, epochs, seed):
     torch.manual_seed(seed)
     head = classifier_head(inputs.shape[-1], outputs)
     optimizer = torch.optim.Adam(head.parameters(), lr=1e-3)
-    for _ in range(epochs):
+    for _ in epochs_bar(epochs, "classifier head"):
         for index in torch.randperm(len(inputs)).split(128):
             optimizer.zero_grad()
             loss(head(inputs[index]), targets[index]).backward()
@@ -167,7 +188,7 @@ def end_to_end_accuracy(task, model_cfg, classes, epochs, seed):
     model = EndToEndClassifier(len(task.dictionary), model_cfg.embed_dim, model_cfg.hidden_dim, classes,
                                task.dictionary.pad())
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for _ in range(epochs):
+    for _ in epochs_bar(epochs, "end-to-end GRU"):
         order = rows[torch.randperm(len(rows))].tolist()
         for start in range(0, len(order), 64):
             batch = train.collater([train[i] for i in order[start:start + 64]])
@@ -216,15 +237,19 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
         raise ValueError(f"{data}: {unlabelled_test} test sentences are labelled -1 (no class); the "
                          "classifiers are scored on every test sentence, so each needs its class")
     torch.manual_seed(seed)
-    train_codes, train_means, _, train_labels, train_lengths, _ = encode(
-        model, criterion, task.datasets["train"], samples, labelled(task.datasets["train"]))
-    test_codes, test_means, test_gamma, test_labels, test_lengths, test_kl = encode(
-        model, criterion, task.datasets["test"], samples)
-    head = train_frozen_classifier(train_codes, train_labels, classes, classifier_epochs, seed)
-    # The same head on the posterior means (HSVAE: (1 - E[gamma]) mu) tells what the code holds
-    # apart from the sampling noise, which for HSVAE includes which dimensions the draw spiked.
-    mean_head = train_frozen_classifier(train_means[:, None], train_labels, classes, classifier_epochs,
-                                        seed)
+    train_rows = labelled(task.datasets["train"])
+    with step(f"encoding {len(train_rows)} labelled train and {len(task.datasets['test'])} test sentences, "
+              f"{samples} samples each"):
+        train_codes, train_means, _, train_labels, train_lengths, _ = encode(
+            model, criterion, task.datasets["train"], samples, train_rows)
+        test_codes, test_means, test_gamma, test_labels, test_lengths, test_kl = encode(
+            model, criterion, task.datasets["test"], samples)
+    with step(f"training the frozen-encoder classifiers, {classifier_epochs} epochs each"):
+        head = train_frozen_classifier(train_codes, train_labels, classes, classifier_epochs, seed)
+        # The same head on the posterior means (HSVAE: (1 - E[gamma]) mu) tells what the code holds
+        # apart from the sampling noise, which for HSVAE includes which dimensions the draw spiked.
+        mean_head = train_frozen_classifier(train_means[:, None], train_labels, classes, classifier_epochs,
+                                            seed)
     # Valid is encoded after test, so that test's draws, and every figure read on test before
     # valid was scored, stay what they were.
     valid_rows = labelled(task.datasets["valid"])
@@ -234,6 +259,13 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
                                                                  samples, valid_rows)
         valid_accuracy, valid_accuracy_means = accuracies(head, mean_head, valid_codes, valid_means, valid_labels)
     test_accuracy, test_accuracy_means = accuracies(head, mean_head, test_codes, test_means, test_labels)
+    end_to_end = None
+    if baseline_epochs > 0:
+        with step(f"training the end-to-end GRU baseline on {len(train_rows)} sentences, {baseline_epochs} "
+                  "epochs (--baseline-epochs 0 leaves it out)"):
+            end_to_end = end_to_end_accuracy(task, cfg.model, classes, baseline_epochs, seed)
+    with step("probing the posterior means for sentence length"):
+        length_r2 = length_probe_r2(train_means, train_lengths, test_means, test_lengths, classifier_epochs, seed)
     results = {
         "objective": cfg.criterion._name, "latent_dim": test_codes.shape[-1], "classes": classes,
         "samples_per_sentence": samples,
@@ -243,12 +275,10 @@ def analyse(checkpoint, data, out, samples=5, classifier_epochs=30, baseline_epo
         "frozen_encoder_accuracy_valid": valid_accuracy,
         "frozen_encoder_accuracy_means_valid": valid_accuracy_means,
         "valid_labelled_sentences": len(valid_rows),
-        "end_to_end_accuracy": (end_to_end_accuracy(task, cfg.model, classes, baseline_epochs, seed)
-                                if baseline_epochs > 0 else None),
+        "end_to_end_accuracy": end_to_end,
         # What always answering train's most frequent class scores on test: the floor both must beat.
         "majority_class_accuracy": 100 * (test_labels == train_labels.mode().values).float().mean().item(),
-        "length_probe_r2_means": length_probe_r2(train_means, train_lengths, test_means, test_lengths,
-                                                 classifier_epochs, seed),
+        "length_probe_r2_means": length_r2,
         "average_hoyer_samples": average_hoyer(test_codes[:, 0]),
         "average_hoyer_means": average_hoyer(test_means),
         "test_kl": test_kl,  # each KL term of the objective, nats per sentence
