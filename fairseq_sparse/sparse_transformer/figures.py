@@ -15,8 +15,10 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .stats import pool_by_site  # noqa: E402
 
-# Attention maps of more heads than this wrap onto further rows.
+# Attention maps: at most this many heads a row, in a grid as near square as the heads allow.
 MAP_COLUMNS = 4
+# Point size of the token labels of an attention map, and the inches each position takes.
+MAP_LABEL_SIZE, MAP_CELL = 7, 0.16
 # Narrowest figure, in inches: a title wider than its panel would be cut at both edges.
 MIN_WIDTH = 6.0
 
@@ -24,6 +26,18 @@ MIN_WIDTH = 6.0
 def _save(fig, path):
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return fig
+
+
+def signed_format(values):
+    """A format for signed changes that gives the typical one of ``values`` (the median of the
+    nonzero ones) two significant digits: three decimals, up to six where the changes are
+    smaller (three would print +0.000 in most cells after a short run)."""
+    nonzero = sorted(abs(v) for v in values if v)
+    if not nonzero:
+        return "{:+.3f}"
+    typical = nonzero[len(nonzero) // 2]
+    return f"{{:+.{min(6, max(3, 1 - math.floor(math.log10(typical))))}f}}"
 
 
 def _rows(values, sites):
@@ -37,9 +51,9 @@ def label_color(rgba):
     return "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
 
 
-def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}"):
+def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fmt="{:.2f}", label=None):
     """One row per (site, layer), one column per head, each cell labelled with its value in
-    whichever of black or white reads on its colour."""
+    whichever of black or white reads on its colour; ``label`` names the colour bar."""
     rows = _rows(values, sites)
     matrix = [values[r] for r in rows]
     fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 0.6 * len(matrix[0])), 1.2 + 0.45 * len(rows)),
@@ -51,9 +65,9 @@ def heatmap(values, title, path, sites, vmin=None, vmax=None, cmap="viridis", fm
         for j, v in enumerate(row):
             ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=7,
                     color=label_color(im.cmap(im.norm(v))))
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label=label)
     ax.set_title(textwrap.fill(title, 60), fontsize=10)
-    _save(fig, path)
+    return _save(fig, path)
 
 
 def alpha_histogram(alphas, path, sites):
@@ -119,13 +133,14 @@ def trajectories(series, path, sites):
 
 
 def attention_map(p, queries, keys, head_alphas, title, query_label, path):
-    """The attention of every head over one sentence, ``MAP_COLUMNS`` heads a row, with one
-    colour bar; ``p`` an array (H, len(queries), len(keys)); every row and column labelled."""
+    """The attention of every head over one sentence in a grid of at most ``MAP_COLUMNS``
+    heads a row, as near square as the heads allow (4 heads: 2 x 2), with one colour bar;
+    ``p`` an array (H, len(queries), len(keys)); every row and column labelled."""
     heads = p.shape[0]
-    columns = min(heads, MAP_COLUMNS)
+    columns = min(MAP_COLUMNS, math.ceil(math.sqrt(heads)))
     grid_rows = math.ceil(heads / columns)
     # Panels grow with the sentence so that every position keeps a readable label.
-    width, height = max(3.2, 0.11 * len(keys) + 0.8), max(3.4, 0.11 * len(queries) + 1.6)
+    width, height = max(3.2, MAP_CELL * len(keys) + 1.0), max(3.4, MAP_CELL * len(queries) + 1.8)
     fig, axes = plt.subplots(grid_rows, columns, figsize=(max(MIN_WIDTH, width * columns + 1.0), height * grid_rows),
                              squeeze=False, layout="constrained")
     for ax in axes.flat[heads:]:
@@ -134,11 +149,11 @@ def attention_map(p, queries, keys, head_alphas, title, query_label, path):
         ax = axes.flat[j]
         im = ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1, aspect="auto")
         ax.set_title(f"head {j}, alpha {head_alphas[j]:.2f}", fontsize=8)
-        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=5)
-        ax.set_yticks(range(len(queries)), queries, fontsize=5)
-        ax.set_xlabel("key (token at the position)", fontsize=6)
+        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=MAP_LABEL_SIZE)
+        ax.set_yticks(range(len(queries)), queries, fontsize=MAP_LABEL_SIZE)
+        ax.set_xlabel("key (token at the position)", fontsize=8)
         if j % columns == 0:
-            ax.set_ylabel(query_label, fontsize=6)
+            ax.set_ylabel(query_label, fontsize=8)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label="attention weight")
     fig.suptitle(title, fontsize=10)
-    _save(fig, path)
+    return _save(fig, path)

@@ -127,9 +127,10 @@ def collect(model, task, split, max_sentences, keep_sentences):
                     p = m.last_attention[b][:, keep[queries]][:, :, keep[site]]
                     if sid in missing:
                         # Rows and columns are labelled with the token at each position; the
-                        # rows of a cross attention with the token each position predicts.
+                        # rows of the decoder's self and cross attention alike with the token
+                        # each position predicts.
                         rows = ([tgt_dict[i] for i in batch["target"][b][tgt_keep].tolist()]
-                                if kind[site] == "cross" else pieces[queries])
+                                if kind[site] != "encoder" else pieces[queries])
                         maps[(sid, site, layer)] = (p.clone(), rows, pieces[site])
                     if not counted:
                         continue
@@ -233,24 +234,25 @@ def draw(result, model, out):
     """The report's PNGs (see the module docstring) into ``out``."""
     sites, alphas = result["sites"], result["alphas"]
     figures.heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png",
-                    sites, 1.0, 2.0)
+                    sites, 1.0, 2.0, label="alpha")
     if result["change"] is not None:
         change = result["change"]
-        bound = max(max(abs(x) for v in change.values() for x in v), 1e-3)
+        values = [x for v in change.values() for x in v]
+        bound = max(max(abs(x) for x in values), 1e-12)
         figures.heatmap(change, "alpha change since initialisation", out / "alpha_change.png", sites, -bound, bound,
-                        "RdBu_r", "{:+.3f}")
+                        "RdBu_r", figures.signed_format(values), label="learned minus initial alpha")
     figures.alpha_histogram(alphas, out / "alpha_histogram.png", sites)
     figures.heatmap(result["density"], "attention density (fraction of keys with nonzero weight)",
-                    out / "density.png", sites, 0.0, 1.0, "magma")
+                    out / "density.png", sites, 0.0, 1.0, "magma", label="fraction of keys with nonzero weight")
     heads = len(next(iter(alphas.values())))
     figures.diversity(result["diversity"], heads, out / "diversity.png", sites, stats.max_head_diversity(heads))
     if result["series"]:
         figures.trajectories(result["series"], out / "alpha_trajectories.png", sites)
     for (sid, site, layer), (p, queries, keys) in result["maps"].items():
-        cross = model.normalizer_site(site) == "cross"
+        decoder = model.normalizer_site(site) != "encoder"
         figures.attention_map(p.float().numpy(), queries, keys, alphas[(site, layer)],
                               f"sentence {sid}: {site} attention, layer {layer}",
-                              "query (token it predicts)" if cross else "query (token at the position)",
+                              "query (token it predicts)" if decoder else "query (token at the position)",
                               out / f"attention_{sid}_{site}{layer}.png")
 
 
@@ -302,7 +304,8 @@ def markdown_report(result, args):
                           f"{coefficient:.3f}"])
     if result["change"] is not None:
         change_md = ["Change since initialisation (learned minus initial alpha; a random `--alpha-init` alone "
-                     "spreads the heads over (alpha_min, 2)):", "", head_table(result["change"], sites, "{:+.3f}"),
+                     "spreads the heads over (alpha_min, 2)):", "", head_table(result["change"], sites,
+                     figures.signed_format([x for v in result["change"].values() for x in v])),
                      "", "![](alpha_change.png)", "", initial_order_md(result["initial"], alphas)]
     else:
         change_md = ["(The initial alphas are unknown: the checkpoint was written before they were kept.)"]

@@ -1,6 +1,7 @@
 """The report command end to end on a trained tiny entmax_transformer."""
 
 import re
+import statistics
 
 import pytest
 import torch
@@ -37,15 +38,13 @@ def test_report_from_checkpoints(multi30k_bin, tmp_path):
                  "cross": f"decoder.layers.{layer}.encoder_attn"}[site]
         initial = state[f"{owner}.head_alpha.initial_alpha"].tolist()
         assert [a - c for a, c in zip(values, change[(site, layer)])] == pytest.approx(initial, abs=2e-3)
-    # Whether the heads kept their initial order, against scipy's Spearman of the checkpoint's own alphas
-    # (two epochs move no head far: the order stays, up to the tables' rounding).
-    scipy_stats = pytest.importorskip("scipy.stats")
-    order = re.search(r"initial and the learned alphas of the 24 heads: ([-0-9.]+) \(1: .*\); within a layer, "
-                      r"(\d+) of (\d+) pairs of heads kept their order", report)
-    starts = [x for (site, layer), v in learned.items() for x in (a - c for a, c in zip(v, change[(site, layer)]))]
-    assert order and float(order[1]) == pytest.approx(scipy_stats.spearmanr(starts, [x for v in learned.values() for x in v])
-                                                      .statistic, abs=0.01)
-    assert float(order[1]) > 0.9 and int(order[2]) <= int(order[3]) <= 36
+    # Whether the heads kept their initial order: two epochs move no head as far as half the median
+    # gap between neighbouring initial alphas, so the report says the order cannot be told yet.
+    starts = sorted(initial_alpha for v in initial_alphas(state).values() for initial_alpha in v)
+    gap = statistics.median(b - a for a, b in zip(starts, starts[1:]))
+    moved = max(abs(c) for v in change.values() for c in v)
+    assert moved < gap / 2
+    assert "cannot be told yet" in report and "Spearman" not in report
     assert "## Head roles" in report
     # Per site: shares of heads below 1.3 and above 1.7 and the bimodality coefficient.
     sites = re.findall(r"^\| (encoder|decoder|cross) \| [0-9.]+ to [0-9.]+ \| 8 \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$",
@@ -144,7 +143,8 @@ def test_ape_attention_maps_label_every_position(tmp_path, tiny_bert, arch):
         expected = {"encoder": (source[:first_sep], source[:first_sep]),
                     "mt_encoder": (source[first_sep:], source[first_sep:]),
                     "cross": (post_edit, source[:first_sep]), "mt_cross": (post_edit, source[first_sep:])}
-    expected["decoder"] = (["[SEP]"] + post_edit[:-1], ["[SEP]"] + post_edit[:-1])
+    # The decoder's self and cross attention label their queries alike: the token each predicts.
+    expected["decoder"] = (post_edit, ["[SEP]"] + post_edit[:-1])
     for (sid, site, layer), (p, queries, keys) in maps.items():
         assert sid == longest and (queries, keys) == expected[site], site
         assert p.shape[1:] == (len(queries), len(keys))
@@ -216,6 +216,10 @@ def test_heatmap_labels_read_on_light_and_dark_cells():
     assert [label_color(colormaps["RdBu_r"](x)) for x in (0.0, 0.5, 1.0)] == ["w", "k", "w"]
 
 
+def initial_alphas(state):
+    return {k: v.tolist() for k, v in state.items() if k.endswith("head_alpha.initial_alpha")}
+
+
 def test_initial_order_is_not_claimed_for_alphas_that_have_not_moved():
     """After 20 updates the report said "training kept the heads in the order of their
     initialisation (Spearman 1.000)" when no head had moved."""
@@ -223,3 +227,36 @@ def test_initial_order_is_not_claimed_for_alphas_that_have_not_moved():
     barely = {sl: [a - 0.0004 for a in v] for sl, v in initial.items()}
     text = attention_report.initial_order_md(initial, barely)
     assert "moved by more than 0.0004" in text and "cannot be told yet" in text and "Spearman" not in text
+
+
+def test_small_alpha_changes_are_printed_not_rounded_to_zero_and_colour_bars_are_named(tmp_path):
+    """alpha_change printed +0.000 in every cell after a short run, and its colour bar had no label."""
+    from fairseq_sparse.sparse_transformer import figures
+
+    assert figures.signed_format([0.02, -0.3]) == "{:+.3f}"
+    assert figures.signed_format([0.00012, -0.00004]).format(0.00012) == "+0.00012"
+    assert figures.signed_format([0.004, -0.0004, 0.0003, 0.0]) == "{:+.5f}"  # the typical change, not the largest
+    assert figures.signed_format([0.0, 0.0]) == "{:+.3f}"
+    change = {("encoder", 0): [0.00012, -0.00004], ("decoder", 0): [0.00003, 0.0]}
+    fig = figures.heatmap(change, "alpha change", tmp_path / "c.png", ("encoder", "decoder"), -0.00012, 0.00012,
+                          "RdBu_r", figures.signed_format([x for v in change.values() for x in v]),
+                          label="learned minus initial alpha")
+    cells = [t.get_text() for t in fig.axes[0].texts]
+    assert "+0.00012" in cells and "-0.00004" in cells and not any(c == "+0.000" for c in cells)
+    assert fig.axes[1].get_ylabel() == "learned minus initial alpha"
+
+
+def test_attention_maps_of_four_heads_are_a_square_grid_with_readable_labels(tmp_path):
+    """Four heads were a 1,656 x 408 strip with 5-point labels."""
+    from PIL import Image
+
+    from fairseq_sparse.sparse_transformer import figures
+
+    tokens = [f"t{i}" for i in range(12)]
+    p = torch.softmax(torch.randn(4, 12, 12), -1).numpy()
+    fig = figures.attention_map(p, tokens, tokens, [1.5] * 4, "sentence 0", "query", tmp_path / "m.png")
+    width, height = Image.open(tmp_path / "m.png").size
+    assert 0.6 < height / width < 1.6, (width, height)
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.images]
+    assert len(panels) == 4
+    assert all(label.get_fontsize() >= 7 for ax in panels for label in ax.get_xticklabels())
