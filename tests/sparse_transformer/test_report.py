@@ -242,7 +242,7 @@ def test_small_alpha_changes_are_printed_not_rounded_to_zero_and_colour_bars_are
                           "RdBu_r", figures.signed_format([x for v in change.values() for x in v]),
                           label="learned minus initial alpha")
     cells = [t.get_text() for t in fig.axes[0].texts]
-    assert "+0.00012" in cells and "-0.00004" in cells and not any(c == "+0.000" for c in cells)
+    assert "+0.000120" in cells and "-0.000040" in cells and not any(c == "+0.000" for c in cells)
     assert fig.axes[1].get_ylabel() == "learned minus initial alpha"
 
 
