@@ -231,6 +231,9 @@ def tune(path, data, split, grid_c, grid_m, out, device="cpu", beam=5, max_len_b
 
 
 def plot(rows, best, do_nothing, path, split):
+    """TER against C without a gate, and against the gate's margin at the chosen C (a line per
+    edit limit), beside doing nothing; one legend below the panels, where it covers no curve.
+    Returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,13 +266,19 @@ def plot(rows, best, do_nothing, path, split):
         ax.set_xlabel(label)
     for ax in axes[0]:
         ax.axhline(do_nothing, color="grey", linestyle="--", label="doing nothing (MT as is)")
-        ax.legend()
         ax.grid(alpha=0.3)
+    legend = {}
+    for ax in axes[0]:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(text, handle)
     fig.suptitle(f"Choosing C and the gate on {split}: "
                  f"{setting_name(*setting_of(best))}")
-    fig.tight_layout()
+    columns = min(len(legend), 3)
+    fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * math.ceil(len(legend) / columns) + 0.02, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return fig
 
 
 def decode_test(path, data, split, settings, out, trained=None, device="cpu", beam=5, max_len_b=200):

@@ -78,3 +78,18 @@ def test_the_scorer_shares_sentence_scores_and_gives_sacrebleus_corpus_figures(a
     assert scorer.score(half)[2]["improved"] > 0
     with pytest.raises(ValueError, match="3 outputs for 20 references"):
         scorer.score(mts[:3])
+
+
+def test_the_tuning_figure_keeps_its_legend_off_the_curves(tmp_path):
+    """The main job's tuning.png legend covered a curve."""
+    rows = [{"conservativeness": c, "keep_mt_margin": m, "keep_mt_max_edits": e, "ter": 20 - c + (m or 0) / 10}
+            for c in (0.0, 0.5, 1.0) for m in (None, -1.0, 0.0, 1.0) for e in (None, 2)]
+    fig = tuning.plot(rows, rows[0], 21.0, tmp_path / "tuning.png", "valid")
+    assert (tmp_path / "tuning.png").stat().st_size > 5000
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    for ax in fig.axes:
+        assert not legend.overlaps(ax.get_window_extent(renderer)), "the legend lies on a panel"
+    assert {t.get_text() for t in fig.legends[0].get_texts()} >= {"doing nothing (MT as is)", "no gate"}
