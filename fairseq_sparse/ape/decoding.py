@@ -49,7 +49,7 @@ from typing import Optional
 import torch
 from fairseq.data import data_utils
 from fairseq.models import FairseqEncoderDecoderModel
-from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
+from fairseq.sequence_generator import EnsembleModel, EnsembleModelWithAlignment, SequenceGenerator
 
 from .bert_dictionary import WordPieceDetokenizer
 from .ter import official_ter
@@ -110,6 +110,26 @@ class MarginRule:
         return next((i for i, (score, e) in enumerate(zip(scores, edits)) if self.outranks(score, mt_score, e)), None)
 
 
+def never_generate(lprobs, never):
+    """``lprobs`` with -inf at the ``never`` token ids (in place)."""
+    if never:
+        lprobs[:, never] = -math.inf
+    return lprobs
+
+
+class AlignmentEnsemble(EnsembleModelWithAlignment):
+    """fairseq's ensemble for ``--print-alignment``, with the ``never`` tokens at -inf as in
+    :class:`ConservativeEnsemble` (which conservativeness it does not apply)."""
+
+    def __init__(self, models, never=()):
+        super().__init__(models)
+        self.never = list(never)
+
+    def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
+        lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
+        return never_generate(lprobs, self.never), attn
+
+
 class ConservativeEnsemble(EnsembleModel):
     """fairseq's ensemble whose next-token log-probabilities have ``penalty`` subtracted
     for every token that is not in the row's source ``[CLS] src [SEP] mt [SEP]``, and are
@@ -137,8 +157,7 @@ class ConservativeEnsemble(EnsembleModel):
 
     def forward_decoder(self, tokens, encoder_outs, incremental_states, temperature: float = 1.0):
         lprobs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
-        if self.never:
-            lprobs[:, self.never] = -math.inf
+        lprobs = never_generate(lprobs, self.never)
         if self.penalty == 0:  # plain search: nothing to subtract, no (rows, vocabulary) mask per step
             return lprobs, attn
         present = torch.zeros_like(lprobs, dtype=torch.bool).scatter_(1, self.src_tokens, True)
@@ -284,13 +303,16 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
         return generator
     # Wrapped at C = 0 too, so that plain search goes through the same code (tested to be
     # fairseq's own, hypothesis for hypothesis).
+    never = getattr(dictionary, "never_generated", ())
     if type(generator.model) is EnsembleModel:
-        generator.model = ConservativeEnsemble(list(generator.model.models), conservativeness, dictionary.eos(),
-                                               getattr(dictionary, "never_generated", ()))
+        generator.model = ConservativeEnsemble(list(generator.model.models), conservativeness, dictionary.eos(), never)
         generator.model.eval()
     elif conservativeness > 0:
         raise ValueError(f"--conservativeness: not available with {type(generator.model).__name__} "
                          "(--print-alignment); leave one of them out")
+    elif type(generator.model) is EnsembleModelWithAlignment:
+        generator.model = AlignmentEnsemble(list(generator.model.models), never)
+        generator.model.eval()
     if keep_mt_margin is not None:
         return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept, max_edits=keep_mt_max_edits)
     return generator

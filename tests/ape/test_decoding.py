@@ -343,9 +343,10 @@ def test_special_tokens_other_than_sep_are_never_generated(ape_model):
     assert set(never) & set(stock.generate([model], sample)[0][0]["tokens"].tolist()), "the test's model favours them"
     assert task.dictionary.never_generated == sorted(set(tokenizer.all_special_ids) - {tokenizer.sep_token_id,
                                                                                         tokenizer.unk_token_id})
-    for conservativeness in (0.0, 2.0):
-        ours = build_ape_generator(FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12)),
-                                   [model], task.dictionary, conservativeness)
+    for conservativeness, alignment in ((0.0, None), (2.0, None), (0.0, "hard")):
+        stock_kind = FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12,
+                                                                                 print_alignment=alignment))
+        ours = build_ape_generator(stock_kind, [model], task.dictionary, conservativeness)
         for nbest in ours.generate([model], sample):
             for hypo in nbest:
                 assert not set(hypo["tokens"].tolist()) & set(task.dictionary.never_generated)
