@@ -12,10 +12,13 @@ all of training (as the paper counts them) and in the last epoch (where the supp
 sparse marginalisation has shrunk).
 """
 
+import itertools
 import json
 import math
 import shlex
 import statistics
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, run_logged, training_done
@@ -231,9 +234,21 @@ def plot(results, path):
 
 
 def run(args):
-    """The experiment on ``args`` (the script's options, checked)."""
+    """The experiment on ``args`` (the script's options, checked); says each run as it ends."""
+    jobs, said, lock = grid(args), itertools.count(1), threading.Lock()
+    print(f"{len(jobs)} runs, {args.jobs} at a time; each run's fairseq-train log is in {args.out / 'logs'}",
+          flush=True)
+
+    def one(job):
+        start = time.perf_counter()
+        result = run_one(args, *job)
+        with lock:
+            state = "no finished log" if result[3] is None else f"done in {time.perf_counter() - start:.0f} s"
+            print(f"[{next(said)}/{len(jobs)}] {job[0]} {job[1]} seed {job[2]}: {state}", flush=True)
+        return result
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        finished = list(pool.map(lambda job: run_one(args, *job), grid(args)))
+        finished = list(pool.map(one, jobs))
     results = {}
     for experiment, estimator, seed, parsed in finished:
         if parsed is not None:

@@ -42,7 +42,9 @@ def test_grid_tables_and_plot(tmp_path):
     again = run("--out", out, "--experiments", "ssvae", "signaling_game", "bitvector_vae/32", "--estimators",
                 "sparsemax", "sparsemap", "--seeds", "2", "--collect-only")
     assert [p.stat().st_mtime_ns for p in logs] == stamps
-    assert again.stdout.strip().startswith("### ssvae") and (out / "tables.md").read_text() == tables
+    assert again.stdout.strip().split("\n", 1)[0] == f"6 runs, 1 at a time; each run's fairseq-train log is in {out / 'logs'}"
+    assert again.stdout.count(": done in ") == 6 and "[6/6] " in again.stdout  # each run is said as it ends
+    assert "\n### ssvae" in again.stdout and (out / "tables.md").read_text() == tables
 
 
 def test_ssvae_warm_start_then_the_whole_objective_from_its_checkpoint(tmp_path):
