@@ -22,6 +22,8 @@ SEEN = [
      "hydra.core.default_element"),
     ("\n'config' is validated against ConfigStore schema with the same name.\nThis behavior is deprecated", UserWarning,
      "sys"),
+    ("\n'config' is validated against ConfigStore schema with the same name.\nThis behavior is deprecated", UserWarning,
+     "__main__"),  # fairseq-generate's console script
     ("\nThe strict flag in the compose API is deprecated.\n", UserWarning, "hydra.compose"),
     ("'pin_memory' argument is set as true but no accelerator is found, then device pinned memory won't be used.",
      UserWarning, "torch.utils.data.dataloader"),
@@ -47,7 +49,8 @@ def test_each_known_harmless_warning_is_silenced(message, category, module):
 
 @pytest.mark.parametrize("message, category, module", SEEN)
 def test_the_same_words_elsewhere_and_other_warnings_still_show(message, category, module):
-    assert shown(message, category, "my_package.train") == 1
+    if "ConfigStore" not in message:  # Hydra's own words, wherever its stack level puts them
+        assert shown(message, category, "my_package.train") == 1
     assert shown("something that matters", category, module) == 1
 
 
