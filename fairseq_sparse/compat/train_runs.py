@@ -23,6 +23,10 @@
 - fairseq trains from scratch, with one INFO line, when ``--restore-file`` (or
   ``--continue-once``) names a file that does not exist.  A checkpoint the user named is
   one they mean to start from: here a missing one is an error naming the option.
+- A ``--save-dir`` that holds another task's or architecture's ``checkpoint_last.pt`` (two
+  examples run one after the other with fairseq's default ``checkpoints/``) failed with
+  "please ensure that the architectures match"; here the error names the run that wrote
+  it and says to give this run its own ``--save-dir``.
 """
 
 import fcntl
@@ -119,8 +123,13 @@ def load_checkpoint(self, filename, reset_optimizer=False, reset_lr_scheduler=Fa
                     reset_meters=False):
     """``Trainer.load_checkpoint``, restoring the --patience count where fairseq restores the
     best validation (checkpoint_utils.load_checkpoint)."""
-    extra_state = _fairseq_load_checkpoint(self, filename, reset_optimizer, reset_lr_scheduler,
-                                           optimizer_overrides, reset_meters=reset_meters)
+    try:
+        extra_state = _fairseq_load_checkpoint(self, filename, reset_optimizer, reset_lr_scheduler,
+                                               optimizer_overrides, reset_meters=reset_meters)
+    except Exception as e:
+        if not str(e).startswith("Cannot load model parameters from checkpoint"):
+            raise
+        raise SystemExit(f"{e} {another_run(filename, self.cfg)}") from None
     counter = _patience_counter()
     if extra_state is None or counter is None or reset_optimizer or reset_meters:
         return extra_state
@@ -146,6 +155,31 @@ def check_named_checkpoints(checkpoint_cfg):
         if path and not any(os.path.isfile(p) for p in {path, path.replace(".pt", suffix + ".pt")}):
             raise SystemExit(f"{option} {path}: no such checkpoint (fairseq would train from scratch instead); "
                              f"give an existing file, or leave out {option}")
+
+
+def another_run(filename, cfg):
+    """What wrote the checkpoint ``filename`` when it is another task or architecture than the
+    run of ``cfg`` (fairseq's config), and what to do; an empty string otherwise."""
+    import torch
+
+    try:
+        state = torch.load(filename, map_location="cpu", mmap=True)
+    except Exception:  # unreadable: fairseq's own words stand
+        return ""
+    def named(config):  # a config's (task, arch); its model part may be a Namespace (legacy models)
+        def read(part, key):
+            return part.get(key) if hasattr(part, "get") else getattr(part, key, None)
+
+        return read(config["task"], "_name"), read(config["model"], "_name") or read(config["model"], "arch")
+
+    saved = state.get("cfg")
+    args = state.get("args")
+    task, arch = named(saved) if saved is not None else (getattr(args, "task", None), getattr(args, "arch", None))
+    mine = named(cfg)
+    if (task, arch) == mine:
+        return ""
+    return (f"It was written by a run of --task {task} --arch {arch}, not this run's --task {mine[0]} --arch "
+            f"{mine[1]}: give this run its own --save-dir (fairseq's default is checkpoints/).")
 
 
 def guard_main(main):

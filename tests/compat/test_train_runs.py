@@ -114,3 +114,17 @@ def test_a_restore_file_that_does_not_exist_is_an_error_naming_it(tmp_path, ape_
         proc = run_cli("fairseq-train", *common, option, tmp_path / "typo.pt", check=False)
         assert proc.returncode != 0 and f"{option} {tmp_path / 'typo.pt'}: no such checkpoint" in proc.stderr
         assert not (save / "checkpoint_last.pt").exists(), "nothing was trained from scratch"
+
+
+def test_a_save_dir_of_another_tasks_run_is_named(tmp_path, ape_raw, tiny_bert):
+    """Two runs with fairseq's default --save-dir: the second failed with "please ensure that the
+    architectures match", not naming the run that wrote the checkpoint."""
+    save = tmp_path / "checkpoints"
+    run_cli("fairseq-train", ape_raw, *TRAIN, "--bert-model", tiny_bert, "--save-dir", save, "--max-update", "1")
+    proc = run_cli("fairseq-train", "--user-dir", REPO / "fairseq_sparse", "--task", "ssvae", "--arch", "ssvae",
+                   "--criterion", "latent_marginalization", "--estimator", "sparsemax", "--dataset", "digits",
+                   "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "64", "--max-update", "1", "--cpu",
+                   "--num-workers", "0", "--save-dir", save, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert ("It was written by a run of --task ape --arch bert_ape, not this run's --task ssvae --arch ssvae: give "
+            "this run its own --save-dir") in proc.stderr
