@@ -267,9 +267,9 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN):
                          "interface serves (none with `scaling` and `is_causal`)")
     if chosen.learned:
         alpha_init = parse_alpha_init(alpha_init)
-        has = [m.head_alpha for m in modules.values() if isinstance(getattr(m, "head_alpha", None), HeadAlpha)]
+        learned = any(isinstance(getattr(m, "head_alpha", None), HeadAlpha) for m in modules.values())
         record = getattr(model.config, CONFIG_KEY, None) or {}
-        if has and (str(alpha_init), float(alpha_min)) != (record.get("alpha_init"), record.get("alpha_min")):
+        if learned and (str(alpha_init), float(alpha_min)) != (record.get("alpha_init"), record.get("alpha_min")):
             raise ValueError(
                 f"sparsify(alpha_init={alpha_init!r}, alpha_min={alpha_min}): the model's heads already have learned "
                 f"alphas (alpha_init={record.get('alpha_init')!r}, alpha_min={record.get('alpha_min')}), which this "
@@ -344,10 +344,10 @@ def from_pretrained(model_class, path, **kwargs):
         _loading_alphas.reset(token)
     sparsify(model, normalizer.name, record.get("alpha_init", "random"), record.get("alpha_min", ALPHA_MIN))
     if normalizer.learned:
-        saved = _saved_tensors(path, lambda k: ".head_alpha." in k)
+        saved = _saved_tensors(path, lambda k: HEAD_ALPHA_KEY in k)
         prefix = getattr(model, "base_model_prefix", "")
         state = {}
-        for key in (k for k in model.state_dict() if ".head_alpha." in k):
+        for key in (k for k in model.state_dict() if HEAD_ALPHA_KEY in k):
             names = [key, key.removeprefix(f"{prefix}."), f"{prefix}.{key}"]
             found = next((n for n in names if n in saved), None)
             if found is None:
