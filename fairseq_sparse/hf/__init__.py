@@ -11,13 +11,13 @@ as an attention implementation of ``transformers`` (``AttentionInterface``), wit
 eager attention's mask function (``AttentionMaskInterface``): models then pass it the
 same additive 4-D masks (padding, causal, sliding windows, cached keys) as to their eager
 attention, so no mask is dropped, and masked keys get probability exactly 0 under the
-sparse normalisers.  The attention is the eager one with its softmax replaced: scores
-``scaling q.k``, the mask added, the normaliser in float32, dropout in training, fewer
-key/value heads repeated for grouped-query attention; the probabilities are returned as
-the attention weights (``output_attentions=True``), with their exact zeros.  It runs on
-any device through the normalisers' kernels (the C++ kernel on CPU, Triton on CUDA); on
-CUDA a padding and/or causal mask goes to the fused ``entmax_attention`` instead, where
-no weights are asked for and no dropout applies.
+sparse normalisers.  The attention is the package's one entry point,
+:func:`fairseq_sparse.entmax.attend` (this adapter repeats fewer key/value heads for
+grouped-query attention and reshapes): the eager attention with its softmax replaced
+(scores ``scaling q.k``, the mask added, the normaliser in float32, dropout in training),
+whose probabilities are returned as the attention weights (``output_attentions=True``),
+with their exact zeros; on CUDA a mask that is padding and/or causal goes to the fused
+``entmax_attention`` instead, where no weights are asked for and no dropout applies.
 
 ``alpha_entmax`` learns one alpha per query head (Correia, Niculae & Martins, EMNLP 2019)
 through the :class:`~fairseq_sparse.entmax.HeadAlpha` that :func:`sparsify` adds to each
@@ -38,8 +38,7 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from ..entmax import fused_attention
-from ..entmax.activations import FLOAT32_ALPHA_MIN
+from ..entmax.attention import attend
 from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha, parse_alpha_init
 from ..entmax.normalizers import get_normalizer, normalizer_names
 
@@ -67,13 +66,6 @@ def _repeat_kv(states, groups):
     return states[:, :, None].expand(B, H, groups, T, D).reshape(B, H * groups, T, D)
 
 
-def _causal_mask(q_len, k_len, device):
-    """Additive mask of query i seeing keys j <= i + k_len - q_len (the last query sees
-    every key, as with cached keys)."""
-    visible = torch.arange(k_len, device=device)[None, :] <= torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
-    return torch.zeros(q_len, k_len, device=device).masked_fill(~visible, float("-inf"))
-
-
 def _wants_weights(module, kwargs):
     """Whether the caller asked for the attention weights (``output_attentions``)."""
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
@@ -86,47 +78,14 @@ def _wants_weights(module, kwargs):
     return any("attentions" in key for key in collecting)
 
 
-def _fusable(module, query, dropout, kwargs):
-    """Whether the fused kernel (``entmax_attention``: CUDA, or CPU under Triton's
-    interpreter when asked with ``use_backend("triton")``) can serve this call: no
-    dropout in training, no weights asked for, and an alpha that float32 resolves."""
-    if not fused_attention.uses_fused_kernel(query) or (module.training and dropout > 0) or _wants_weights(module, kwargs):
-        return False
-    head_alpha = getattr(module, "head_alpha", None)
-    return head_alpha is None or head_alpha.alpha_min >= FLOAT32_ALPHA_MIN
-
-
-def _fused_masks(module, attention_mask, batch, q_len, k_len, kwargs):
-    """(key_padding_mask (B, Tk), causal) that give exactly ``attention_mask``, or None where
-    it is something else (a sliding window, packed sequences): then the explicit path runs.
-    The check compares the whole mask, which waits for the device once per call."""
-    causal = bool(kwargs.get("is_causal", getattr(module, "is_causal", False))) and q_len > 1
-    if attention_mask is None:
-        return None, causal
-    if attention_mask.dtype == torch.bool:
-        masked = ~attention_mask[:, 0, :, :k_len]
-    else:
-        masked = attention_mask[:, 0, :, :k_len] == torch.finfo(attention_mask.dtype).min
-        if not bool(((attention_mask[:, 0, :, :k_len] == 0) | masked).all()):
-            return None  # an additive bias, not a mask
-    masked = masked.expand(batch, q_len, k_len) if masked.shape[0] == 1 else masked  # a mask shared by the batch
-    padding = masked[:, -1, :]  # the last query sees every key that is not padding
-    expected = padding[:, None, :].expand(-1, q_len, -1)
-    if causal:
-        expected = expected | (_causal_mask(q_len, k_len, masked.device) < 0)
-    if masked.shape != expected.shape or not torch.equal(masked, expected):
-        return None
-    return (padding if bool(padding.any()) else None), causal
-
-
 def attention_function(name):
     """The attention function of the normaliser ``name``, as transformers calls it:
     ``fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs)``
     with (B, H, T, D) tensors; returns the output (B, T, H, D) and the probabilities
-    (B, H, Tq, Tk)."""
+    (B, H, Tq, Tk) where asked for."""
     normalizer = get_normalizer(name, "attn_implementation")
 
-    def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    def attend_in_transformers(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         for option in UNSUPPORTED:  # each changes the scores before the normaliser: refused, never dropped
             if kwargs.get(option) is not None:
                 raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} passes {option}, which this "
@@ -135,41 +94,26 @@ def attention_function(name):
         if heads % kv_heads:
             raise ValueError(f"{type(module).__name__}: {heads} query heads cannot share {kv_heads} key/value heads")
         key, value = _repeat_kv(key, heads // kv_heads), _repeat_kv(value, heads // kv_heads)
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         head_alpha = getattr(module, "head_alpha", None)
         if normalizer.learned and head_alpha is None:
             raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} has no learned alpha; "
                              f"call fairseq_sparse.hf.sparsify(model, {name!r}) first")
-        if normalizer.sparse and _fusable(module, query, dropout, kwargs):
-            masks = _fused_masks(module, attention_mask, query.shape[0], query.shape[2], key.shape[2], kwargs)
-            if masks is not None:
-                alpha = head_alpha() if normalizer.learned else normalizer.alpha
-                out = fused_attention.entmax_attention(query, key, value, alpha, causal=masks[1],
-                                                       key_padding_mask=masks[0], scale=scale)
-                return out.transpose(1, 2).contiguous(), None
-        scores = torch.matmul(query, key.transpose(-1, -2)).float() * scale
-        if attention_mask is not None:
-            if attention_mask.dtype == torch.bool:  # True: attend
-                scores = scores.masked_fill(~attention_mask[:, :, :, : key.shape[-2]], float("-inf"))
-            else:
-                mask = attention_mask[:, :, :, : key.shape[-2]]
-                scores = scores + mask.float()
-                if normalizer.sparse:  # masked exactly: a query that sees no key gets zeros, not a uniform row
-                    scores = scores.masked_fill(mask == torch.finfo(mask.dtype).min, float("-inf"))
-        elif kwargs.get("is_causal", getattr(module, "is_causal", False)) and query.shape[2] > 1:
-            scores = scores + _causal_mask(query.shape[2], key.shape[2], scores.device)
-        if normalizer.learned:
-            probs = normalizer(scores, -1, alpha=head_alpha().view(1, -1, 1, 1), alpha_min=head_alpha.alpha_min)
-        else:
-            probs = normalizer(scores, -1)
-        probs = probs.to(value.dtype)
-        weights = nn.functional.dropout(probs, p=dropout, training=module.training)
-        output = torch.matmul(weights, value).transpose(1, 2).contiguous()
-        return output, probs
+        # The mask may be longer than the keys (a static cache); without one the module says
+        # whether it is causal (a single query sees every key anyway).
+        mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
+        causal = (mask is None and query.shape[2] > 1
+                  and bool(kwargs.get("is_causal", getattr(module, "is_causal", False))))
+        output, probs = attend(
+            query, key, value, normalizer, alpha=head_alpha() if normalizer.learned else None,
+            alpha_min=head_alpha.alpha_min if normalizer.learned else ALPHA_MIN, causal=causal, mask=mask,
+            scale=scaling, dropout=dropout if module.training else 0.0,
+            need_weights=_wants_weights(module, kwargs))
+        return output.transpose(1, 2).contiguous(), probs
 
-    attend.__name__ = f"{name}_attention_forward"
-    attend.__doc__ = f"Eager attention with its softmax replaced by the {name} normaliser (fairseq_sparse.hf)."
-    return attend
+    attend_in_transformers.__name__ = f"{name}_attention_forward"
+    attend_in_transformers.__doc__ = (f"Eager attention with its softmax replaced by the {name} normaliser "
+                                      "(fairseq_sparse.hf).")
+    return attend_in_transformers
 
 
 def serves(model_class):

@@ -1,0 +1,137 @@
+"""The one attention entry point: ``normalise(scale Q K^T + masks) V`` for any registered
+normaliser, deciding once between the fused kernels and the explicit path.
+
+    out, probs = attend(q, k, v, get_normalizer("alpha_entmax"), alpha=head_alpha(), causal=True)
+
+Every attention of the package calls it: the fairseq module
+(:class:`~fairseq_sparse.modules.AlphaEntmaxAttention`) and the Hugging Face attention
+function (:mod:`fairseq_sparse.hf`) only reshape their framework's tensors and keep their
+framework's state (incremental decoding, caches), as transformers' ``sdpa_attention_forward``
+does.
+
+- **Fused**, where :func:`~.fused_attention.uses_fused_kernel` says the kernels run (CUDA,
+  or CPU tensors under Triton's interpreter in ``use_backend("triton")``), no weights are
+  asked for, no dropout applies and the masks are a causal mask and/or key padding: the
+  sparse normalisers through :func:`~.fused_attention.entmax_attention` (the (Tq, Tk)
+  scores are never stored), softmax through PyTorch's SDPA.  An additive ``mask`` that is
+  exactly key padding and/or causal (as transformers builds them) is read as such.
+- **Explicit** everywhere else: the float32 scores, the masks, the normaliser, dropout,
+  the product with V; the probabilities are returned when asked for.
+
+Shapes: q (B, H, Tq, D), k and v (B, H, Tk, D); query i sees keys j <= i + Tk - Tq when
+``causal`` (the last query aligned with the last key, as with cached keys).  A query that
+sees no key gets zeros from the sparse normalisers, and from softmax on the fused path.
+"""
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from . import fused_attention
+from .activations import FLOAT32_ALPHA_MIN
+from .fused_attention import visible
+
+logger = logging.getLogger(__name__)
+_dropout_noted = set()
+
+
+def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=False, key_padding_mask=None,
+           mask=None, scale=None, dropout=0.0, need_weights=False, fused=True, config=None):
+    """(output (B, H, Tq, D), probabilities (B, H, Tq, Tk) in float32 from the explicit path,
+    None from the fused one; ``need_weights`` keeps the explicit path to have them).
+
+    ``normalizer``: a registry entry (:func:`~.normalizers.get_normalizer`); ``alpha``: its
+    per-head alphas, shape (H,), for a learned one, whose lower bound is ``alpha_min``.
+    ``key_padding_mask``: (B, Tk) bool, True at padding.  ``mask``: any other mask,
+    broadcastable to (B, H, Tq, Tk), bool (True: attend) or additive (a large negative
+    value, the dtype's lowest, masks a key exactly under the sparse normalisers).
+    ``scale``: default 1 / sqrt(D).  ``dropout``: the attention dropout probability to apply
+    (0 outside training).  ``fused=False`` keeps the explicit path (benchmarks compare the
+    two); ``config``: the fused kernels' ``KernelConfig`` (None: the package's).  Neither
+    changes the result beyond rounding.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if normalizer.learned and alpha is None:
+        raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
+    if fused and not need_weights and fused_attention.uses_fused_kernel(q):
+        masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2])
+        if masks is not None and dropout > 0:
+            if dropout not in _dropout_noted:
+                logger.info("attention dropout %g: the fused attention kernel has none, so attention with dropout "
+                            "takes the explicit path (it stores the scores)", dropout)
+                _dropout_noted.add(dropout)
+        elif masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
+            causal, key_padding_mask = masks
+            if normalizer.sparse:
+                heads = alpha if normalizer.learned else normalizer.alpha
+                return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
+                                                        key_padding_mask=key_padding_mask, scale=scale,
+                                                        kernel=config), None
+            return _softmax_attention(q, k, v, causal, key_padding_mask, scale), None
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    scores = scores.masked_fill(_masked(scores, causal, key_padding_mask, mask, normalizer.sparse), float("-inf"))
+    if mask is not None and not mask.dtype == torch.bool:
+        scores = scores + mask.float()
+    if normalizer.learned:
+        probs = normalizer(scores, -1, alpha=alpha.view(1, -1, 1, 1), alpha_min=alpha_min)
+    else:
+        probs = normalizer(scores, -1)
+    weights = F.dropout(probs.to(v.dtype), p=dropout) if dropout > 0 else probs.to(v.dtype)
+    return torch.matmul(weights, v), probs
+
+
+def _masked(scores, causal, key_padding_mask, mask, sparse):
+    """True where a score is masked (-inf), broadcastable to ``scores`` (B, H, Tq, Tk)."""
+    q_len, k_len = scores.shape[-2:]
+    masked = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=scores.device)
+    if causal:
+        masked = masked | ~visible(q_len, k_len, scores.device)
+    if key_padding_mask is not None:
+        masked = masked | key_padding_mask[:, None, None, :]
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            masked = masked | ~mask
+        elif sparse:  # masked exactly: a query that sees no key gets zeros, not a uniform row
+            masked = masked | (mask <= torch.finfo(mask.dtype).min)
+    return masked
+
+
+def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len):
+    """(causal, key_padding_mask) that give exactly what ``mask``, ``causal`` and
+    ``key_padding_mask`` mask together, as the fused kernels take them, or None where
+    ``mask`` is something else (a sliding window, packed sequences, a bias).  Reading a
+    mask compares it whole, which waits for the device once per call."""
+    if mask is None:
+        return causal, key_padding_mask
+    if mask.dtype == torch.bool:
+        masked = ~mask[:, 0]
+    else:
+        masked = mask[:, 0] <= torch.finfo(mask.dtype).min  # the dtype's lowest, or -inf
+        if not bool(((mask[:, 0] == 0) | masked).all()):
+            return None  # an additive bias, not a mask
+    masked = masked.expand(batch, q_len, k_len)  # a mask shared by the batch or the queries, too
+    if key_padding_mask is not None:
+        masked = masked | key_padding_mask[:, None, :]
+    padding = masked[:, -1, :]  # the last query sees every key that is not padding
+    expected = padding[:, None, :].expand(-1, q_len, -1)
+    if causal or bool((masked & ~expected).any()):  # a query sees fewer keys than the last: causal, if anything
+        causal, expected = True, expected | ~visible(q_len, k_len, masked.device)
+    if not torch.equal(masked, expected):
+        return None
+    return causal, (padding if bool(padding.any()) else None)
+
+
+def _softmax_attention(q, k, v, causal, key_padding_mask, scale):
+    """Softmax attention by PyTorch's SDPA (flash or memory-efficient kernels on CUDA).
+    A query row with no visible key gives zeros, as the entmax kernel does (SDPA gives NaN)."""
+    mask = None
+    if key_padding_mask is not None:
+        mask = ~key_padding_mask[:, None, None, :]
+    if causal and (mask is not None or q.size(2) != k.size(2)):  # SDPA's own causal mask is aligned at the start
+        seen = visible(q.size(2), k.size(2), q.device)
+        mask, causal = (seen if mask is None else mask & seen), False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    if mask is not None:
+        out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return out

@@ -1,0 +1,78 @@
+"""The one attention entry point (fairseq_sparse.entmax.attend): its explicit path against
+attention written out with the entmax package, and the masks it reads as the fused
+kernels' (causal, key padding)."""
+
+import entmax as oracle
+import pytest
+import torch
+
+from fairseq_sparse.entmax import get_normalizer
+from fairseq_sparse.entmax.attention import attend, fused_masks, visible
+
+
+def qkv(B=2, H=3, Tq=4, Tk=6, D=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for T in (Tq, Tk, Tk)]
+
+
+def written_out(q, k, v, masked, normalise):
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    probs = normalise(scores.masked_fill(masked, float("-inf")))
+    probs = torch.nan_to_num(probs)  # a row with no key: zeros
+    return probs @ v, probs
+
+
+@pytest.mark.parametrize("name, normalise", [
+    ("entmax15", lambda s: oracle.entmax15(s, dim=-1)),
+    ("sparsemax", lambda s: oracle.sparsemax(s, dim=-1)),
+    ("softmax", lambda s: torch.softmax(s, -1)),
+])
+def test_explicit_path_with_each_kind_of_mask(name, normalise):
+    q, k, v = qkv()
+    padding = torch.tensor([[False] * 5 + [True], [False] * 6])
+    window = torch.ones(4, 6, dtype=torch.bool).tril(2)  # bool: True attends
+    additive = torch.zeros(2, 1, 4, 6, dtype=torch.float64).masked_fill(~window, torch.finfo(torch.float64).min)
+    causal = ~visible(4, 6, "cpu")
+    assert causal[0].tolist() == [False] * 3 + [True] * 3  # the last query is aligned with the last key
+    for kwargs, masked in ((dict(causal=True), causal), (dict(key_padding_mask=padding), padding[:, None, None]),
+                           (dict(mask=window), ~window), (dict(mask=additive), ~window),
+                           (dict(causal=True, key_padding_mask=padding), causal | padding[:, None, None])):
+        out, probs = attend(q, k, v, get_normalizer(name), **kwargs)
+        want_out, want_probs = written_out(q, k, v, masked, normalise)
+        torch.testing.assert_close(probs.double(), want_probs, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-5)
+        if name != "softmax":
+            assert not probs.masked_select(masked.expand_as(probs)).any(), "masked keys get exactly 0"
+
+
+def test_learned_alphas_per_head_and_a_query_that_sees_no_key():
+    q, k, v = qkv(H=3)
+    alpha = torch.tensor([1.2, 1.5, 1.9], dtype=torch.float64)
+    padding = torch.tensor([[True] * 6, [False] * 6])
+    out, probs = attend(q, k, v, get_normalizer("alpha_entmax"), alpha=alpha, key_padding_mask=padding)
+    scores = (q[1] @ k[1].transpose(-1, -2)) * 5 ** -0.5
+    for h, a in enumerate(alpha.tolist()):
+        torch.testing.assert_close(probs[1, h].double(), oracle.entmax_bisect(scores[h], a, dim=-1), atol=1e-5,
+                                   rtol=1e-4)
+    assert torch.equal(out[0], torch.zeros_like(out[0])), "a batch row of padding only gets zeros"
+    with pytest.raises(ValueError, match="'alpha_entmax': learned, so it needs one alpha per head"):
+        attend(q, k, v, get_normalizer("alpha_entmax"))
+
+
+def test_masks_read_as_causal_and_padding_or_not():
+    """transformers' additive 4-D masks: padding and/or causal are the fused kernels' own
+    masks; a sliding window or a bias is not."""
+    B, T = 2, 5
+    low = torch.finfo(torch.float32).min
+    padding = torch.tensor([[False] * 5, [True, True, False, False, False]])  # left-padded
+    allowed = visible(T, T, "cpu")[None] & ~padding[:, None, :]
+    hf_mask = torch.zeros(B, 1, T, T).masked_fill(~allowed[:, None], low)
+    causal, kpm = fused_masks(hf_mask, False, None, B, T, T)
+    assert causal and torch.equal(kpm, padding)
+    bidirectional = torch.zeros(B, 1, 1, T).masked_fill(padding[:, None, None], low)
+    assert fused_masks(bidirectional, False, None, B, T, T)[0] is False
+    assert fused_masks(torch.zeros(B, 1, T, T), False, None, B, T, T) == (False, None)
+    window = allowed & torch.ones(T, T, dtype=torch.bool).triu(-1)
+    assert fused_masks(torch.zeros(B, 1, T, T).masked_fill(~window[:, None], low), False, None, B, T, T) is None
+    assert fused_masks(torch.randn(B, 1, T, T), False, None, B, T, T) is None  # a bias
+    assert fused_masks(None, True, padding, B, T, T) == (True, padding)
