@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from torch import nn
 
 from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..sparse_transformer.layers import EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from ..modules.bert import load_bert_model
 from .triplets import mt_segment
@@ -69,7 +69,7 @@ class BertAPEOptions(EntmaxTransformerOptions):
                                          "instead of running on from the src segment"})
 
 
-class BertAPEEncoder(TransformerEncoderBase):
+class BertAPEEncoder(EntmaxTransformerEncoder):
     """fairseq's encoder with BERT's input embedding: word + position + segment,
     where the segment (0 for src, 1 for mt) is read off the source: every token
     after the first ``[SEP]``."""
@@ -151,7 +151,7 @@ class BertAPEModel(EntmaxTransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return BertAPEEncoder(transformer_config(args), src_dict, embed_tokens)
+        return BertAPEEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
 
     @classmethod
     def build_model(cls, args, task):

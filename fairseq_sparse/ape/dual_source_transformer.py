@@ -17,13 +17,11 @@ from typing import Dict, List, Optional
 import torch
 from fairseq.models import FairseqEncoder, register_model, register_model_architecture
 from fairseq.models.transformer import base_architecture
-from fairseq.models.transformer.transformer_decoder import TransformerDecoderBase
-from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from fairseq.modules import LayerNorm
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor
 
 from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..sparse_transformer.layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from .triplets import mt_segment
 
@@ -32,10 +30,10 @@ class DualSourceEncoder(FairseqEncoder):
     """Two transformer encoders over the src and mt segments of the source, sharing
     the token embeddings; positions count from the start of each segment."""
 
-    def __init__(self, cfg, dictionary, embed_tokens):
+    def __init__(self, cfg, dictionary, embed_tokens, attention):
         super().__init__(dictionary)
-        self.src_encoder = TransformerEncoderBase(cfg, dictionary, embed_tokens)
-        self.mt_encoder = TransformerEncoderBase(cfg, dictionary, embed_tokens)
+        self.src_encoder = EntmaxTransformerEncoder(cfg, dictionary, embed_tokens, attention)
+        self.mt_encoder = EntmaxTransformerEncoder(cfg, dictionary, embed_tokens, attention)
         self.sep_index, self.padding_idx = dictionary.eos(), dictionary.pad()
 
     def split(self, src_tokens):
@@ -63,11 +61,11 @@ class DualSourceEncoder(FairseqEncoder):
         return self.src_encoder.max_positions()
 
 
-class DualSourceDecoderLayer(TransformerDecoderLayerBase):
+class DualSourceDecoderLayer(EntmaxDecoderLayer):
     """A decoder layer with a second context attention, over the mt encoder."""
 
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+    def __init__(self, cfg, attention, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
+        super().__init__(cfg, attention, no_encoder_attn, add_bias_kv, add_zero_attn)
         if self.cross_self_attention or self.c_attn is not None or self.attn_ln is not None \
                 or self.ffn_layernorm is not None or self.w_resid is not None:
             raise ValueError("dual_source_transformer supports none of --cross-self-attention and the "
@@ -111,9 +109,9 @@ class DualSourceDecoderLayer(TransformerDecoderLayerBase):
         return x, attn, None
 
 
-class DualSourceDecoder(TransformerDecoderBase):
+class DualSourceDecoder(EntmaxTransformerDecoder):
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return DualSourceDecoderLayer(cfg, no_encoder_attn)
+        return DualSourceDecoderLayer(cfg, self.attention_builder, no_encoder_attn)
 
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
         for layer in self.layers:
@@ -143,12 +141,13 @@ class DualSourceTransformerModel(EntmaxTransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return DualSourceEncoder(transformer_config(args), src_dict, embed_tokens)
+        return DualSourceEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = transformer_config(args)
-        return DualSourceDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+        return DualSourceDecoder(cfg, tgt_dict, embed_tokens, cls.site_attention(),
+                                 no_encoder_attn=cfg.no_cross_attention)
 
     @staticmethod
     def normalizer_site(site):

@@ -8,6 +8,7 @@ each head learns its alpha.  Optionally the output layer is sparse too
 of Peters, Niculae & Martins, ACL 2019).
 """
 
+import contextvars
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Optional
 
@@ -24,9 +25,9 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from ..entmax.normalizers import get_normalizer, normalizer_names
-from ..modules.alpha_entmax_attention import AlphaEntmaxAttention
 from ..entmax.head_alpha import ALPHA_MIN, parse_alpha_init
+from ..entmax.normalizers import get_normalizer, normalizer_names
+from .layers import EntmaxTransformerDecoder, EntmaxTransformerEncoder, SiteAttention
 
 SITES = ("encoder", "decoder", "cross")
 
@@ -101,14 +102,16 @@ def site_normalizers(options):
     return normalizers
 
 
+# The attention builder of the model being built: fairseq's build_model hands build_encoder and
+# build_decoder a TransformerConfig, which has no field for this package's options.
+_building = contextvars.ContextVar("entmax_transformer_attention")
+
+
 @register_model("entmax_transformer")
 class EntmaxTransformerModel(TransformerModel):
-    """Transformer whose attention heads use :class:`AlphaEntmaxAttention`.
-
-    The stock model is built first and each attention module is then replaced by
-    one with the same hyperparameters and weights, so that with every normaliser
-    set to ``softmax`` the model is fairseq's ``transformer`` exactly.
-    """
+    """Transformer whose attention heads use :class:`AlphaEntmaxAttention`, built by the
+    layers' own hooks (:mod:`.layers`): with every normaliser ``softmax`` the model is
+    fairseq's ``transformer`` exactly, parameter for parameter and draw for draw."""
 
     options_class = EntmaxTransformerOptions
     # Every attention site of the model, in the order reports list them.
@@ -127,25 +130,31 @@ class EntmaxTransformerModel(TransformerModel):
         if getattr(args, "checkpoint_activations", False) or getattr(args, "encoder_xformers_att_config", None) \
                 or getattr(args, "decoder_xformers_att_config", None):
             raise ValueError("entmax_transformer supports neither --checkpoint-activations nor xformers attention")
-        alpha_init = parse_alpha_init(options.alpha_init)
-        model = super().build_model(args, task)
+        attention = SiteAttention(normalizers, parse_alpha_init(options.alpha_init), options.alpha_min,
+                                  options.alpha_lr_scale)
+        token = _building.set(attention)
+        try:
+            model = super().build_model(args, task)
+        finally:
+            _building.reset(token)
         model.options = options
         model.output_normalizer = output_normalizer
-        for site, layer, owner, name in model.attention_slots():
-            stock = getattr(owner, name)
-            sparse = AlphaEntmaxAttention(
-                stock.embed_dim, stock.num_heads, kdim=stock.kdim, vdim=stock.vdim,
-                dropout=stock.dropout_module.p, bias=stock.k_proj.bias is not None,
-                add_bias_kv=stock.bias_k is not None, add_zero_attn=stock.add_zero_attn,
-                self_attention=stock.self_attention, encoder_decoder_attention=stock.encoder_decoder_attention,
-                q_noise=getattr(args, "quant_noise_pq", 0), qn_block_size=getattr(args, "quant_noise_pq_block_size", 8),
-                normalizer=normalizers[model.normalizer_site(site)], alpha_init=alpha_init,
-                alpha_min=options.alpha_min, alpha_lr_scale=options.alpha_lr_scale, causal_attn_mask=site == "decoder",
-            )
-            missing, unexpected = sparse.load_state_dict(stock.state_dict(), strict=False)
-            assert not unexpected and all("alpha" in k for k in missing), (missing, unexpected)
-            setattr(owner, name, sparse)
         return model
+
+    @staticmethod
+    def site_attention():
+        """The :class:`~.layers.SiteAttention` of the model being built (by ``build_model``)."""
+        return _building.get()
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return EntmaxTransformerEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = transformer_config(args)
+        return EntmaxTransformerDecoder(cfg, tgt_dict, embed_tokens, cls.site_attention(),
+                                        no_encoder_attn=cfg.no_cross_attention)
 
     @staticmethod
     def normalizer_site(site):

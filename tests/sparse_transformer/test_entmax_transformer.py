@@ -135,3 +135,36 @@ def test_entmax_loss_refuses_a_softmax_output(multi30k_bin, tmp_path):
                    "--criterion", "label_smoothed_entmax", "--save-dir", tmp_path, "--max-epoch", "1", check=False)
     assert proc.returncode != 0 and "--output-normalizer" in proc.stderr
 
+
+
+def test_models_written_before_the_layer_hooks_load_and_give_the_same_outputs(tmp_path):
+    """tests/fixtures/models_written_before_layer_hooks.pt: an entmax_transformer and a
+    dual_source_transformer (tiny, alpha-entmax, weights moved off their start) written by
+    the code that built fairseq's attention and swapped it, with their outputs; the models
+    the layers' own hooks build load them and give those outputs."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(20)))
+    saved = torch.load(REPO / "tests" / "fixtures" / "models_written_before_layer_hooks.pt")
+    for name, written in saved.items():
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, [str(data), "--user-dir", USER_DIR, "--task", "translation",
+                                                    "--source-lang", "en", "--target-lang", "de", *written["argv"]])
+        model = tasks.setup_task(args).build_model(args).eval()
+        model.load_state_dict(written["state"])  # strict: the same names, nothing missing or left over
+        with torch.no_grad():
+            logits = model(written["src"], torch.tensor([5, 7, 7]), written["prev"])[0]
+        torch.testing.assert_close(logits, written["logits"], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_all_softmax_draws_the_stock_transformers_parameters(multi30k_bin):
+    """Built by the layers' hooks, a softmax entmax_transformer draws, from the same seed,
+    the very parameters of fairseq's transformer (no weights copied)."""
+    dims = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+            "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64"]
+    _, stock = build(multi30k_bin, "--arch", "transformer", *dims)
+    _, ours = build(multi30k_bin, "--arch", "entmax_transformer", "--attention-normalizer", "softmax", *dims)
+    want, got = stock.state_dict(), ours.state_dict()
+    assert list(got) == list(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
