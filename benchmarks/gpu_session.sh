@@ -8,10 +8,10 @@
 #                                            # (only when named)
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
 #   bash benchmarks/gpu_session.sh ape       # there: pharma APE; carry [".whl", ".carry/ape"], timeout_s 600
-#   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarised, into .carry/vae
+#   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarized, into .carry/vae
 #   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE; carry [".whl", ".carry/vae"],
 #                                            # timeout_s 600
-#   bash benchmarks/gpu_session.sh m30k-pack # here, once: Multi30k en-de, binarised, into .carry/m30k
+#   bash benchmarks/gpu_session.sh m30k-pack # here, once: Multi30k en-de, binarized, into .carry/m30k
 #   bash benchmarks/gpu_session.sh multi30k  # there: softmax, 1.5-entmax and alpha-entmax transformers trained
 #                                            # to their plateau; carry [".whl", ".carry/m30k"], timeout_s 600
 #
@@ -128,7 +128,7 @@ ape)
     ;;
 vae-pack)
     # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results/sentence_vae.md, "ten
-    # times the sentences"), binarised (5 MB), into the git-ignored .carry/vae.
+    # times the sentences"), binarized (5 MB), into the git-ignored .carry/vae.
     grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
     rm -rf .carry/vae /tmp/yahoo_big_raw
     python3 data_prep/hsvae_sets.py ../shared/data/text/hsvae-yahoo10 /tmp/yahoo_big_raw \

@@ -100,7 +100,7 @@ def main(argv=None):
          "--workers", str(args.workers)],
         check=True,
     )
-    print(f"binarised data in {args.out / 'bin'}")
+    print(f"binarized data in {args.out / 'bin'}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "multi30k",
                         help="data, checkpoints, tensorboard logs, the alpha-entmax attention report and "
                              "results.md (default: outputs/multi30k)")
-    parser.add_argument("--data", type=Path, help="binarised data (default: prepare it under OUT/data)")
+    parser.add_argument("--data", type=Path, help="binarized data (default: prepare it under OUT/data)")
     parser.add_argument("--max-epoch", type=at_least(1), default=4,
                         help="training epochs per model (default: %(default)s)")
     parser.add_argument("--dim", type=int, default=128, help="embedding width; feed-forward 2x (default: %(default)s)")

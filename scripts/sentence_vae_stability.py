@@ -59,7 +59,7 @@ def baselines(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=stability.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt or binarised)")
+    parser.add_argument("data", type=Path, help="sentence_vae DATA_DIR (train/valid/test.txt or binarized)")
     parser.add_argument("--out", type=Path, required=True, help="directory for the runs, tables and plots")
     parser.add_argument("--seeds", type=at_least(1), default=3,
                         help="runs per setting: N seeds, from --first-seed on (default: %(default)s)")

@@ -92,7 +92,7 @@ def train_metrics(stdout):
 
 @pytest.fixture(scope="session")
 def multi30k_bin(tmp_path_factory):
-    """A small slice of Multi30k en-de binarised by the stock fairseq-preprocess."""
+    """A small slice of Multi30k en-de binarized by the stock fairseq-preprocess."""
     src = shared_data("mt", "multi30k-en-de")
     out = tmp_path_factory.mktemp("multi30k")
     for split, name, n in (("train", "train", 300), ("valid", "val", 40), ("test", "test_2016_flickr", 40)):

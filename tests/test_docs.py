@@ -45,3 +45,17 @@ def test_every_sparse_attention_option_is_listed_with_its_default():
         assert row is not None, f"--{f.name.replace('_', '-')} is not in docs/sparse_transformer.md's option table"
         if f.default is not None:
             assert f"| `{f.default}` |" in row or f"| {f.default} |" in row, row
+
+
+# One spelling per word across the code and the reference pages (the results and notes record
+# what was run, in the words of their day): the other spelling, and the one kept.
+SPELLINGS = {"binaris": "binariz"}
+
+
+def test_one_spelling_per_word():
+    import subprocess
+
+    for other, kept in SPELLINGS.items():
+        found = subprocess.run(["git", "grep", "-n", "-i", other, "--", ".", ":!docs/results", ":!docs/notes",
+                                ":!tests/test_docs.py"], cwd=REPO, capture_output=True, text=True).stdout
+        assert not found, f"spell it {kept!r}:\n{found}"

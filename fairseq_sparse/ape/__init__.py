@@ -1,6 +1,6 @@
 """Automatic post-editing (Correia & Martins, ACL 2019): the triplet format, the ``ape``
 task, the BERT-initialised ``bert_ape`` and the ``dual_source_transformer`` baseline,
-``--scoring ter``, :class:`~.postedit.PostEditor` and the binariser."""
+``--scoring ter``, :class:`~.postedit.PostEditor` and the binarizer."""
 
 from .. import load_plugin
 

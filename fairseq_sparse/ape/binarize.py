@@ -1,4 +1,4 @@
-"""Binarise APE triplets for the ``ape`` task (fairseq's memory-mapped datasets).
+"""Binarize APE triplets for the ``ape`` task (fairseq's memory-mapped datasets).
 
     fairseq-sparse-ape-binarize --bert-model PATH --raw RAW_DIR --destdir DATA_DIR [--splits train valid test]
 
@@ -88,7 +88,7 @@ def main(argv=None):
     parser.add_argument("--destdir", required=True, type=Path,
                         help="DATA_DIR for --task ape: {split}.{input,pe}.{bin,idx} and the tokenizer")
     parser.add_argument("--splits", nargs="+", default=["train", "valid", "test"],
-                        help="splits to binarise (default: train valid test)")
+                        help="splits to binarize (default: train valid test)")
     parser.add_argument("--max-segment-tokens", type=int, default=200,
                         help="cut src, mt and pe to this many WordPieces each (counted and reported) "
                              "(default: %(default)s)")
@@ -103,7 +103,7 @@ def main(argv=None):
     tokenizer.save_pretrained(str(args.destdir / "tokenizer"))
     for split in args.splits:
         binarize_split(tokenizer, args.raw, split, args.destdir, args.max_segment_tokens)
-    print(f"binarised APE data in {args.destdir}", file=sys.stderr)
+    print(f"binarized APE data in {args.destdir}", file=sys.stderr)
 
 
 if __name__ == "__main__":

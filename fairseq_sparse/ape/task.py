@@ -110,7 +110,7 @@ def keep_tokenizer(tokenizer, stored):
     except OSError as e:
         shutil.rmtree(staging, ignore_errors=True)
         raise OSError(f"cannot keep the tokenizer with the data in {stored} ({e}); make DATA_DIR writable "
-                      "or binarise it elsewhere with fairseq-sparse-ape-binarize") from None
+                      "or binarize it elsewhere with fairseq-sparse-ape-binarize") from None
     try:
         staging.rename(stored)
     except OSError:  # another rank kept its copy first
@@ -224,9 +224,9 @@ class APETask(FairseqTask):
             source = data_utils.load_indexed_dataset(f"{prefix}.input", self.dictionary, "mmap")
             target = data_utils.load_indexed_dataset(f"{prefix}.pe", self.dictionary, "mmap")
             if source is None or target is None or len(source) != len(target):
-                raise ValueError(f"{prefix}.input / {prefix}.pe: incomplete binarised split; rerun "
+                raise ValueError(f"{prefix}.input / {prefix}.pe: incomplete binarized split; rerun "
                                  "fairseq-sparse-ape-binarize")
-            logger.info(f"ape {split}: {len(source)} binarised triplets from {data}")
+            logger.info(f"ape {split}: {len(source)} binarized triplets from {data}")
         else:
             texts = read_triplets(data, split)
             sources, targets, cut = encode_triplets(self.tokenizer, texts, self.cfg.max_segment_tokens)
@@ -269,7 +269,7 @@ class APETask(FairseqTask):
             f"ape {split}: {len(too_long)} triplets are longer than the model's (source, target) positions "
             f"{max_positions}, the first on line {first + 1} of the {split} triplets ({source} source, "
             f"{target} target tokens); lower --max-segment-tokens (src and mt are each cut to it in "
-            f"[CLS] src [SEP] mt [SEP]), for binarised data when running fairseq-sparse-ape-binarize")
+            f"[CLS] src [SEP] mt [SEP]), for binarized data when running fairseq-sparse-ape-binarize")
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         return LanguagePairDataset(src_tokens, src_lengths, self.dictionary, left_pad_source=False,

@@ -2,7 +2,7 @@
 (one sentence per line, line-aligned), and its encoding as the model reads it: the
 two-segment BERT input ``[CLS] src [SEP] mt [SEP]`` and the target ``pe [SEP]``
 (Correia & Martins, ACL 2019).  The one owner of that format: the task, the
-binariser, the models (which read the segments back off the source), the data
+binarizer, the models (which read the segments back off the source), the data
 pipelines and the experiments all use it from here.
 """
 

@@ -1,4 +1,4 @@
-"""Binarise a ``sentence_vae`` corpus (fairseq's memory-mapped datasets).
+"""Binarize a ``sentence_vae`` corpus (fairseq's memory-mapped datasets).
 
     fairseq-sparse-sentence-vae-binarize --raw RAW_DIR --destdir DATA_DIR [--vocab-size 20000] [--bert-model PATH]
 
@@ -59,7 +59,7 @@ def main(argv=None):
         if tokenizer is not None:
             write_dataset(bert_ids[split], args.destdir / f"{split}.bert", len(tokenizer.get_vocab()))
         print(f"{split}: {len(sentences)} sentences{' with labels' if labels is not None else ''}", file=sys.stderr)
-    print(f"binarised sentence_vae data in {args.destdir} (vocabulary {len(dictionary)})", file=sys.stderr)
+    print(f"binarized sentence_vae data in {args.destdir} (vocabulary {len(dictionary)})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The sentence-VAE corpus: its text files (one sentence per line, optional labels), the
-vocabulary built from train, BERT's WordPiece ids, and the binarised form
+vocabulary built from train, BERT's WordPiece ids, and the binarized form
 (``fairseq-sparse-sentence-vae-binarize``) that the ``sentence_vae`` task reads."""
 
 import logging
@@ -93,8 +93,8 @@ def bert_token_ids(sentences, tokenizer, path):
     return [torch.tensor(pieces) for pieces in ids]
 
 
-def load_binarised(data, split, dictionary, with_bert):
-    """(word ids, labels, BERT ids or None) of one binarised split, checked for completeness."""
+def load_binarized(data, split, dictionary, with_bert):
+    """(word ids, labels, BERT ids or None) of one binarized split, checked for completeness."""
     items = data_utils.load_indexed_dataset(str(data / f"{split}.words"), dictionary, "mmap")
     labels_path = data / f"{split}.labels.npy"
     if items is None or not labels_path.is_file():
@@ -102,22 +102,22 @@ def load_binarised(data, split, dictionary, with_bert):
                                 "fairseq-sparse-sentence-vae-binarize")
     labels = np.load(labels_path)
     if len(labels) != len(items):
-        raise ValueError(f"{labels_path}: {len(labels)} labels for {len(items)} sentences; rerun the binariser")
+        raise ValueError(f"{labels_path}: {len(labels)} labels for {len(items)} sentences; rerun the binarizer")
     bert_tokens = None
     if with_bert:
         bert_tokens = data_utils.load_indexed_dataset(str(data / f"{split}.bert"), None, "mmap")
         if bert_tokens is None or len(bert_tokens) != len(items):
-            raise FileNotFoundError(f"{data}/{split}.bert.idx: missing or incomplete; binarise with "
+            raise FileNotFoundError(f"{data}/{split}.bert.idx: missing or incomplete; binarize with "
                                     "fairseq-sparse-sentence-vae-binarize --bert-model to use --bert-model")
     return items, labels, bert_tokens
 
 
-def check_binarised_tokenizer(data, tokenizer, name):
+def check_binarized_tokenizer(data, tokenizer, name):
     stored = data / "bert_tokenizer"
     if not stored.is_dir():
-        raise FileNotFoundError(f"{stored}: missing; {data} was binarised without --bert-model")
+        raise FileNotFoundError(f"{stored}: missing; {data} was binarized without --bert-model")
     if load_bert_tokenizer(stored).get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"--bert-model {name} has another vocabulary than the one {data} was binarised with "
+        raise ValueError(f"--bert-model {name} has another vocabulary than the one {data} was binarized with "
                          f"({stored})")
 
 
@@ -126,5 +126,5 @@ def encode_sentences(sentences, dictionary):
     return [torch.tensor([dictionary.index(w) for w in s] + [dictionary.eos()]) for s in sentences]
 
 
-def is_binarised(data):
+def is_binarized(data):
     return (Path(data) / "dict.txt").is_file() and (Path(data) / "train.words.idx").is_file()

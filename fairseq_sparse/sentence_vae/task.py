@@ -19,7 +19,7 @@ the task's words.
 The files are read by ``vae/corpus.py``.  DATA_DIR may instead hold the output of
 ``fairseq-sparse-sentence-vae-binarize``
 (``dict.txt``, ``{split}.words.{bin,idx}``, ``{split}.labels.npy`` and, when
-binarised with ``--bert-model``, ``{split}.bert.{bin,idx}``): fairseq's
+binarized with ``--bert-model``, ``{split}.bert.{bin,idx}``): fairseq's
 memory-mapped datasets, read without tokenising or counting words again.
 """
 
@@ -35,8 +35,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 
 from ..modules.bert import VocabularyCheck, load_bert_tokenizer
-from .corpus import (SPLITS, bert_token_ids, build_vocabulary, check_binarised_tokenizer, encode_sentences,
-                     is_binarised, load_binarised, read_corpus)
+from .corpus import (SPLITS, bert_token_ids, build_vocabulary, check_binarized_tokenizer, encode_sentences,
+                     is_binarized, load_binarized, read_corpus)
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ logger = logging.getLogger(__name__)
 @dataclass
 class SentenceVAEConfig(FairseqDataclass):
     data: str = field(default="", metadata={
-        "help": "directory of train.txt, valid.txt, test.txt, or of their binarised form"})
+        "help": "directory of train.txt, valid.txt, test.txt, or of their binarized form"})
     vocab_size: int = field(default=20000, metadata={
-        "help": "words kept, the most frequent in train (binarised data keeps the vocabulary it was binarised with)"})
+        "help": "words kept, the most frequent in train (binarized data keeps the vocabulary it was binarized with)"})
     max_sentence_tokens: int = field(default=200, metadata={"help": "longest sentence accepted (longer: an error)"})
     bert_model: Optional[str] = field(default=None, metadata={
         "help": "BERT checkpoint (directory or cached name) whose WordPiece ids are also given to the encoder; "
@@ -103,7 +103,7 @@ class SentenceDataset(FairseqDataset):
 
 @register_task("sentence_vae", dataclass=SentenceVAEConfig)
 class SentenceVAETask(FairseqTask):
-    """``corpora`` holds each split's (sentences, labels) for text data, None for binarised data."""
+    """``corpora`` holds each split's (sentences, labels) for text data, None for binarized data."""
 
     cfg: SentenceVAEConfig
 
@@ -112,15 +112,15 @@ class SentenceVAETask(FairseqTask):
         self.dictionary, self.corpora = dictionary, corpora
         self.bert_tokenizer = load_bert_tokenizer(cfg.bert_model) if cfg.bert_model else None
         if self.bert_tokenizer is not None and corpora is None:
-            check_binarised_tokenizer(Path(cfg.data), self.bert_tokenizer, cfg.bert_model)
+            check_binarized_tokenizer(Path(cfg.data), self.bert_tokenizer, cfg.bert_model)
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
         if not cfg.data:
             raise ValueError("sentence_vae: give DATA_DIR (train.txt, valid.txt, test.txt)")
-        if is_binarised(cfg.data):
+        if is_binarized(cfg.data):
             dictionary = Dictionary.load(str(Path(cfg.data) / "dict.txt"))
-            logger.info(f"sentence_vae {cfg.data}: binarised; vocabulary {len(dictionary)}")
+            logger.info(f"sentence_vae {cfg.data}: binarized; vocabulary {len(dictionary)}")
             return cls(cfg, dictionary, None)
         corpora = {split: read_corpus(Path(cfg.data) / f"{split}.txt", cfg.max_sentence_tokens) for split in SPLITS}
         dictionary = build_vocabulary(corpora["train"][0], cfg.vocab_size)
@@ -150,7 +150,7 @@ class SentenceVAETask(FairseqTask):
         if split not in SPLITS:
             raise KeyError(f"sentence_vae has splits {list(SPLITS)}, not {split!r}")
         if self.corpora is None:
-            items, labels, bert_tokens = load_binarised(Path(self.cfg.data), split, self.dictionary,
+            items, labels, bert_tokens = load_binarized(Path(self.cfg.data), split, self.dictionary,
                                                         self.bert_tokenizer is not None)
         else:
             sentences, labels = self.corpora[split]

@@ -236,9 +236,9 @@ def epoch_checkpoints(save):
     return sorted(save.glob("checkpoint[0-9]*.pt"), key=checkpoint_epoch)
 
 
-def binarise_test_set(prefix, data, out, src="en", tgt="de"):
+def binarize_test_set(prefix, data, out, src="en", tgt="de"):
     """A raw test set PREFIX.en / PREFIX.de encoded with the experiment's sentencepiece model
-    and binarised with its dictionaries under OUT/tests/NAME; returns (binarised directory,
+    and binarized with its dictionaries under OUT/tests/NAME; returns (binarized directory,
     raw references)."""
     import sentencepiece as spm
 
@@ -338,7 +338,7 @@ def alpha_reach(save):
 
 
 def run(args):
-    """The experiment on ``args`` (the script's options; ``args.data``: the binarised data,
+    """The experiment on ``args`` (the script's options; ``args.data``: the binarized data,
     beside which data_prep/multi30k.sh left ``spm.model`` and ``test.raw.de``)."""
     references = args.data.parent / "test.raw.de"
     # Checked before any training: scoring needs them once every model has trained.
@@ -351,7 +351,7 @@ def run(args):
         raise SystemExit(f"--data {args.data}: {e}") from None
     args.out.mkdir(parents=True, exist_ok=True)
 
-    extra = [binarise_test_set(prefix, args.data, args.out) for prefix in args.test_prefix]
+    extra = [binarize_test_set(prefix, args.data, args.out) for prefix in args.test_prefix]
     # Before training, so that no run of ours shares the device with it (kept, then reused).
     speeds = measure_speed(args.data, args.out, args) if args.speed_updates else None
     train_all(args.data, args.out, args)

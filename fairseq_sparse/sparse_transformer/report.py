@@ -376,7 +376,7 @@ def write_report(args):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", required=True, help="entmax_transformer checkpoint to analyse")
-    parser.add_argument("--data", required=True, help="binarised data directory (fairseq-preprocess output)")
+    parser.add_argument("--data", required=True, help="binarized data directory (fairseq-preprocess output)")
     parser.add_argument("--split", default="valid", help="data split to run (default: valid)")
     parser.add_argument("--out", required=True, help="output directory for report.md and the PNGs")
     parser.add_argument("--trajectory", nargs="*", default=[],

@@ -79,32 +79,32 @@ def test_train_generate_score_and_postedit_on_raw_triplets(tmp_path, ape_raw, ti
         editor.task.get_interactive_tokens_and_lengths(["Das ist gut ."], encode_fn=None)
 
 
-def test_binarised_data_trains_and_generates(tmp_path, ape_raw, tiny_bert):
-    binarised = tmp_path / "bin"
-    proc = run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir", binarised,
+def test_binarized_data_trains_and_generates(tmp_path, ape_raw, tiny_bert):
+    binarized = tmp_path / "bin"
+    proc = run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir", binarized,
                    "--max-segment-tokens", "20")
     assert "train: 200 triplets; cut to 20 WordPieces:" in proc.stderr
     cut = re.search(r"train: 200 triplets; cut to 20 WordPieces: (\d+) src, (\d+) mt, (\d+) pe", proc.stderr)
     assert all(int(n) > 0 for n in cut.groups()), "long pharma sentences are cut, and counted"
-    assert not list(binarised.glob("*.src"))  # no raw text: the task reads the memory-mapped datasets
+    assert not list(binarized.glob("*.src"))  # no raw text: the task reads the memory-mapped datasets
     save = tmp_path / "ckpt"
-    train = run_cli("fairseq-train", binarised, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1",
+    train = run_cli("fairseq-train", binarized, *TRAIN, "--bert-model", tiny_bert, "--max-epoch", "1",
                     "--save-dir", save)
-    assert "ape train: 200 binarised triplets" in train.stderr + train.stdout
-    assert sorted(hypotheses(generate(binarised, save / "checkpoint_last.pt").stdout)) == list(range(20))
+    assert "ape train: 200 binarized triplets" in train.stderr + train.stdout
+    assert sorted(hypotheses(generate(binarized, save / "checkpoint_last.pt").stdout)) == list(range(20))
 
 
-def test_raw_and_binarised_inputs_are_the_same(tmp_path, ape_raw, tiny_bert):
+def test_raw_and_binarized_inputs_are_the_same(tmp_path, ape_raw, tiny_bert):
     from fairseq_sparse.ape.task import APEConfig, APETask
 
     run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir", tmp_path / "bin",
             "--splits", "valid")
-    raw, binarised = (APETask.setup_task(APEConfig(data=str(d), bert_model=str(tiny_bert)))
+    raw, binarized = (APETask.setup_task(APEConfig(data=str(d), bert_model=str(tiny_bert)))
                       for d in (ape_raw, tmp_path / "bin"))
     raw.load_dataset("valid")
-    binarised.load_dataset("valid")
+    binarized.load_dataset("valid")
     for i in range(30):
-        a, b = raw.dataset("valid")[i], binarised.dataset("valid")[i]
+        a, b = raw.dataset("valid")[i], binarized.dataset("valid")[i]
         assert a["source"].tolist() == b["source"].tolist() and a["target"].tolist() == b["target"].tolist()
     first = raw.dataset("valid")[0]["source"].tolist()
     d = raw.source_dictionary
@@ -157,9 +157,9 @@ def test_classic_mac_and_windows_line_ends_give_the_same_triplets(tmp_path, ape_
         assert tasks[0].dataset("valid")[i]["source"].tolist() == tasks[1].dataset("valid")[i]["source"].tolist()
     run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", other, "--destdir", tmp_path / "bin",
             "--splits", "valid")
-    binarised = APETask.setup_task(APEConfig(data=str(tmp_path / "bin"), bert_model=str(tiny_bert)))
-    binarised.load_dataset("valid")
-    assert [binarised.dataset("valid")[i]["target"].tolist() for i in range(30)] == \
+    binarized = APETask.setup_task(APEConfig(data=str(tmp_path / "bin"), bert_model=str(tiny_bert)))
+    binarized.load_dataset("valid")
+    assert [binarized.dataset("valid")[i]["target"].tolist() for i in range(30)] == \
         [tasks[0].dataset("valid")[i]["target"].tolist() for i in range(30)]
 
     inner = tmp_path / "inner"
@@ -170,7 +170,7 @@ def test_classic_mac_and_windows_line_ends_give_the_same_triplets(tmp_path, ape_
     assert read_triplets(inner, "valid")["src"][0] == want["src"][0] + "\r" + want["src"][0]
 
 
-def test_binarising_a_blank_line_names_it(tmp_path, ape_raw, tiny_bert):
+def test_binarizing_a_blank_line_names_it(tmp_path, ape_raw, tiny_bert):
     insert_line(ape_raw / "valid.pe", 7, "")
     result = run_cli("fairseq-sparse-ape-binarize", "--bert-model", tiny_bert, "--raw", ape_raw, "--destdir",
                      tmp_path / "bin", "--splits", "valid", check=False)

@@ -1,4 +1,4 @@
-"""fairseq-sparse-sentence-vae-binarize: the binarised corpus is the text corpus, item for item,
+"""fairseq-sparse-sentence-vae-binarize: the binarized corpus is the text corpus, item for item,
 and fairseq-train reads it."""
 
 import numpy as np
@@ -14,12 +14,12 @@ def yelp_dir(tmp_path):
     return yelp_corpus(tmp_path / "yelp", 200, 40, 50)
 
 
-def test_binarised_equals_text_and_trains(yelp_dir, tiny_bert, tmp_path):
-    binarised = tmp_path / "bin"
-    run_cli("fairseq-sparse-sentence-vae-binarize", "--raw", yelp_dir, "--destdir", binarised, "--vocab-size", "500",
+def test_binarized_equals_text_and_trains(yelp_dir, tiny_bert, tmp_path):
+    binarized = tmp_path / "bin"
+    run_cli("fairseq-sparse-sentence-vae-binarize", "--raw", yelp_dir, "--destdir", binarized, "--vocab-size", "500",
             "--bert-model", tiny_bert)
     text = SentenceVAETask.setup_task(SentenceVAEConfig(data=str(yelp_dir), vocab_size=500, bert_model=str(tiny_bert)))
-    binary = SentenceVAETask.setup_task(SentenceVAEConfig(data=str(binarised), bert_model=str(tiny_bert)))
+    binary = SentenceVAETask.setup_task(SentenceVAEConfig(data=str(binarized), bert_model=str(tiny_bert)))
     assert binary.corpora is None and text.dictionary.symbols == binary.dictionary.symbols
     assert text.num_classes == binary.num_classes == 5
     for split, size in (("train", 200), ("valid", 40), ("test", 50)):
@@ -33,20 +33,20 @@ def test_binarised_equals_text_and_trains(yelp_dir, tiny_bert, tmp_path):
             assert torch.equal(batch_a["net_input"][key], batch_b["net_input"][key]), key
         assert torch.equal(batch_a["labels"], batch_b["labels"])
 
-    proc = run_cli("fairseq-train", binarised, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae",
+    proc = run_cli("fairseq-train", binarized, "--user-dir", REPO / "fairseq_sparse", "--task", "sentence_vae",
                    "--arch", "sentence_vae", "--criterion", "hsvae", "--latent-dim", "4", "--embed-dim", "16",
                    "--hidden-dim", "16", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "32", "--cpu",
                    "--num-workers", "0", "--no-save", "--max-update", "3", "--log-format", "simple", cwd=tmp_path)
-    assert "binarised; vocabulary" in proc.stdout and 0 <= valid_metrics(proc.stdout)["average_hoyer"] <= 1
+    assert "binarized; vocabulary" in proc.stdout and 0 <= valid_metrics(proc.stdout)["average_hoyer"] <= 1
 
 
-def test_binarised_errors_name_what_is_missing(yelp_dir, tiny_bert, tmp_path):
-    binarised = tmp_path / "bin"
-    run_cli("fairseq-sparse-sentence-vae-binarize", "--raw", yelp_dir, "--destdir", binarised)
-    with pytest.raises(FileNotFoundError, match="bert_tokenizer: missing; .* binarised without --bert-model"):
-        SentenceVAETask.setup_task(SentenceVAEConfig(data=str(binarised), bert_model=str(tiny_bert)))
-    (binarised / "valid.labels.npy").unlink()
-    task = SentenceVAETask.setup_task(SentenceVAEConfig(data=str(binarised)))
+def test_binarized_errors_name_what_is_missing(yelp_dir, tiny_bert, tmp_path):
+    binarized = tmp_path / "bin"
+    run_cli("fairseq-sparse-sentence-vae-binarize", "--raw", yelp_dir, "--destdir", binarized)
+    with pytest.raises(FileNotFoundError, match="bert_tokenizer: missing; .* binarized without --bert-model"):
+        SentenceVAETask.setup_task(SentenceVAEConfig(data=str(binarized), bert_model=str(tiny_bert)))
+    (binarized / "valid.labels.npy").unlink()
+    task = SentenceVAETask.setup_task(SentenceVAEConfig(data=str(binarized)))
     with pytest.raises(FileNotFoundError, match="valid.words.idx/.bin or valid.labels.npy missing"):
         task.load_dataset("valid")
     (yelp_dir / "test.txt").write_text("1 fine\n\n", encoding="utf-8")
