@@ -24,7 +24,7 @@ import re
 import sys
 from pathlib import Path
 
-from fairseq_sparse import text
+from fairseq_sparse.text import read_lines as read_text_lines
 
 IWSLT_DROP = ("<url>", "<talkid>", "<keywords>")
 IWSLT_STRIP = re.compile(r"</?(title|description)>")
@@ -38,7 +38,7 @@ def read_lines(path):
     if not path.is_file():
         raise SystemExit(f"missing {path}: is the archive complete?")
     try:
-        return list(text.read_lines(path, allow_empty=True))
+        return list(read_text_lines(path, allow_empty=True))
     except ValueError as e:
         raise SystemExit(str(e)) from None
 

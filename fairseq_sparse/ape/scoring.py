@@ -19,9 +19,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import text
 from ..experiments import generate_hypotheses
 from ..modules.bert import load_bert_tokenizer
+from ..text import read_lines as read_text_lines
 from .bert_dictionary import model_spelling
 from .ter import ape_scores, edit_effects
 
@@ -30,7 +30,7 @@ def read_lines(path, allow_empty=False):
     """The lines of a file (:func:`fairseq_sparse.text.read_lines`); a missing, empty or
     undecodable file, or an empty line, stops with its name and line."""
     try:
-        return list(text.read_lines(path, allow_empty))
+        return list(read_text_lines(path, allow_empty))
     except (OSError, ValueError) as e:
         raise SystemExit(str(e)) from None
 
