@@ -1,5 +1,6 @@
 """What the experiments of every research line share: running fairseq commands and logging
-them, reading fairseq's logs and output, reading corpora and carving held-out splits."""
+them, and reading fairseq's logs and output.  (Corpora are their line's: the APE triplets'
+in :mod:`fairseq_sparse.ape.triplets`.)"""
 
 import argparse
 import math
@@ -174,39 +175,3 @@ def interval_metrics(log_text):
         if "num_updates" in entry:
             by_update[int(entry["num_updates"])] = entry
     return [by_update[u] for u in sorted(by_update)]
-
-
-def read_corpus(prefix, hint=""):
-    """The {field: lines} of the triplet ``PREFIX.{src,mt,pe}``, checked as the ape task
-    checks its splits (missing, empty, non-UTF-8 or misaligned files are named); `hint`
-    follows the name of a missing file."""
-    from fairseq_sparse.ape.triplets import FIELDS, read_triplets  # here: the other helpers need no fairseq
-
-    prefix = Path(prefix)
-    for field in FIELDS:
-        path = prefix.parent / f"{prefix.name}.{field}"
-        if not path.is_file():
-            raise SystemExit(f"{path}: missing{hint}")
-    try:
-        return read_triplets(prefix.parent, prefix.name)
-    except (OSError, ValueError) as e:
-        raise SystemExit(str(e)) from None
-
-
-def find_corpus(directory, role):
-    """The prefix P of the one triplet ``P.{src,mt,pe}`` in `directory` whose name ends in
-    `role` (``train`` finds ``train.src`` and WMT17's ``de-en.train.src``), or None."""
-    found = sorted(p.with_suffix("") for p in Path(directory).glob(f"*{role}.src")
-                   if p.name == f"{role}.src" or p.name.endswith(f".{role}.src"))
-    if len(found) > 1:
-        raise SystemExit(f"{directory}: more than one {role} corpus ({', '.join(f'{p.name}.*' for p in found)})")
-    return found[0] if found else None
-
-
-def held_out(texts, size, option):
-    """(all but the last `size` triplets, the last `size`) of {field: lines}; `option` names
-    the setting in the error when the corpus is not longer than that."""
-    total = len(next(iter(texts.values())))
-    if not 1 <= size < total:
-        raise SystemExit(f"{option} {size}: must be at least 1 and below the corpus's {total} triplets")
-    return ({f: lines[:-size] for f, lines in texts.items()}, {f: lines[-size:] for f, lines in texts.items()})

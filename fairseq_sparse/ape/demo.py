@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 from fairseq import checkpoint_utils
 
-from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, find_corpus, generate_hypotheses, held_out,
-                           read_corpus, run_logged)
+from ..experiments import FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, generate_hypotheses, run_logged
 from ..sparse_transformer.report import num_updates
 from . import toy_corpus as toy_ape_corpus
 from . import tuning
-from .triplets import FIELDS, read_lines, read_triplets, write_triplets
+from .triplets import FIELDS, find_corpus, held_out, read_corpus, read_lines, read_triplets, write_triplets
 
 
 def prepare_data(args, work):

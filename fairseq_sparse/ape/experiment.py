@@ -62,11 +62,10 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..experiments import (FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, held_out, interval_metrics, read_corpus,
-                           run_logged, training_env)
+from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, interval_metrics, run_logged, training_env
 from ..markdown import table as markdown_table
 from . import tuning
-from .triplets import read_lines, read_triplets, write_triplets
+from .triplets import held_out, read_corpus, read_lines, read_triplets, write_triplets
 
 # How the table names a gate whose best on dev was not the choice.
 GATE_NAMES = {"margin": "margin gate", "margin_edits": "margin gate with an edit limit"}

@@ -19,9 +19,9 @@ import json
 import re
 import shutil
 
-from ..experiments import FAIRSEQ_VALIDATE, PLUGIN_DIR, read_corpus, run_logged
+from ..experiments import FAIRSEQ_VALIDATE, PLUGIN_DIR, run_logged
 from ..markdown import table as markdown_table
-from .triplets import write_triplets
+from .triplets import read_corpus, write_triplets
 
 CONDITIONS = {  # split name suffix: (the target, whether each src is another sentence's)
     "": ("pe", False),

@@ -50,6 +50,40 @@ def read_triplets(directory, split):
     return texts
 
 
+def read_corpus(prefix, hint=""):
+    """The {field: lines} of the triplet ``PREFIX.{src,mt,pe}``, checked as the ape task
+    checks its splits (missing, empty, non-UTF-8 or misaligned files are named); `hint`
+    follows the name of a missing file."""
+    prefix = Path(prefix)
+    for field in FIELDS:
+        path = prefix.parent / f"{prefix.name}.{field}"
+        if not path.is_file():
+            raise SystemExit(f"{path}: missing{hint}")
+    try:
+        return read_triplets(prefix.parent, prefix.name)
+    except (OSError, ValueError) as e:
+        raise SystemExit(str(e)) from None
+
+
+def find_corpus(directory, role):
+    """The prefix P of the one triplet ``P.{src,mt,pe}`` in `directory` whose name ends in
+    `role` (``train`` finds ``train.src`` and WMT17's ``de-en.train.src``), or None."""
+    found = sorted(p.with_suffix("") for p in Path(directory).glob(f"*{role}.src")
+                   if p.name == f"{role}.src" or p.name.endswith(f".{role}.src"))
+    if len(found) > 1:
+        raise SystemExit(f"{directory}: more than one {role} corpus ({', '.join(f'{p.name}.*' for p in found)})")
+    return found[0] if found else None
+
+
+def held_out(texts, size, option):
+    """(all but the last `size` triplets, the last `size`) of {field: lines}; `option` names
+    the setting in the error when the corpus is not longer than that."""
+    total = len(next(iter(texts.values())))
+    if not 1 <= size < total:
+        raise SystemExit(f"{option} {size}: must be at least 1 and below the corpus's {total} triplets")
+    return ({f: lines[:-size] for f, lines in texts.items()}, {f: lines[-size:] for f, lines in texts.items()})
+
+
 def write_triplets(directory, split, texts):
     """Write {field: lines} as directory/split.{src,mt,pe}, the files read_triplets reads."""
     directory = Path(directory)
