@@ -242,18 +242,16 @@ def plot(rows, best, do_nothing, path, split):
     at_best_c = [r for r in rows if r["conservativeness"] == best["conservativeness"]]
     plain = [r for r in rows if r["keep_mt_margin"] is None]
     off = next((r for r in plain if r["conservativeness"] == best["conservativeness"]), None)
-    # One panel per gate tried: TER against its finite values at the chosen C.
-    gates = []
-    for key, label in (("keep_mt_margin", "keep-the-MT margin M (nats per token)"),):
-        finite = [r for r in at_best_c if r[key] is not None and math.isfinite(r[key])]
-        if finite:
-            gates.append((finite, key, label))
-    fig, axes = plt.subplots(1, 1 + len(gates), figsize=(5 * (1 + len(gates)), 4), sharey=True, squeeze=False)
-    by_c, *by_gate = axes[0]
+    # The gate's panel, where it was tried: TER against its finite margins at the chosen C.
+    gated_rows = [r for r in at_best_c if r["keep_mt_margin"] is not None and math.isfinite(r["keep_mt_margin"])]
+    panels = 2 if gated_rows else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), sharey=True, squeeze=False)
+    by_c = axes[0, 0]
     by_c.plot([r["conservativeness"] for r in plain], [r["ter"] for r in plain], "o-", label="post-edits, no gate")
     by_c.set_xlabel("conservativeness C (nats per novel token)")
     by_c.set_ylabel(f"TER on {split} (lower is better)")
-    for ax, (gated_rows, key, label) in zip(by_gate, gates):
+    if gated_rows:
+        ax, key = axes[0, 1], "keep_mt_margin"
         # One line per edit limit E.
         limits = sorted({r.get("keep_mt_max_edits") for r in gated_rows}, key=lambda e: math.inf if e is None else e)
         for e in limits:
@@ -263,7 +261,7 @@ def plot(rows, best, do_nothing, path, split):
                           + ("" if len(limits) == 1 else ", no edit limit" if e is None else f", E = {e}"))
         if off is not None:
             ax.axhline(off["ter"], color="tab:green", linestyle=":", label="no gate")
-        ax.set_xlabel(label)
+        ax.set_xlabel("keep-the-MT margin M (nats per token)")
     for ax in axes[0]:
         ax.axhline(do_nothing, color="grey", linestyle="--", label="doing nothing (MT as is)")
         ax.grid(alpha=0.3)
