@@ -23,6 +23,7 @@ Shapes: q (B, H, Tq, D), k and v (B, H, Tk, D); query i sees keys j <= i + Tk - 
 sees no key gets zeros from the sparse normalisers, and from softmax on the fused path.
 """
 
+import functools
 import logging
 
 import torch
@@ -70,7 +71,9 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
                                                         kernel=config), None
             return _softmax_attention(q, k, v, causal, key_padding_mask, scale), None
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
-    scores = scores.masked_fill(_masked(scores, causal, key_padding_mask, mask, normalizer.sparse), float("-inf"))
+    masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse)
+    if masked is not None:
+        scores = scores.masked_fill(masked, float("-inf"))
     if mask is not None and not mask.dtype == torch.bool:
         scores = scores + mask.float()
     if normalizer.learned:
@@ -82,19 +85,19 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
 
 
 def _masked(scores, causal, key_padding_mask, mask, sparse):
-    """True where a score is masked (-inf), broadcastable to ``scores`` (B, H, Tq, Tk)."""
-    q_len, k_len = scores.shape[-2:]
-    masked = torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=scores.device)
+    """True where a score is masked (-inf), broadcastable to ``scores`` (B, H, Tq, Tk), or None
+    where nothing is."""
+    parts = []
     if causal:
-        masked = masked | ~visible(q_len, k_len, scores.device)
+        parts.append(~visible(*scores.shape[-2:], scores.device))
     if key_padding_mask is not None:
-        masked = masked | key_padding_mask[:, None, None, :]
+        parts.append(key_padding_mask[:, None, None, :])
     if mask is not None:
         if mask.dtype == torch.bool:
-            masked = masked | ~mask
+            parts.append(~mask)
         elif sparse:  # masked exactly: a query that sees no key gets zeros, not a uniform row
-            masked = masked | (mask <= torch.finfo(mask.dtype).min)
-    return masked
+            parts.append(mask <= torch.finfo(mask.dtype).min)
+    return functools.reduce(torch.logical_or, parts) if parts else None
 
 
 def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len):
