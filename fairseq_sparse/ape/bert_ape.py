@@ -19,6 +19,7 @@ trained).  The BERT configuration is stored in the checkpoint, so loading one
 (``fairseq-generate``) needs neither the BERT files nor ``--bert-model``.
 """
 
+import contextvars
 import json
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ from fairseq.models import register_model, register_model_architecture
 from torch import nn
 
 from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
-from ..sparse_transformer.layers import EntmaxTransformerEncoder
+from ..sparse_transformer.layers import EntmaxTransformerDecoder, EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from ..modules.bert import load_bert_model
 from .triplets import mt_segment
@@ -112,17 +113,23 @@ def _load_linear(linear, bert, prefix):
     _copy_(linear.bias, bert[f"{prefix}.bias"])
 
 
-def _load_self_attention(attn, norm, bert, layer):
+def _load_self_attention(attn, norm, bert, layer, shared=False):
+    """BERT's self-attention of ``layer`` into ``attn`` and its LayerNorm into ``norm``; with
+    ``shared``, the projections are another module's and keep what that one holds."""
     p = f"encoder.layer.{layer}.attention"
-    for proj, name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
-        _load_linear(getattr(attn, proj), bert, f"{p}.self.{name}")
-    _load_linear(attn.out_proj, bert, f"{p}.output.dense")
+    if not shared:
+        for proj, name in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")):
+            _load_linear(getattr(attn, proj), bert, f"{p}.self.{name}")
+        _load_linear(attn.out_proj, bert, f"{p}.output.dense")
     _load_linear(norm, bert, f"{p}.output.LayerNorm")
 
 
-def _load_feed_forward(layer_module, bert, layer):
-    _load_linear(layer_module.fc1, bert, f"encoder.layer.{layer}.intermediate.dense")
-    _load_linear(layer_module.fc2, bert, f"encoder.layer.{layer}.output.dense")
+def _load_feed_forward(layer_module, bert, layer, shared=False):
+    """BERT's feed-forward of ``layer``; with ``shared``, fc1 and fc2 are another layer's and
+    keep what that one holds."""
+    if not shared:
+        _load_linear(layer_module.fc1, bert, f"encoder.layer.{layer}.intermediate.dense")
+        _load_linear(layer_module.fc2, bert, f"encoder.layer.{layer}.output.dense")
     _load_linear(layer_module.final_layer_norm, bert, f"encoder.layer.{layer}.output.LayerNorm")
 
 
@@ -143,6 +150,36 @@ def share_parameters(target, source):
             setattr(owner, attr, param)
 
 
+# What the model being built shares, for build_decoder: its options and the encoder built before it.
+_sharing = contextvars.ContextVar("bert_ape_sharing")
+
+
+class BertAPEDecoder(EntmaxTransformerDecoder):
+    """fairseq's decoder whose layers, as each is built, share the parameters the options
+    name (the paper's SA <-> encoder SA, CA <-> SA, FF <-> encoder FF) with the encoder
+    layer of the same index or with their own self-attention."""
+
+    def __init__(self, cfg, dictionary, embed_tokens, attention, encoder, options, no_encoder_attn=False):
+        # Plain attributes, set before fairseq's __init__ builds the layers and dropped after it:
+        # the encoder's layers are the encoder's, not submodules of the decoder.
+        self.encoder_layers, self.options, self.layers_built = list(encoder.layers), options, 0
+        super().__init__(cfg, dictionary, embed_tokens, attention, no_encoder_attn)
+        del self.encoder_layers, self.layers_built
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = super().build_decoder_layer(cfg, no_encoder_attn)
+        encoder_layer = self.encoder_layers[self.layers_built]
+        self.layers_built += 1
+        if self.options.share_self_attn_with_encoder:
+            share_parameters(layer.self_attn, encoder_layer.self_attn)
+        if self.options.tie_context_to_self_attn:
+            share_parameters(layer.encoder_attn, layer.self_attn)
+        if self.options.share_ffn_with_encoder:
+            share_parameters(layer.fc1, encoder_layer.fc1)
+            share_parameters(layer.fc2, encoder_layer.fc2)
+        return layer
+
+
 @register_model("bert_ape")
 class BertAPEModel(EntmaxTransformerModel):
     """BERT encoder and BERT-initialised decoder over a shared WordPiece vocabulary."""
@@ -151,7 +188,15 @@ class BertAPEModel(EntmaxTransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return BertAPEEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
+        encoder = BertAPEEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
+        _sharing.get()["encoder"] = encoder
+        return encoder
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg, sharing = transformer_config(args), _sharing.get()
+        return BertAPEDecoder(cfg, tgt_dict, embed_tokens, cls.site_attention(), sharing["encoder"],
+                              sharing["options"], no_encoder_attn=cfg.no_cross_attention)
 
     @classmethod
     def build_model(cls, args, task):
@@ -163,7 +208,11 @@ class BertAPEModel(EntmaxTransformerModel):
             raise ValueError("--context-attn-init must be 'self_attn' or 'random'")
         config, weights = cls.bert_config_and_weights(args, options)
         cls.set_bert_shape(args, config)
-        model = super().build_model(args, task)
+        token = _sharing.set({"options": options})
+        try:
+            model = super().build_model(args, task)
+        finally:
+            _sharing.reset(token)
         dictionary = task.source_dictionary
         model.encoder.configure_bert_input(config.type_vocab_size, dictionary.eos(), options.restart_mt_positions)
         for module in model.modules():
@@ -171,7 +220,6 @@ class BertAPEModel(EntmaxTransformerModel):
                 module.eps = config.layer_norm_eps
         if weights is not None:
             model.load_bert(weights)
-        model.apply_sharing()
         return model
 
     @staticmethod
@@ -229,7 +277,9 @@ class BertAPEModel(EntmaxTransformerModel):
                                         config.max_position_embeddings)
 
     def load_bert(self, bert):
-        """Set the encoder and (unless --decoder-init random) the decoder from BERT."""
+        """Set the encoder and (unless --decoder-init random) the decoder from BERT.  A
+        parameter the decoder shares (built so, :class:`BertAPEDecoder`) holds what its
+        source holds: the shared tensor is not loaded again from the decoder's side."""
         enc, dec, pad = self.encoder, self.decoder, self.encoder.padding_idx
         encoder_bert = self.options.encoder_init == "bert"
         decoder_bert = self.options.decoder_init == "bert"
@@ -250,21 +300,14 @@ class BertAPEModel(EntmaxTransformerModel):
                 raise ValueError(f"--decoder-segment {segment}: the BERT has {types.shape[0]} segment embeddings")
             _load_positions(dec.embed_positions, bert, pad, extra=types[segment])
             _load_linear(dec.layernorm_embedding, bert, "embeddings.LayerNorm")
+            options = self.options
             for i, layer in enumerate(dec.layers):
-                _load_self_attention(layer.self_attn, layer.self_attn_layer_norm, bert, i)
-                if self.options.context_attn_init == "self_attn":
-                    _load_self_attention(layer.encoder_attn, layer.encoder_attn_layer_norm, bert, i)
-                _load_feed_forward(layer, bert, i)
-
-    def apply_sharing(self):
-        for enc_layer, dec_layer in zip(self.encoder.layers, self.decoder.layers):
-            if self.options.share_self_attn_with_encoder:
-                share_parameters(dec_layer.self_attn, enc_layer.self_attn)
-            if self.options.tie_context_to_self_attn:
-                share_parameters(dec_layer.encoder_attn, dec_layer.self_attn)
-            if self.options.share_ffn_with_encoder:
-                share_parameters(dec_layer.fc1, enc_layer.fc1)
-                share_parameters(dec_layer.fc2, enc_layer.fc2)
+                _load_self_attention(layer.self_attn, layer.self_attn_layer_norm, bert, i,
+                                     shared=options.share_self_attn_with_encoder)
+                if options.context_attn_init == "self_attn":
+                    _load_self_attention(layer.encoder_attn, layer.encoder_attn_layer_norm, bert, i,
+                                         shared=options.tie_context_to_self_attn)
+                _load_feed_forward(layer, bert, i, shared=options.share_ffn_with_encoder)
 
 
 @register_model_architecture("bert_ape", "bert_ape")

@@ -181,3 +181,20 @@ def test_tokenizer_is_bert_s_own(tiny_bert, data):
                                                     tok.unk_token_id)
     assert [d[i] for i in range(5)] == tok.convert_ids_to_tokens(list(range(5)))
     assert (data / "tokenizer" / "tokenizer_config.json").exists()
+
+
+def test_shared_parameters_hold_their_source_s_weights(tiny_bert, data):
+    """Shared as the decoder is built, a shared parameter holds what its source holds, as when
+    the sharing came after loading BERT: a random encoder's self-attention and feed-forward are
+    the decoder's too (BERT's are not loaded into them from the decoder's side), while the
+    decoder's LayerNorms still come from BERT."""
+    bert = BertModel.from_pretrained(str(tiny_bert), add_pooling_layer=False).state_dict()
+    model, _ = build(data, tiny_bert, "--encoder-init", "random", "--share-self-attn-with-encoder",
+                     "--share-ffn-with-encoder", "--tie-context-to-self-attn")
+    for i, (enc, dec) in enumerate(zip(model.encoder.layers, model.decoder.layers)):
+        assert dec.self_attn.q_proj.weight is enc.self_attn.q_proj.weight is dec.encoder_attn.q_proj.weight
+        assert dec.fc1.weight is enc.fc1.weight
+        assert not torch.equal(enc.self_attn.q_proj.weight, bert[f"encoder.layer.{i}.attention.self.query.weight"])
+        assert not torch.equal(enc.fc1.weight, bert[f"encoder.layer.{i}.intermediate.dense.weight"])
+        torch.testing.assert_close(dec.self_attn_layer_norm.weight,
+                                   bert[f"encoder.layer.{i}.attention.output.LayerNorm.weight"])
