@@ -191,6 +191,7 @@ def run(args):
         raise
     if temporary:
         shutil.rmtree(work)
-        print("\n(--workdir DIR keeps train.log, generate.out, tensorboard/ and the checkpoints)")
+        print(f"\n(the files named above were in {work}, a temporary directory, now removed: --workdir DIR keeps "
+              "train.log, tuning/, generate.out, tensorboard/ and the checkpoints)")
     else:
-        print(f"\n(everything is in {work}: train.log, generate.out, tensorboard/, checkpoints/)")
+        print(f"\n(everything is in {work}: train.log, tuning/, generate.out, tensorboard/, checkpoints/)")
