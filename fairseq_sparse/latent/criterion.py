@@ -40,6 +40,9 @@ class LatentMarginalizationCriterion(FairseqCriterion):
         # A module of the criterion, so that NVIL's baseline is trained and every
         # estimator's state (baselines, temperature step) is checkpointed (for
         # estimators without parameters, by compat/criterion_state.py).
+        if cfg.estimator == "sum_and_sample" and cfg.topk != EstimatorOptions.topk:
+            raise ValueError(f"--topk {cfg.topk}: --topk is the structures topk_sparsemax keeps; the categories "
+                             "sum_and_sample sums are --summed")
         self.estimator = build_estimator_from_options(cfg.estimator, cfg, task.latent_space)
         # Relaxed samples (Gumbel-softmax at temperature 0.5) and peaked distributions put
         # denormal floats into the decoders' matrix products, and on CPU each such product

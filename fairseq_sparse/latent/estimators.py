@@ -52,8 +52,9 @@ class EstimatorOptions:
     An estimator says which it takes (:attr:`Estimator.options`) and checks their values
     in its constructor (:meth:`Estimator.check_options`)."""
 
-    topk: int = field(default=10, metadata={"help": "k of topk_sparsemax (structures kept) and sum_and_sample "
-                                                    "(categories summed exactly)"})
+    topk: int = field(default=10, metadata={"help": "structures topk_sparsemax keeps (its k)"})
+    summed: int = field(default=10, metadata={"help": "categories sum_and_sample sums exactly (its k; the rest is "
+                                                      "sampled once)"})
     set_size: int = field(default=4, metadata={"help": "samples without replacement of unordered_set (at most 6)"})
     budget: int = field(default=0, metadata={"help": "most ones of a bit-vector under sparsemap_budget "
                                                      "(0: half the bits)"})
@@ -100,6 +101,7 @@ def build_estimator_from_options(name, options, space=None):
 # crash or a NaN far from the command line is refused up front, by its option name.
 OPTION_RULES = {
     "topk": (lambda v: v >= 1, "must be at least 1"),
+    "summed": (lambda v: v >= 1, "must be at least 1"),
     "set_size": (lambda v: 1 <= v <= 6, "must be 1 to 6 (the set's probability sums over its m! orders)"),
     "bit_states": (lambda v: v in (1, 2), "must be 1 or 2"),
     "baseline_decay": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
@@ -129,8 +131,11 @@ class Estimator(nn.Module):
     name = None
     sparse = False
     spaces = (Categorical, BitVector)
-    # {constructor argument: the EstimatorOptions field that sets it}
+    # {constructor argument: the EstimatorOptions field that sets it}; each argument's default
+    # is that field's (tests/latent/test_criterion.py holds them to it)
     options = {}
+    # {an argument's old name: its name now}, refused with a message naming the new one
+    renamed = {}
 
     def __init__(self, space=None):
         super().__init__()
@@ -138,6 +143,13 @@ class Estimator(nn.Module):
             raise ValueError(f"--estimator {self.name}: works on {' or '.join(c.__name__ for c in self.spaces)} "
                              f"latents, not {space!r}")
         self.space = space
+
+    def refuse_renamed(self, old):
+        """A TypeError for arguments the constructor does not take, naming an old name's new one."""
+        for name in old:
+            new = self.renamed.get(name)
+            hint = f": it is now {new}= (--{new.replace('_', '-')})" if new else ""
+            raise TypeError(f"{type(self).__name__} takes no argument {name!r}{hint}")
 
     def check_options(self, **arguments):
         """Check constructor arguments against the rules of the options that set them."""
@@ -466,17 +478,19 @@ class SumAndSample(Estimator):
 
     spaces = (Categorical,)
 
-    options = {"topk": "topk", "baseline_decay": "baseline_decay"}
+    options = {"summed": "summed", "baseline_decay": "baseline_decay"}
+    renamed = {"topk": "summed"}
 
-    def __init__(self, topk=1, baseline_decay=0.99, space=None):
+    def __init__(self, summed=10, baseline_decay=0.99, space=None, **old):
         super().__init__(space)
-        self.check_options(topk=topk, baseline_decay=baseline_decay)
-        self.topk = topk
+        self.refuse_renamed(old)
+        self.check_options(summed=summed, baseline_decay=baseline_decay)
+        self.summed = summed
         self.baseline = MovingAverage(baseline_decay)
 
     def forward(self, scores, loss_fn, features=None):
         B, K = scores.shape
-        k = min(self.topk, K - 1)
+        k = min(self.summed, K - 1)
         log_probs = torch.log_softmax(scores, -1)
         probs = log_probs.exp()
         top = probs.detach().topk(k, -1).indices
@@ -539,16 +553,18 @@ class UnorderedSet(Estimator):
 
     spaces = (Categorical,)
 
-    options = {"topk": "set_size"}
+    options = {"set_size": "set_size"}
+    renamed = {"topk": "set_size"}
 
-    def __init__(self, topk=4, space=None):
+    def __init__(self, set_size=4, space=None, **old):
         super().__init__(space)
-        self.check_options(topk=topk)
-        self.topk = topk
+        self.refuse_renamed(old)
+        self.check_options(set_size=set_size)
+        self.set_size = set_size
 
     def forward(self, scores, loss_fn, features=None):
         B, K = scores.shape
-        k = min(self.topk, K)
+        k = min(self.set_size, K)
         log_probs = torch.log_softmax(scores, -1)
         chosen = (log_probs.detach() + gumbel_noise(scores)).topk(k, -1).indices  # Gumbel-top-k
         losses = torch.stack([_decode(loss_fn, F.one_hot(chosen[:, i], K).to(scores.dtype)) for i in range(k)], 1)

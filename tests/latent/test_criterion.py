@@ -12,7 +12,7 @@ from fairseq_sparse.latent.criterion import LatentMarginalizationConfig
 
 @pytest.mark.parametrize("estimator, setting, space, message", [
     ("topk_sparsemax", {"topk": 0}, Categorical(10), "--topk 0: must be at least 1"),
-    ("sum_and_sample", {"topk": -1}, Categorical(10), "--topk -1: must be at least 1"),
+    ("sum_and_sample", {"summed": -1}, Categorical(10), "--summed -1: must be at least 1"),
     ("unordered_set", {"set_size": 9}, Categorical(10), "--set-size 9: must be 1 to 6"),
     ("unordered_set", {"set_size": 0}, Categorical(10), "--set-size 0: must be 1 to 6"),
     ("sparsemap_budget", {"budget": 20}, BitVector(8), "--budget 20: must be 0 (half the bits) to the 8 latent bits"),
@@ -95,3 +95,37 @@ def test_code_entropy_is_logged_in_bits_even_when_the_code_has_collapsed():
     assert agg.get_smoothed_value("score_shared") == 4 and agg.get_smoothed_value("score_spread") == 1
     assert agg.get_smoothed_value("positive_bits") == 3
     assert agg.get_smoothed_value("gradient_alignment") == pytest.approx(0.6)  # a mean over batches
+
+
+def test_each_estimator_has_the_command_line_s_defaults_and_one_name_per_option():
+    """An estimator built in Python is the one the command line builds: each constructor
+    argument's default is its option's (SumAndSample's k was 1 in Python, 10 on the command
+    line); the old names of renamed arguments and options are refused naming the new ones."""
+    import dataclasses
+    import inspect
+
+    from fairseq_sparse.latent import ESTIMATORS, build_estimator
+    from fairseq_sparse.latent.estimators import EstimatorOptions
+
+    defaults = {f.name: f.default for f in dataclasses.fields(EstimatorOptions)}
+    for name, cls in ESTIMATORS.items():
+        signature = inspect.signature(cls.__init__).parameters
+        for argument, option in cls.options.items():
+            assert signature[argument].default in (defaults[option], None), (name, argument)
+    assert build_estimator("sum_and_sample").summed == defaults["summed"] == 10
+    with pytest.raises(TypeError, match=r"SumAndSample takes no argument 'topk': it is now summed= \(--summed\)"):
+        build_estimator("sum_and_sample", topk=3)
+    with pytest.raises(TypeError, match=r"UnorderedSet takes no argument 'topk': it is now set_size="):
+        build_estimator("unordered_set", topk=3)
+
+
+def test_topk_with_sum_and_sample_names_summed(tmp_path):
+    from tests.conftest import REPO, run_cli
+
+    proc = run_cli("fairseq-train", "--user-dir", REPO / "fairseq_sparse", "--task", "ssvae", "--arch", "ssvae",
+                   "--criterion", "latent_marginalization", "--estimator", "sum_and_sample", "--topk", "3",
+                   "--dataset", "digits", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "64",
+                   "--max-update", "1", "--cpu", "--no-save", "--num-workers", "0", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "--topk 3: --topk is the structures topk_sparsemax keeps; the categories sum_and_sample sums are --summed" \
+        in proc.stderr

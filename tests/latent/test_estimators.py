@@ -102,8 +102,8 @@ def gradient_samples(name, scores_row, costs, n, **options):
 
 
 @pytest.mark.parametrize("name,options", [("sfe", {}), ("sfe_plus", {}), ("nvil", {}),
-                                          ("sum_and_sample", {"topk": 1}), ("sum_and_sample", {"topk": 3}),
-                                          ("unordered_set", {"topk": 2}), ("unordered_set", {"topk": 4})])
+                                          ("sum_and_sample", {"summed": 1}), ("sum_and_sample", {"summed": 3}),
+                                          ("unordered_set", {"set_size": 2}), ("unordered_set", {"set_size": 4})])
 def test_monte_carlo_gradients_are_unbiased(name, options):
     """Mean of n per-sample gradients against the exact p * (c - p.c), within 5 standard errors,
     once the baselines have moved away from zero (a baseline that biases would show)."""
@@ -160,7 +160,7 @@ def test_unordered_set_is_finite_on_peaked_distributions():
     scores = torch.randn(64, 256) * 3
     scores[:, 7] += 60  # the rest share about e^-60 of the mass
     scores.requires_grad_()
-    est = build_estimator("unordered_set", topk=4)(scores, lambda rows, z: (z * torch.arange(256.0)).sum(1))
+    est = build_estimator("unordered_set", set_size=4)(scores, lambda rows, z: (z * torch.arange(256.0)).sum(1))
     (grad,) = torch.autograd.grad(est.surrogate.sum(), scores)
     assert torch.isfinite(est.loss).all() and torch.isfinite(grad).all()
     torch.testing.assert_close(est.loss, torch.full((64,), 7.0), rtol=1e-4, atol=1e-4)
