@@ -17,7 +17,6 @@ accents: its exact copy of the MT is then no edit).
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..experiments import generate_hypotheses
 from ..modules.bert import load_bert_tokenizer
