@@ -186,9 +186,11 @@ class BertAPEModel(EntmaxTransformerModel):
 
     options_class = BertAPEOptions
 
+    encoder_class = BertAPEEncoder
+
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        encoder = BertAPEEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
+        encoder = super().build_encoder(args, src_dict, embed_tokens)
         _sharing.get()["encoder"] = encoder
         return encoder
 

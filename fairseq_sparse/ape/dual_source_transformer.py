@@ -20,7 +20,7 @@ from fairseq.models.transformer import base_architecture
 from fairseq.modules import LayerNorm
 from torch import Tensor
 
-from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
+from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions
 from ..sparse_transformer.layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from .triplets import mt_segment
@@ -138,16 +138,7 @@ class DualSourceTransformerModel(EntmaxTransformerModel):
 
     options_class = DualSourceOptions
     attention_sites = ("encoder", "mt_encoder", "decoder", "cross", "mt_cross")
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return DualSourceEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg = transformer_config(args)
-        return DualSourceDecoder(cfg, tgt_dict, embed_tokens, cls.site_attention(),
-                                 no_encoder_attn=cfg.no_cross_attention)
+    encoder_class, decoder_class = DualSourceEncoder, DualSourceDecoder
 
     @staticmethod
     def normalizer_site(site):

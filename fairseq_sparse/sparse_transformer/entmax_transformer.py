@@ -116,6 +116,8 @@ class EntmaxTransformerModel(TransformerModel):
     options_class = EntmaxTransformerOptions
     # Every attention site of the model, in the order reports list them.
     attention_sites = SITES
+    # What build_encoder / build_decoder build, with the model's SiteAttention.
+    encoder_class, decoder_class = EntmaxTransformerEncoder, EntmaxTransformerDecoder
 
     @classmethod
     def add_args(cls, parser):
@@ -148,13 +150,13 @@ class EntmaxTransformerModel(TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return EntmaxTransformerEncoder(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
+        return cls.encoder_class(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = transformer_config(args)
-        return EntmaxTransformerDecoder(cfg, tgt_dict, embed_tokens, cls.site_attention(),
-                                        no_encoder_attn=cfg.no_cross_attention)
+        return cls.decoder_class(cfg, tgt_dict, embed_tokens, cls.site_attention(),
+                                 no_encoder_attn=cfg.no_cross_attention)
 
     @staticmethod
     def normalizer_site(site):
