@@ -1,6 +1,7 @@
 """fairseq-sparse-sentence-vae-analysis on a small hsvae trained by fairseq-train on real Yelp text."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,10 @@ def run_analysis(checkpoint, data, out, samples, classifier_epochs):
     proc = run_cli("fairseq-sparse-sentence-vae-analysis", checkpoint, data, "--out", out, "--samples", samples,
                    "--classifier-epochs", classifier_epochs, "--baseline-epochs", "1", check=False, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # Each step says what it does and, done, how long it took (it was silent for minutes).
+    for step in ("encoding", "training the frozen-encoder classifiers", "training the end-to-end GRU baseline",
+                 "probing the posterior means"):
+        assert re.search(rf"^analysis: {step}.*: done in [0-9.]+ s$", proc.stderr, re.M), step
     return json.loads((out / "analysis.json").read_text()), proc.stdout
 
 
