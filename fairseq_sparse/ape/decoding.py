@@ -35,12 +35,15 @@ the edits that repair an MT are mostly small and the ones that break it large
 Off (the default) is the margin gate alone; it needs ``--keep-mt-margin`` (-inf to limit
 the edits alone).
 
-With the gate each returned hypothesis also carries ``candidates``
-(tokens, total log-probability, score as the beam normalises it, ``is_mt``), from which
-tuning applies any M and E afterwards (with the same ``MarginRule``).
+With the gate, for :class:`~fairseq_sparse.ape.postedit.PostEditor` (``list_candidates``),
+each returned hypothesis also carries ``candidates`` (tokens, text, total log-probability,
+score as the beam normalises it, ``is_mt``), from which tuning applies any M and E
+afterwards (with the same ``MarginRule``); generation itself computes only what ranking
+needs, the word edits of a hypothesis only where its margin does not decide.
 """
 
 import dataclasses
+import functools
 import logging
 import math
 import numbers
@@ -102,6 +105,11 @@ class MarginRule:
 
     def outranks(self, score: float, mt_score: float, edits: Optional[int] = None) -> bool:
         return not keeps_mt(score, mt_score, self.margin, edits, self.max_edits)
+
+    def needs_edits(self, score: float, mt_score: float) -> bool:
+        """Whether deciding on a candidate of this score needs its word edits: only under an
+        edit limit, and only where it beats the MT by the margin (else the MT stays anyway)."""
+        return self.max_edits is not None and score - mt_score > self.margin
 
     def first(self, scores, mt_score, edits=None):
         """The index of the first candidate (in the beam's order) that outranks the MT, or
@@ -203,12 +211,15 @@ class KeepMTGate:
     (``eos``, the symbols fairseq-generate strips) is the wrapped generator's."""
 
     def __init__(self, generator: SequenceGenerator, models, dictionary, margin: float, log_kept=True,
-                 max_edits: Optional[int] = None):
+                 max_edits: Optional[int] = None, list_candidates=False):
         check_can_score_mt(models)
         self.generator, self.models, self.dictionary = generator, models, dictionary
         self.rule = MarginRule(margin, max_edits)
         self.detokenizer = WordPieceDetokenizer()
         self.log_kept = log_kept
+        # Each hypothesis's ``candidates`` (what tuning weighs), for PostEditor; generation
+        # needs only the ranking.
+        self.list_candidates = list_candidates
         self.kept = self.sentences = 0
 
     def __getattr__(self, name):
@@ -245,9 +256,12 @@ class KeepMTGate:
 
     def outranks_mt(self, hypo, mt_score, mt_text):
         """The margin rule: whether a hypothesis beats the MT by more than the margin (and lies
-        within the edit limit of the MT's text)."""
-        edits = None if self.rule.max_edits is None else word_edits(self.text(hypo["tokens"]), mt_text)
-        return self.rule.outranks(float(hypo["score"]), float(mt_score), edits)
+        within the edit limit of the MT's text, ``mt_text()``); the word edits (a sentence TER)
+        are counted only where the margin alone does not decide."""
+        score, mt_score = float(hypo["score"]), float(mt_score)
+        edits = (word_edits(self.text(hypo["tokens"]), mt_text()) if self.rule.needs_edits(score, mt_score)
+                 else None)
+        return self.rule.outranks(score, mt_score, edits)
 
     def generate(self, models, sample, prefix_tokens=None, constraints=None, **kwargs):
         if prefix_tokens is not None or constraints is not None:
@@ -259,22 +273,22 @@ class KeepMTGate:
             mt_score, positional = scored[i]
             mt = {"tokens": rows[i], "score": mt_score, "attention": torch.empty(0), "alignment": torch.empty(0),
                   "positional_scores": positional}
-            # Every candidate once, with what the rule and the tuning weigh: the beam's
-            # hypotheses, then the MT unless the beam found it.
-            candidates = marked_once(hypos + [mt], rows[i], mt_score)
-            for c in candidates:
-                c.update(text=self.text(c["tokens"]), log_prob=float(c["positional_scores"].sum()))
             # The hypotheses that beat the MT (by the margin, within the edits) keep their
             # order before it, the rest follow it; without an edit limit the first are the
             # beam's best, down to the first that does not beat the MT.  Where the beam found
             # the MT itself, only its first place counts.
-            mt_text = next(c["text"] for c in candidates if c["is_mt"])
+            mt_text = functools.cache(functools.partial(self.text, rows[i]))  # read only where the edits are
             ahead = [self.outranks_mt(hypo, mt_score, mt_text) for hypo in hypos]
             ranked = marked_once([h for h, a in zip(hypos, ahead) if a] + [mt]
                                  + [h for h, a in zip(hypos, ahead) if not a], rows[i], mt_score)
-            listed = [{k: c[k] for k in ("tokens", "text", "log_prob", "is_mt")} | {"score": float(c["score"])}
-                      for c in candidates]
-            finalized[i] = [dict(c, candidates=listed) for c in ranked[:max(len(hypos), 1)]]
+            finalized[i] = ranked[:max(len(hypos), 1)]
+            if self.list_candidates:
+                # Every candidate once, with what tuning weighs: the beam's hypotheses, then the
+                # MT unless the beam found it.
+                listed = [{"tokens": c["tokens"], "text": self.text(c["tokens"]), "is_mt": c["is_mt"],
+                           "log_prob": float(c["positional_scores"].sum()), "score": float(c["score"])}
+                          for c in marked_once(hypos + [mt], rows[i], mt_score)]
+                finalized[i] = [dict(c, candidates=listed) for c in finalized[i]]
             self.kept += finalized[i][0]["is_mt"]
         self.sentences += len(finalized)
         if self.log_kept:  # fairseq-generate and -interactive show their counts; PostEditor returns them
@@ -286,8 +300,9 @@ class KeepMTGate:
 
 def build_ape_generator(generator, models, dictionary, conservativeness: float = 0.0,
                         keep_mt_margin: Optional[float] = None, log_kept: bool = True,
-                        keep_mt_max_edits: Optional[int] = None):
-    """fairseq's generator made conservative and/or gated (see the module docstring).
+                        keep_mt_max_edits: Optional[int] = None, list_candidates: bool = False):
+    """fairseq's generator made conservative and/or gated (see the module docstring);
+    ``list_candidates``: the gate lists what it weighed with each hypothesis (PostEditor).
     A :class:`fairseq.sequence_scorer.SequenceScorer` (``--score-reference``) is returned
     as is: it scores given targets and searches nothing, so a search option with it is an
     error."""
@@ -314,5 +329,6 @@ def build_ape_generator(generator, models, dictionary, conservativeness: float =
         generator.model = AlignmentEnsemble(list(generator.model.models), never)
         generator.model.eval()
     if keep_mt_margin is not None:
-        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept, max_edits=keep_mt_max_edits)
+        return KeepMTGate(generator, models, dictionary, keep_mt_margin, log_kept, max_edits=keep_mt_max_edits,
+                          list_candidates=list_candidates)
     return generator

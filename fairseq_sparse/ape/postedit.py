@@ -76,7 +76,8 @@ class PostEditor:
         # fairseq's own generator, then the ape task's options as given here, not as the task has them.
         generator = FairseqTask.build_generator(task, models, GenerationConfig(beam=beam, max_len_b=max_len_b))
         self.generator = build_ape_generator(generator, models, task.target_dictionary, conservativeness,
-                                             keep_mt_margin, log_kept=False, keep_mt_max_edits=keep_mt_max_edits)
+                                             keep_mt_margin, log_kept=False, keep_mt_max_edits=keep_mt_max_edits,
+                                             list_candidates=True)
         self.batch_size = batch_size
         self.max_positions = utils.resolve_max_positions(task.max_positions(), *[m.max_positions() for m in models])
         self.detokenizer = WordPieceDetokenizer()

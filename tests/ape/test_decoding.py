@@ -361,3 +361,26 @@ def test_empty_post_edits_are_said(ape_model, caplog):
         hypos = task.inference_step(generator, [model], batch(task, src[:4], mt[:4]))
     assert all(h[0]["tokens"].tolist() == [task.dictionary.eos()] for h in hypos)
     assert "4 of 4 post-edits of this batch are empty" in caplog.text
+
+
+def test_the_gate_counts_word_edits_only_where_the_margin_does_not_decide(ape_model, monkeypatch):
+    """Generation ran a sentence TER for every hypothesis under an edit limit, and listed every
+    candidate for tuning; it now counts edits only for hypotheses that beat the MT by the
+    margin, and only PostEditor (whose output carries them) lists candidates."""
+    from fairseq_sparse.ape import decoding
+
+    model, task, src, mt = ape_model
+    counted = []
+    real = decoding.word_edits
+    monkeypatch.setattr(decoding, "word_edits", lambda h, m: counted.append(h) or real(h, m))
+    sample = batch(task, src, mt)
+    for margin, some in ((math.inf, False), (-math.inf, True)):
+        counted.clear()
+        gate = build_ape_generator(FairseqTask.build_generator(task, [model], GenerationConfig(beam=3, max_len_b=12)),
+                                   [model], task.dictionary, keep_mt_margin=margin, keep_mt_max_edits=2)
+        with torch.no_grad():
+            hypos = gate.generate([model], sample)
+        assert bool(counted) == some, margin  # an infinite margin decides alone: no TER at all
+        assert not any("candidates" in h for nbest in hypos for h in nbest)
+    edits = PostEditor([model], task, beam=3, max_len_b=12, keep_mt_margin=0.0, keep_mt_max_edits=2).postedits(src, mt)
+    assert all(e.candidates for e in edits)
