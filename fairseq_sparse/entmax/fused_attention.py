@@ -99,18 +99,19 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale)
 
 
-def visible(q_len, k_len, device):
+def visible(q_len, k_len, device, rows=None):
     """(Tq, Tk) bool: query i sees key j <= i + Tk - Tq, the causal mask of every attention of
-    the package (the last query sees every key, as with cached keys)."""
-    return (torch.arange(k_len, device=device)[None, :]
-            <= torch.arange(q_len, device=device)[:, None] + (k_len - q_len))
+    the package (the last query sees every key, as with cached keys); with ``rows`` (query
+    indices), only those rows, so that a chunk of queries never builds the whole mask."""
+    rows = torch.arange(q_len, device=device) if rows is None else rows
+    return torch.arange(k_len, device=device)[None, :] <= rows[:, None] + (k_len - q_len)
 
 
 def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device):
     """True where a score is masked, broadcastable to (B, H, len(rows), Tk)."""
     mask = torch.zeros((1, 1, len(rows), Tk), dtype=torch.bool, device=device)
     if causal:
-        mask = mask | ~visible(Tq, Tk, device)[rows][None, None]
+        mask = mask | ~visible(Tq, Tk, device, rows)[None, None]
     if key_padding_mask is not None:
         mask = mask | key_padding_mask[:, None, None, :]
     return mask
