@@ -13,6 +13,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, BertConfig, 
                           LlamaForCausalLM)
 
 import fairseq_sparse.hf as hf
+from fairseq_sparse.entmax import AlphaFloor
 
 VOCAB = 61
 
@@ -360,3 +361,47 @@ def test_loading_a_sparsified_model_reports_no_unexpected_alphas(tmp_path, caplo
     with caplog.at_level("WARNING"):
         BertModel.from_pretrained(tmp_path)  # without hf.from_pretrained the alphas are dropped: said
     assert "UNEXPECTED" in caplog.text
+
+
+def test_the_alpha_floor_rises_with_the_updates_and_is_saved_with_the_model(tmp_path):
+    """The conversion recipe: from near softmax, every head's floor rises linearly to the
+    target; each head keeps its place above the floor and its gradient; the floor reached
+    is saved, so the loaded model gives the same alphas without being told the updates."""
+    model = bert()
+    hf.sparsify(model, "alpha_entmax", floor=AlphaFloor(target=1.5, updates=10))
+    with torch.no_grad():  # heads at different places above the floor
+        for module in hf.attention_modules(model).values():
+            module.head_alpha.pre_alpha.add_(torch.linspace(-1, 3, 4))
+    before = torch.cat(list(hf.head_alphas(model).values()))
+    for update, floor in ((0, 1.01), (5, 1.255), (10, 1.5), (1000, 1.5)):
+        hf.set_num_updates(model, update)
+        alphas = torch.cat(list(hf.head_alphas(model).values()))
+        # alpha = floor + (2 - floor) s, the same s per head at every floor
+        torch.testing.assert_close((alphas - floor) / (2 - floor), (before - 1.01) / (2 - 1.01))
+    hf.set_num_updates(model, 5)
+    module = next(iter(hf.attention_modules(model).values()))
+    module.head_alpha().sum().backward()
+    assert bool((module.head_alpha.pre_alpha.grad > 0).all())
+    want = output_of(model.eval(), inputs("bert"))
+    model.save_pretrained(tmp_path)
+    loaded = hf.from_pretrained(BertModel, tmp_path).eval()
+    assert loaded.config.fairseq_sparse["floor"] == {"target": 1.5, "updates": 10}
+    torch.testing.assert_close(torch.cat(list(hf.head_alphas(loaded).values())),
+                               torch.cat(list(hf.head_alphas(model).values())), atol=0, rtol=0)
+    torch.testing.assert_close(output_of(loaded, inputs("bert")), want, atol=1e-6, rtol=1e-6)
+    hf.set_num_updates(loaded, 10)  # training on from the loaded model goes on with the schedule
+    assert min(torch.cat(list(hf.head_alphas(loaded).values()))) >= 1.5
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: AlphaFloor(target=2.5), "--alpha-floor must lie in"),
+    (lambda: AlphaFloor(target=1.0), "--alpha-floor must lie in"),
+    (lambda: AlphaFloor(updates=-1), "--alpha-floor-updates"),
+    (lambda: AlphaFloor(updates=2.5), "--alpha-floor-updates"),
+    (lambda: hf.sparsify(bert(), "entmax15", floor=AlphaFloor()), "entmax15 has no learned alpha"),
+    (lambda: hf.sparsify(bert(), "alpha_entmax", floor=1.5), "AlphaFloor"),
+    (lambda: hf.sparsify(bert(), "alpha_entmax", alpha_min=1.2, floor=AlphaFloor(target=1.1)), "above --alpha-min"),
+])
+def test_a_wrong_floor_is_an_error_naming_the_option(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

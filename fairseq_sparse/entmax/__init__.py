@@ -21,5 +21,5 @@ from .activations import (  # noqa: F401
 )
 from .attention import attend  # noqa: F401
 from .fused_attention import entmax_attention  # noqa: F401
-from .head_alpha import HeadAlpha  # noqa: F401
+from .head_alpha import AlphaFloor, HeadAlpha  # noqa: F401
 from .normalizers import NORMALIZERS, Normalizer, get_normalizer, register_normalizer  # noqa: F401

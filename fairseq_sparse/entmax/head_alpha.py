@@ -1,4 +1,7 @@
-"""The learnable entmax alpha of each attention head: the one alpha parametrisation."""
+"""The learnable entmax alpha of each attention head: the one alpha parametrisation, and the
+schedule that raises its floor to convert a softmax-trained model to sparse heads."""
+
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
@@ -17,8 +20,42 @@ def parse_alpha_init(value):
         raise ValueError(f"--alpha-init must be a number in (alpha_min, 2) or 'random', got {value!r}") from None
 
 
+@dataclass(frozen=True)
+class AlphaFloor:
+    """The conversion recipe: a head's lowest alpha rises linearly from ``alpha_min`` to
+    ``target`` over the first ``updates`` updates, then stays there.
+
+    A softmax-pretrained model starts its heads near alpha = 1 (its own behaviour) and is
+    moved towards sparsity while its weights adapt, instead of being switched at once,
+    which the pretrained weights were not trained for.  The floor enters the
+    parametrisation (:class:`HeadAlpha`: alpha = floor + (2 - floor) sigmoid(a)), so each
+    head keeps its own learned place above it and its gradient; a head may learn to be
+    sparser than the floor, never denser.
+    """
+
+    target: float = 1.5
+    updates: int = 500
+
+    def __post_init__(self):
+        if not (isinstance(self.target, (int, float)) and 1.0 < self.target < 2.0):
+            raise ValueError(f"--alpha-floor must lie in (1, 2) (the alpha every head reaches at least), "
+                             f"got {self.target!r}")
+        if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 0:
+            raise ValueError(f"--alpha-floor-updates must be a whole number of updates >= 0, got {self.updates!r}")
+
+    def at(self, update, alpha_min=ALPHA_MIN):
+        """The floor after ``update`` updates."""
+        if update >= self.updates:
+            return float(self.target)
+        return alpha_min + (self.target - alpha_min) * max(update, 0) / self.updates
+
+    def to_dict(self):
+        return asdict(self)
+
+
 class HeadAlpha(nn.Module):
-    """One alpha per head, alpha = alpha_min + (2 - alpha_min) * sigmoid(a).
+    """One alpha per head, alpha = floor + (2 - floor) * sigmoid(a), the floor alpha_min
+    unless an :class:`AlphaFloor` schedule raises it.
 
     With ``alpha_min = 1`` this is exactly the parametrisation of Correia,
     Niculae & Martins (EMNLP 2019), alpha = 1 + sigmoid(a) in (1, 2).  A lower
@@ -43,16 +80,25 @@ class HeadAlpha(nn.Module):
     learning rate (under plain SGD, s squared times); s = 1 is the paper's
     parametrisation.  The checkpoint keeps ``pre_alpha``, so a model is loaded with
     the scale it was trained with (``--alpha-lr-scale`` is a model option).
+
+    ``floor`` (an :class:`AlphaFloor`, or None) raises the floor with the updates: fairseq's
+    trainer calls ``set_num_updates`` on every module, and ``fairseq_sparse.hf`` does it for
+    Hugging Face training.  The floor reached is the buffer ``alpha_floor``, saved with the
+    checkpoint, so a trained model gives the same alphas wherever it is loaded.
     """
 
-    def __init__(self, num_heads, init="random", alpha_min=ALPHA_MIN, lr_scale=1.0):
+    def __init__(self, num_heads, init="random", alpha_min=ALPHA_MIN, lr_scale=1.0, floor=None):
         super().__init__()
         if not 1.0 <= alpha_min < 2.0:
             raise ValueError(f"--alpha-min must lie in [1, 2), got {alpha_min}")
         if not lr_scale > 0:  # NaN fails this too
             raise ValueError(f"--alpha-lr-scale must be positive, got {lr_scale}")
+        if floor is not None and not floor.target > alpha_min:
+            raise ValueError(f"--alpha-floor {floor.target} must lie above --alpha-min {alpha_min}")
         self.alpha_min = float(alpha_min)
         self.lr_scale = float(lr_scale)
+        self.floor = floor
+        self.register_buffer("alpha_floor", torch.tensor(self.alpha_min))
         init = parse_alpha_init(init)
         if init == "random":
             # Uniform in (alpha_min, 2), kept off the open ends where the logit is infinite.
@@ -73,7 +119,8 @@ class HeadAlpha(nn.Module):
         """alpha of each head, shape (num_heads,), strictly above 1."""
         # At the paper's scale the parameter is the logit: no multiply on every attention call.
         logit = self.pre_alpha if self.lr_scale == 1.0 else self.lr_scale * self.pre_alpha
-        alpha = self.alpha_min + (2.0 - self.alpha_min) * torch.sigmoid(logit)
+        floor = self.alpha_floor
+        alpha = floor + (2.0 - floor) * torch.sigmoid(logit)
         if self.alpha_min == 1.0:  # a saturated sigmoid would round alpha to 1, where entmax is undefined
             alpha = alpha.clamp_min(1.0 + torch.finfo(alpha.dtype).eps)
         return alpha
@@ -84,9 +131,18 @@ class HeadAlpha(nn.Module):
         # there is nothing to load and the draw stays.
         if prefix + "pre_alpha" in state_dict and prefix + "initial_alpha" not in state_dict:
             state_dict[prefix + "initial_alpha"] = torch.full_like(self.initial_alpha, float("nan"))
+        # Written before the floor could rise: it was alpha_min.
+        if prefix + "pre_alpha" in state_dict and prefix + "alpha_floor" not in state_dict:
+            state_dict[prefix + "alpha_floor"] = torch.tensor(self.alpha_min)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def set_num_updates(self, num_updates):
+        """Raise the floor to where the schedule puts it after ``num_updates`` updates."""
+        if self.floor is not None:
+            self.alpha_floor.fill_(self.floor.at(num_updates, self.alpha_min))
 
     def extra_repr(self):
         scale = f", lr_scale={self.lr_scale}" if self.lr_scale != 1.0 else ""
-        return f"num_heads={self.pre_alpha.numel()}, alpha_min={self.alpha_min}{scale}"
+        floor = f", floor={self.floor}" if self.floor is not None else ""
+        return f"num_heads={self.pre_alpha.numel()}, alpha_min={self.alpha_min}{scale}{floor}"
 

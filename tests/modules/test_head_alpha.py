@@ -105,3 +105,19 @@ def test_lr_scale_starts_alike_and_moves_the_logit_that_many_times_as_far_under_
     restored = HeadAlpha(4, init="random", lr_scale=scale)
     restored.load_state_dict(heads[scale].state_dict())
     torch.testing.assert_close(restored(), heads[scale]())
+
+
+def test_the_floor_follows_the_updates_and_old_checkpoints_load_at_alpha_min():
+    from fairseq_sparse.entmax import AlphaFloor
+
+    head = HeadAlpha(2, init=1.05, floor=AlphaFloor(target=1.4, updates=4))
+    head.set_num_updates(2)
+    assert float(head.alpha_floor) == pytest.approx(1.205)
+    assert bool((head() > 1.205).all())
+    old = {"pre_alpha": torch.zeros(2), "initial_alpha": torch.full((2,), 1.3)}  # written before the floor
+    head.load_state_dict(old)
+    assert float(head.alpha_floor) == pytest.approx(1.01)
+    torch.testing.assert_close(head(), torch.full((2,), 1.505))
+    plain = HeadAlpha(2, init=1.05)
+    plain.set_num_updates(100)  # no schedule: the floor stays
+    assert float(plain.alpha_floor) == pytest.approx(1.01)

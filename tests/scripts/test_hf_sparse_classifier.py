@@ -9,28 +9,53 @@ import pytest
 from tests.conftest import run_script, shared_data
 
 
-def test_the_comparison_writes_its_table_and_alpha_figures(tmp_path, tiny_bert):
+def test_the_comparison_writes_its_table_and_alpha_figures_and_resumes(tmp_path, tiny_bert):
     data = shared_data("text", "hsvae-dbpedia14")
     out = tmp_path / "hf"
-    proc = run_script("hf_sparse_classifier.py", "--out", out, "--data", data, "--bert-model", tiny_bert,
-                      "--train-per-class", "2", "--dev-per-class", "1", "--updates", "3", "--eval-every", "2",
-                      "--batch-size", "4", "--max-test", "28")
+    options = ["--out", out, "--data", data, "--bert-model", tiny_bert, "--train-per-class", "2", "--dev-per-class",
+               "1", "--updates", "3", "--eval-every", "1", "--batch-size", "4", "--max-test", "28",
+               "--alpha-floor", "1.6", "--alpha-floor-updates", "2"]
+    proc = run_script("hf_sparse_classifier.py", *options)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((out / "results.json").read_text())
-    assert list(results) == ["softmax", "entmax15", "alpha_near1", "alpha_random"]
+    results = json.loads((out / "results.json").read_text())["runs"]
+    assert list(results) == ["softmax", "entmax15", "alpha_near1", "alpha_random", "recipe"]
+    assert all(list(by_seed) == ["1"] for by_seed in results.values())
+    results = {run: by_seed["1"] for run, by_seed in results.items()}
     assert results["softmax"]["density"] == [1.0, 1.0]
     # One density per layer; a random 32-wide BERT's scores are too flat for zeros (test_hf checks those).
     assert all(len(results[run]["density"]) == 2 and all(0 < d <= 1 for d in results[run]["density"])
                for run in results)
-    assert [e["update"] for e in results["entmax15"]["log"]] == [2, 3]
-    for run in ("alpha_near1", "alpha_random"):
-        assert (out / f"alphas_{run}.png").stat().st_size > 5000
+    assert [e["update"] for e in results["entmax15"]["log"]] == [1, 2, 3]
+    for run in ("alpha_near1", "alpha_random", "recipe"):
+        assert (out / f"alphas_{run}_seed1.png").stat().st_size > 5000
         assert all(len(layer) == 4 for layer in results[run]["alpha"])  # tiny_bert: 2 layers of 4 heads
     start = [a - c for layer, moved in zip(results["alpha_near1"]["alpha"], results["alpha_near1"]["alpha_change"])
              for a, c in zip(layer, moved)]
     assert start == pytest.approx([1.05] * 8, abs=1e-5), "alpha_near1 starts every head at --near-one"
+    # The recipe's checkpoint is one at the floor's target: every head at 1.6 or above.
+    assert min(a for layer in results["recipe"]["alpha"] for a in layer) >= 1.6 - 1e-6
+    assert max(a for layer in results["alpha_near1"]["alpha"] for a in layer) < 1.2
     table = (out / "results.md").read_text()
-    assert re.search(r"^\| softmax \| [0-9.]+ \| [0-9.]+ \| 1\.00 1\.00 \| [0-9.]+ \(1\.00x\) \| - \|", table, re.M)
+    assert re.search(r"^\| softmax \| 1 \| [0-9.]+ \| [0-9.]+ \| 1\.00 \| 1\.00 1\.00 \| [0-9.]+ \(1\.00x\) \| - \|",
+                     table, re.M)
+
+    # A second seed resumes: the runs done are kept, not run again; the table has mean and spread.
+    proc = run_script("hf_sparse_classifier.py", *options, "--runs", "softmax", "recipe", "--seeds", "1", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("already") == 2
+    again = json.loads((out / "results.json").read_text())["runs"]
+    assert again["softmax"]["1"] == results["softmax"] and list(again["recipe"]) == ["1", "2"]
+    assert re.search(r"^\| recipe \| 1, 2 \| [0-9.]+ ± [0-9.]+ \|", (out / "results.md").read_text(), re.M)
+    # Other options in the same directory would mix two experiments in one table.
+    proc = run_script("hf_sparse_classifier.py", *options[:-1], "3")
+    assert proc.returncode != 0 and "alpha_floor_updates" in proc.stderr
+
+
+@pytest.mark.parametrize("option, value", [("--alpha-floor", "2.5"), ("--alpha-floor-updates", "-1"),
+                                           ("--updates", "0")])
+def test_a_wrong_option_is_an_error_naming_it(tmp_path, option, value):
+    proc = run_script("hf_sparse_classifier.py", "--out", tmp_path, option, value)
+    assert proc.returncode == 2 and option in proc.stderr
 
 
 def test_the_benchmark_runs_and_reports_ratios_to_sdpa(tiny_bert):
