@@ -30,7 +30,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
     """
 
     def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=ALPHA_MIN,
-                 alpha_lr_scale=1.0, causal_attn_mask=False, **kwargs):
+                 alpha_lr_scale=1.0, alpha_floor=None, causal_attn_mask=False, **kwargs):
         for option in ("add_bias_kv", "add_zero_attn"):
             if kwargs.get(option):
                 raise ValueError(f"AlphaEntmaxAttention: {option} is not supported")
@@ -43,7 +43,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
         self.kernel_config = None
         # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
         self.normalizer = get_normalizer(normalizer)
-        self.head_alpha = (HeadAlpha(self.num_heads, alpha_init, alpha_min, alpha_lr_scale)
+        self.head_alpha = (HeadAlpha(self.num_heads, alpha_init, alpha_min, alpha_lr_scale, alpha_floor)
                            if self.normalizer.learned else None)
         self.skip_embed_dim_check = True
         # Set by analysis code: keep the last attention probabilities (B, H, T, S).

@@ -25,7 +25,7 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from ..entmax.head_alpha import ALPHA_MIN, parse_alpha_init
+from ..entmax.head_alpha import ALPHA_MIN, AlphaFloor, parse_alpha_init
 from ..entmax.normalizers import get_normalizer, normalizer_names
 from .layers import EntmaxTransformerDecoder, EntmaxTransformerEncoder, SiteAttention
 
@@ -62,6 +62,16 @@ class EntmaxTransformerOptions(FairseqDataclass):
         default=1.0,
         metadata={"help": "learning rate of the heads' alphas as a multiple of the model's (under Adam; "
                           "the alpha logit is this scale times its parameter); 1: the paper's"},
+    )
+    alpha_floor: Optional[float] = field(
+        default=None,
+        metadata={"help": "the conversion recipe, for a model trained from softmax weights: every learned head's "
+                          "lowest alpha rises linearly from --alpha-min to this alpha over --alpha-floor-updates "
+                          "updates, each head learning its own alpha above it (default: no schedule)"},
+    )
+    alpha_floor_updates: int = field(
+        default=AlphaFloor.updates,
+        metadata={"help": "updates over which --alpha-floor's floor rises"},
     )
     output_normalizer: str = field(
         default="softmax",
@@ -132,8 +142,13 @@ class EntmaxTransformerModel(TransformerModel):
         if getattr(args, "checkpoint_activations", False) or getattr(args, "encoder_xformers_att_config", None) \
                 or getattr(args, "decoder_xformers_att_config", None):
             raise ValueError("entmax_transformer supports neither --checkpoint-activations nor xformers attention")
+        floor = None
+        if options.alpha_floor is not None:
+            if not any(n.learned for n in normalizers.values()):
+                raise ValueError("--alpha-floor raises learned alphas, but no attention site is alpha_entmax")
+            floor = AlphaFloor(options.alpha_floor, options.alpha_floor_updates)
         attention = SiteAttention(normalizers, parse_alpha_init(options.alpha_init), options.alpha_min,
-                                  options.alpha_lr_scale)
+                                  options.alpha_lr_scale, floor)
         token = _building.set(attention)
         try:
             model = super().build_model(args, task)

@@ -8,13 +8,14 @@ the site and fairseq's own arguments for that attention).
 """
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer.transformer_decoder import TransformerDecoderBase
 from fairseq.models.transformer.transformer_encoder import TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
+from ..entmax.head_alpha import AlphaFloor
 from ..entmax.normalizers import Normalizer
 from ..modules.alpha_entmax_attention import AlphaEntmaxAttention
 
@@ -28,11 +29,13 @@ class SiteAttention:
     alpha_init: object
     alpha_min: float
     alpha_lr_scale: float
+    alpha_floor: Optional[AlphaFloor] = None
 
     def __call__(self, site, embed_dim, num_heads, **fairseq_options):
         return AlphaEntmaxAttention(embed_dim, num_heads, normalizer=self.normalizers[site], alpha_init=self.alpha_init,
-                                            alpha_min=self.alpha_min, alpha_lr_scale=self.alpha_lr_scale,
-                                            causal_attn_mask=site == "decoder", **fairseq_options)
+                                    alpha_min=self.alpha_min, alpha_lr_scale=self.alpha_lr_scale,
+                                    alpha_floor=self.alpha_floor, causal_attn_mask=site == "decoder",
+                                    **fairseq_options)
 
 
 class EntmaxEncoderLayer(TransformerEncoderLayerBase):

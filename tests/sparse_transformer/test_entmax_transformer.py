@@ -114,9 +114,30 @@ def test_train_logs_alphas_generate_and_resume_exactly(multi30k_bin, tmp_path):
 
 
 def test_two_gloo_workers_equal_one_worker_with_the_same_total_batch(multi30k_bin, tmp_path):
+    """With the conversion recipe's schedule on: the floor each rank reaches is the same."""
     common = [multi30k_bin, "--user-dir", USER_DIR, "--task", "translation", *TINY, "--dropout", "0",
-              "--max-update", "3", "--disable-validation", "--ddp-backend", "legacy_ddp"]
+              "--max-update", "3", "--disable-validation", "--ddp-backend", "legacy_ddp",
+              "--alpha-init", "1.05", "--alpha-floor", "1.4", "--alpha-floor-updates", "2"]
     assert_two_gloo_workers_equal_one(common, tmp_path)
+    state = torch.load(tmp_path / "two" / "checkpoint_last.pt")["model"]
+    floors = [v for k, v in state.items() if k.endswith("head_alpha.alpha_floor")]
+    assert len(floors) == 6 and all(float(f) == pytest.approx(1.4) for f in floors)
+
+
+def test_the_floor_schedule_is_a_model_option_checked_at_build(multi30k_bin):
+    _, model = build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--alpha-init", "1.05",
+                     "--alpha-floor", "1.5", "--alpha-floor-updates", "10")
+    model.set_num_updates(5)  # what fairseq's trainer calls after every update
+    assert all(bool((a >= 1.255 - 1e-6).all()) for a in model.head_alphas().values())
+    model.set_num_updates(10)
+    assert all(bool((a >= 1.5 - 1e-6).all()) for a in model.head_alphas().values())
+    with pytest.raises(ValueError, match="--alpha-floor"):
+        build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--alpha-floor", "1.5",
+              "--attention-normalizer", "entmax15")
+    with pytest.raises(ValueError, match="--alpha-floor must lie"):
+        build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--alpha-floor", "2")
+    with pytest.raises(ValueError, match="--alpha-floor-updates"):
+        build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--alpha-floor", "1.5", "--alpha-floor-updates", "-2")
 
 
 def test_sparse_output_layer_trains_and_generates(multi30k_bin, tmp_path):
