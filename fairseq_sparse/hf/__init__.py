@@ -257,6 +257,18 @@ def set_num_updates(model, num_updates):
             module.set_num_updates(num_updates)
 
 
+def parameter_groups(model, lr, alpha_lr, weight_decay=0.0):
+    """The optimizer's parameter groups: every weight at ``lr`` (and ``weight_decay``), the
+    heads' alpha logits (``head_alpha.pre_alpha``) at their own ``alpha_lr`` and without
+    weight decay, which would pull every head towards alpha = (floor + 2) / 2."""
+    alphas = [p for n, p in model.named_parameters() if n.endswith("head_alpha.pre_alpha")]
+    others = [p for n, p in model.named_parameters() if not n.endswith("head_alpha.pre_alpha")]
+    groups = [{"params": others, "lr": lr, "weight_decay": weight_decay}]
+    if alphas:
+        groups.append({"params": alphas, "lr": alpha_lr, "weight_decay": 0.0})
+    return groups
+
+
 def head_alphas(model):
     """{module name: alpha of each head} of a sparsified model with learned alphas."""
     return {name: m.head_alpha().detach() for name, m in attention_modules(model).items()

@@ -179,10 +179,7 @@ def train(run, config, seed, tokenizer, train_pairs, dev_pairs, num_labels):
     training WordPieces).  The recipe's checkpoint is chosen among the evaluations at its
     floor's target, where the floor no longer changes the model."""
     model = build(run, config, seed, num_labels).train()
-    alphas = [p for n, p in model.named_parameters() if n.endswith("head_alpha.pre_alpha")]
-    others = [p for n, p in model.named_parameters() if not n.endswith("head_alpha.pre_alpha")]
-    optimizer = torch.optim.AdamW([{"params": others, "lr": config.lr},
-                                   {"params": alphas, "lr": config.alpha_lr, "weight_decay": 0.0}])
+    optimizer = torch.optim.AdamW(hf.parameter_groups(model, config.lr, config.alpha_lr, weight_decay=0.01))
     settled = min(config.alpha_floor_updates, config.updates) if run == "recipe" else 0
     order = torch.Generator().manual_seed(seed)
     best, best_state, step_seconds, log = -1.0, None, [], []

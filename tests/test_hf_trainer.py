@@ -1,0 +1,128 @@
+"""The conversion recipe in transformers' Trainer: the documented example itself (the
+Trainer section of docs/sparse_transformer.md), run on a tiny BERT without dropout, on one
+process and under torchrun with two gloo processes at the same global batch."""
+
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import fairseq_sparse.hf as hf
+from fairseq_sparse.entmax import AlphaFloor
+from fairseq_sparse.hf.trainer import PREFIX, SparseAttentionCallback
+from tests.conftest import REPO, minilm_path, shared_data
+
+
+def documented_example():
+    page = (REPO / "docs" / "sparse_transformer.md").read_text(encoding="utf-8")
+    return re.search(r"<!-- trainer-example -->\n```python\n(.*?)```", page, re.S).group(1)
+
+
+def set_line(code, pattern, replacement):
+    code, n = re.subn(pattern, replacement, code, flags=re.M)
+    assert n == 1, f"the documented example no longer has {pattern!r}"
+    return code
+
+
+@pytest.fixture(scope="module")
+def still_bert(tmp_path_factory):
+    """A tiny random BERT without dropout (so that runs on one and two processes can agree)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("still_bert")
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    BertModel(config, add_pooling_layer=False).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return out
+
+
+def example_script(tmp_path, model, out, batch_size):
+    code = documented_example()
+    code = set_line(code, r"^MODEL = .*$", f"MODEL = {str(model)!r}")
+    code = set_line(code, r"^DATA = .*$", f"DATA = {str(shared_data('text', 'hsvae-dbpedia14'))!r}")
+    code = set_line(code, r"^OUT = .*$", f"OUT = {str(out)!r}")
+    code = set_line(code, r"^STEPS = .*$", "STEPS = 4")
+    code = set_line(code, r"per_device_train_batch_size=16", f"per_device_train_batch_size={batch_size}")
+    code = set_line(code, r"logging_steps=50", "logging_steps=2")
+    script = tmp_path / f"example_{batch_size}.py"
+    script.write_text(code, encoding="utf-8")
+    return script
+
+
+def run(command, tmp_path):
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def test_the_documented_example_trains_logs_and_two_processes_equal_one(tmp_path, still_bert):
+    one, two = tmp_path / "one", tmp_path / "two"
+    proc = run([sys.executable, example_script(tmp_path, still_bert, one, 4)], tmp_path)
+    # The callback's metrics reach the console and tensorboard (it is attached before it).
+    logged = proc.stdout + proc.stderr
+    for name in ("floor", "alpha_layer_1", "density_layer_1"):
+        assert f"{PREFIX}/{name}" in logged
+    events = b"".join(p.read_bytes() for p in one.rglob("events.out.tfevents*"))
+    assert f"{PREFIX}/density_layer_0".encode() in events and f"{PREFIX}/floor".encode() in events
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+         example_script(tmp_path, still_bert, two, 2)], tmp_path)
+    want, got = load_file(str(one / "model.safetensors")), load_file(str(two / "model.safetensors"))
+    assert set(got) == set(want) and any(".head_alpha.pre_alpha" in k for k in want)
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, atol=1e-5, rtol=1e-4, msg=name)
+    from transformers import BertForSequenceClassification
+
+    loaded = hf.from_pretrained(BertForSequenceClassification, one)
+    alphas = torch.cat(list(hf.head_alphas(loaded).values()))
+    assert bool((alphas >= 1.5 - 1e-6).all()), "the floor reached (target 1.5 after 2 of 4 updates) is saved"
+    assert loaded.config.fairseq_sparse["floor"] == {"target": 1.5, "updates": 2}
+
+
+def test_the_callback_moves_the_floor_with_the_global_step_and_measures_the_probe():
+    from transformers import BertConfig, BertModel, TrainerControl, TrainerState, TrainingArguments
+
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=37))
+    hf.sparsify(model, "alpha_entmax", floor=AlphaFloor(target=1.6, updates=10))
+    probe = {"input_ids": torch.randint(3, 50, (2, 7)), "attention_mask": torch.tensor([[1] * 7, [1] * 4 + [0] * 3])}
+    callback = SparseAttentionCallback(probe=probe)
+    state, control = TrainerState(), TrainerControl()
+    args = TrainingArguments("unused", report_to="none", use_cpu=True)
+    state.global_step = 5
+    callback.on_step_begin(args, state, control, model=model)
+    logs = {"loss": 1.0}
+    state.log_history.append({**logs, "step": 5})
+    model.train()
+    callback.on_log(args, state, control, logs=logs, model=model)
+    assert model.training, "the probe is measured in eval mode, and training mode restored"
+    assert logs[f"{PREFIX}/floor"] == pytest.approx(1.305)
+    assert sorted(k for k in logs if "layer" in k) == [f"{PREFIX}/{m}_layer_{i}" for m in ("alpha", "density")
+                                                      for i in (0, 1)]
+    assert all(0 < logs[f"{PREFIX}/density_layer_{i}"] <= 1 for i in (0, 1))
+    assert state.log_history[-1] == {**logs, "step": 5}
+    evaluation = {"eval_loss": 1.0}
+    callback.on_log(args, state, control, logs=evaluation, model=model)
+    assert evaluation == {"eval_loss": 1.0}
+
+
+def test_parameter_groups_give_the_alphas_their_own_rate_without_decay():
+    from transformers import BertConfig, BertModel
+
+    model = hf.sparsify(BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, intermediate_size=37)), "alpha_entmax")
+    weights, alphas = hf.parameter_groups(model, lr=1e-4, alpha_lr=1e-2, weight_decay=0.1)
+    assert (weights["lr"], weights["weight_decay"], alphas["lr"], alphas["weight_decay"]) == (1e-4, 0.1, 1e-2, 0.0)
+    assert len(alphas["params"]) == 2 and len(weights["params"]) + 2 == len(list(model.parameters()))
