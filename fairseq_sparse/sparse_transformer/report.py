@@ -3,6 +3,10 @@ on it (``bert_ape``, ``dual_source_transformer``): tables and PNG plots.
 
     fairseq-sparse-attention-report --path ckpts/checkpoint_last.pt --data DATA_BIN \\
         --split valid --out report/ [--trajectory ckpts/checkpoint*.pt] [--sentences 0 3]
+    fairseq-sparse-attention-report --hf SAVED_MODEL --text sentences.txt --out report/
+
+The second form reads a Hugging Face model saved after ``fairseq_sparse.hf.sparsify`` (or
+any model of transformers' attention interface) and one sentence per line (:mod:`.hf_report`).
 
 Writes ``report.md`` (tables) and, next to it:
   alpha_per_head.png    learned alpha of every head, by site and layer
@@ -34,6 +38,8 @@ from . import figures, stats  # (importing this package loads the plugin: models
 ROLE_THRESHOLD = 0.5
 # Token types found in fewer sentences are not a head's favourite: too few to say.
 MIN_TOKEN_SENTENCES = 10
+# The rows of an attention map: {whether the queries predict the next token: label}.
+QUERY_LABELS = {False: "query (token at the position)", True: "query (token it predicts)"}
 
 
 def load(path, data):
@@ -132,30 +138,8 @@ def collect(model, task, split, max_sentences, keep_sentences):
                         rows = ([tgt_dict[i] for i in batch["target"][b][tgt_keep].tolist()]
                                 if kind[site] != "encoder" else pieces[queries])
                         maps[(sid, site, layer)] = (p.clone(), rows, pieces[site])
-                    if not counted:
-                        continue
-                    allowed = torch.ones(p.shape[1:], dtype=torch.bool)
-                    if site == "decoder":
-                        allowed = torch.tril(allowed)
-                    a = acc[(site, layer)]
-                    a["queries"] += p.size(1)
-                    a["density"] = a["density"] + stats.density(p, allowed)
-                    a["diversity"] += float(stats.head_diversity(p))
-                    if kind[site] != "cross":
-                        a["previous"] = a["previous"] + stats.previous_token_score(p)
-                        a["previous_queries"] += p.size(1) - 1
-                    tokens = a.setdefault("tokens", {})
-                    for piece, mass in stats.token_mass(p, pieces[site]).items():
-                        if piece in tokens:
-                            tokens[piece][0] += mass
-                            tokens[piece][1] += p.size(1)
-                            tokens[piece][2] += 1
-                        else:
-                            tokens[piece] = [mass, p.size(1), 1]
-                    if kind[site] == "encoder":
-                        score, count = stats.same_word_score(p, words[site])
-                        a["same_word"] = a["same_word"] + score
-                        a["same_word_queries"] += count
+                    if counted:
+                        add_sentence(acc[(site, layer)], p, kind[site], pieces[site], words.get(site))
                 missing.discard(sid)
                 seen += counted
             if seen >= max_sentences and not missing:
@@ -166,6 +150,33 @@ def collect(model, task, split, max_sentences, keep_sentences):
         raise ValueError(f"--sentences {' '.join(map(str, sorted(missing)))}: longer than the model's positions "
                          f"{model.max_positions()}, so left out of split {split}")
     return acc, maps, seen
+
+
+def add_sentence(a, p, kind, pieces, words=None):
+    """Add one sentence's attention ``p`` (H, queries, keys) of a site of ``kind``
+    (``encoder``, ``decoder`` self-attention or ``cross``) to its sums ``a``; ``pieces``
+    label the keys, ``words`` (encoder) the word of each."""
+    allowed = torch.ones(p.shape[1:], dtype=torch.bool)
+    if kind == "decoder":
+        allowed = torch.tril(allowed)
+    a["queries"] += p.size(1)
+    a["density"] = a["density"] + stats.density(p, allowed)
+    a["diversity"] += float(stats.head_diversity(p))
+    if kind != "cross":
+        a["previous"] = a["previous"] + stats.previous_token_score(p)
+        a["previous_queries"] += p.size(1) - 1
+    tokens = a.setdefault("tokens", {})
+    for piece, mass in stats.token_mass(p, pieces).items():
+        if piece in tokens:
+            tokens[piece][0] += mass
+            tokens[piece][1] += p.size(1)
+            tokens[piece][2] += 1
+        else:
+            tokens[piece] = [mass, p.size(1), 1]
+    if kind == "encoder":
+        score, count = stats.same_word_score(p, words)
+        a["same_word"] = a["same_word"] + score
+        a["same_word_queries"] += count
 
 
 def per_head(acc, key, count_key="queries"):
@@ -227,10 +238,11 @@ def analyse(model, task, args):
         same_word=per_head(acc, "same_word", "same_word_queries"),
         tokens=favourite_tokens(acc),
         series=alpha_series(model, args) if args.trajectory else None,
-        maps=maps, sentences=sentences)
+        maps=maps, sentences=sentences, title=f"`{args.path}`", corpus=f"Split `{args.split}`",
+        query_labels={site: QUERY_LABELS[model.normalizer_site(site) != "encoder"] for site in model.attention_sites})
 
 
-def draw(result, model, out):
+def draw(result, out):
     """The report's PNGs (see the module docstring) into ``out``."""
     sites, alphas = result["sites"], result["alphas"]
     figures.heatmap(alphas, "learned alpha per head (1 = softmax, 2 = sparsemax)", out / "alpha_per_head.png",
@@ -249,10 +261,8 @@ def draw(result, model, out):
     if result["series"]:
         figures.trajectories(result["series"], out / "alpha_trajectories.png", sites)
     for (sid, site, layer), (p, queries, keys) in result["maps"].items():
-        decoder = model.normalizer_site(site) != "encoder"
         figures.attention_map(p.float().numpy(), queries, keys, alphas[(site, layer)],
-                              f"sentence {sid}: {site} attention, layer {layer}",
-                              "query (token it predicts)" if decoder else "query (token at the position)",
+                              f"sentence {sid}: {site} attention, layer {layer}", result["query_labels"][site],
                               out / f"attention_{sid}_{site}{layer}.png")
 
 
@@ -292,7 +302,7 @@ def initial_order_md(initial, alphas):
             f"{kept} of {pairs} pairs of heads kept their order.")
 
 
-def markdown_report(result, args):
+def markdown_report(result):
     """report.md's text."""
     sites, alphas = result["sites"], result["alphas"]
     order = sorted(result["diversity"], key=lambda sl: (sites.index(sl[0]), sl[1]))
@@ -326,8 +336,8 @@ def markdown_report(result, args):
                    for i, (updates, _) in enumerate(series[rows[0]])]), ""]
     tokens = result["tokens"]
     report = [
-        f"# Attention report: `{args.path}`", "",
-        f"Split `{args.split}`, {result['sentences']} sentences.", "",
+        f"# Attention report: {result['title']}", "",
+        f"{result['corpus']}, {result['sentences']} sentences.", "",
         "## Learned alpha per head", "", head_table(alphas, sites), "",
         "![](alpha_per_head.png) ![](alpha_histogram.png)", "",
         f"Per site: the share of heads below 1.3 and above 1.7, and Sarle's bimodality coefficient (above "
@@ -366,18 +376,28 @@ def markdown_report(result, args):
 def write_report(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model, task = load(args.path, args.data)
-    result = analyse(model, task, args)
-    draw(result, model, out)
-    (out / "report.md").write_text(markdown_report(result, args), encoding="utf-8")
+    if args.hf:
+        from . import hf_report
+
+        result = hf_report.analyse(args.hf, args.text, args.sentences, args.max_sentences, args.max_length)
+    else:
+        model, task = load(args.path, args.data)
+        result = analyse(model, task, args)
+    draw(result, out)
+    (out / "report.md").write_text(markdown_report(result), encoding="utf-8")
     return out / "report.md"
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--path", required=True, help="entmax_transformer checkpoint to analyse")
-    parser.add_argument("--data", required=True, help="binarized data directory (fairseq-preprocess output)")
-    parser.add_argument("--split", default="valid", help="data split to run (default: valid)")
+    parser.add_argument("--path", help="entmax_transformer checkpoint to analyse")
+    parser.add_argument("--data", help="binarized data directory (fairseq-preprocess output)")
+    parser.add_argument("--hf", help="instead of --path and --data: a Hugging Face model directory (save_pretrained, "
+                                     "with its tokenizer)")
+    parser.add_argument("--text", help="with --hf: the sentences to read, one per line")
+    parser.add_argument("--max-length", type=int, default=128,
+                        help="with --hf: tokens per sentence, longer ones cut (default: %(default)s)")
+    parser.add_argument("--split", default="valid", help="data split to run, with --path (default: valid)")
     parser.add_argument("--out", required=True, help="output directory for report.md and the PNGs")
     parser.add_argument("--trajectory", nargs="*", default=[],
                         help="checkpoints to plot alpha trajectories from (ordered by their update count)")
@@ -386,11 +406,27 @@ def parse_args(argv=None):
     parser.add_argument("--max-sentences", type=int, default=500,
                         help="sentences to average statistics over (default: %(default)s)")
     args = parser.parse_args(argv)
-    for p in [args.path, *args.trajectory]:
-        if not Path(p).is_file():
-            parser.error(f"checkpoint not found: {p}")
-    if not Path(args.data).is_dir():
-        parser.error(f"--data is not a directory: {args.data}")
+    if args.hf:
+        if args.path or args.data or args.trajectory:
+            parser.error("--hf reads a Hugging Face model: give --text, not --path, --data or --trajectory")
+        if not args.text:
+            parser.error("--hf needs --text, the sentences to read (one per line)")
+        if not Path(args.hf).is_dir():
+            parser.error(f"--hf is not a directory: {args.hf}")
+        if not Path(args.text).is_file():
+            parser.error(f"--text not found: {args.text}")
+        if args.max_length < 2:
+            parser.error(f"--max-length {args.max_length}: must be at least 2")
+    else:
+        if not (args.path and args.data):
+            parser.error("give --path CHECKPOINT and --data DIR (a fairseq model), or --hf DIR and --text FILE")
+        if args.text:
+            parser.error("--text goes with --hf")
+        for p in [args.path, *args.trajectory]:
+            if not Path(p).is_file():
+                parser.error(f"checkpoint not found: {p}")
+        if not Path(args.data).is_dir():
+            parser.error(f"--data is not a directory: {args.data}")
     if args.max_sentences < 1:
         parser.error(f"--max-sentences {args.max_sentences}: must be at least 1")
     return args
@@ -400,7 +436,7 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         path = write_report(args)
-    except (ValueError, RuntimeError) as e:  # RuntimeError: a torn file or not a checkpoint
+    except (ValueError, RuntimeError, OSError) as e:  # RuntimeError: a torn file or not a checkpoint
         raise SystemExit(f"fairseq-sparse-attention-report: {e}") from None
     print(f"wrote {path}")
 

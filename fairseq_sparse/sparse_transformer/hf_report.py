@@ -1,0 +1,114 @@
+"""The attention report of a saved Hugging Face model (``fairseq-sparse-attention-report
+--hf PATH --text FILE --out DIR``): the statistics and figures of the fairseq report
+(:mod:`.report`) over the sentences of a text file, one per line.
+
+The model is loaded with :func:`fairseq_sparse.hf.from_pretrained` (its normaliser and
+learned alphas) as ``AutoModel``, with the tokenizer saved beside it; its self-attention
+is the one site, ``self`` (causal where the model's attention is).  A head of a fixed
+normaliser has that normaliser's alpha (softmax 1, 1.5-entmax 1.5, sparsemax 2), and a
+model that was never sparsified is softmax.  Models whose outputs carry no
+``attentions`` (encoder-decoders, which also need target text) are refused.
+"""
+
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from .. import hf
+from ..entmax.normalizers import get_normalizer, normalizer_names
+from ..text import read_lines
+from . import report, stats
+
+SITE = "self"
+
+
+def load(path):
+    """(model, tokenizer, whether the attention is causal) of a save_pretrained directory."""
+    from transformers import AutoModel, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"--hf {path}: not a save_pretrained directory (no config.json)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--hf {path}: no tokenizer saved beside the model ({e})") from None
+    model = hf.from_pretrained(AutoModel, path).eval()
+    if model.config._attn_implementation not in normalizer_names():  # sdpa and flash return no weights
+        model.set_attn_implementation("eager")
+    if model.config.is_encoder_decoder:
+        raise ValueError(f"--hf {path}: an encoder-decoder ({type(model).__name__}); the report reads models whose "
+                         "outputs carry one self-attention per layer (BERT, RoBERTa, Llama, GPT-2, ...)")
+    modules = list(hf.attention_modules(model).values())
+    if not modules:
+        raise ValueError(f"--hf {path}: {type(model).__name__} has no attention module of transformers' interface")
+    return model, tokenizer, bool(getattr(modules[0], "is_causal", False))
+
+
+def alphas_of(model):
+    """({(site, layer): alpha per head}, the same at initialisation): learned heads from their
+    HeadAlpha, fixed ones from the normaliser (which training does not move)."""
+    learned = hf.head_alphas(model)
+    modules = list(hf.attention_modules(model).values())
+    name = (getattr(model.config, hf.CONFIG_KEY, None) or {}).get("normalizer", "softmax")
+    alphas, initial = {}, {}
+    for layer, (module_name, module) in enumerate(hf.attention_modules(model).items()):
+        if module_name in learned:
+            alphas[(SITE, layer)] = learned[module_name].tolist()
+            initial[(SITE, layer)] = module.head_alpha.initial_alpha.tolist()
+        else:
+            alpha = get_normalizer(name).alpha
+            alphas[(SITE, layer)] = initial[(SITE, layer)] = [float(alpha)] * hf.query_heads(modules[layer])
+    return alphas, initial
+
+
+@torch.no_grad()
+def collect(model, tokenizer, causal, sentences, keep, max_length, batch_size=32):
+    """The sums of :func:`report.add_sentence` per (site, layer) over ``sentences`` (one
+    string each), and the attention maps of the ``keep`` ids."""
+    kind = "decoder" if causal else "encoder"
+    specials = set(tokenizer.all_special_tokens)
+    acc = defaultdict(lambda: defaultdict(float))
+    maps = {}
+    for start in range(0, len(sentences), batch_size):
+        batch = tokenizer(sentences[start:start + batch_size], padding=True, truncation=True, max_length=max_length,
+                          return_tensors="pt")
+        attentions = model(**batch, output_attentions=True).attentions
+        if attentions is None or any(a is None for a in attentions):
+            raise ValueError(f"{type(model).__name__} returned no attention weights")
+        for b in range(batch["input_ids"].size(0)):
+            sid = start + b
+            real = batch["attention_mask"][b].bool()
+            pieces = tokenizer.convert_ids_to_tokens(batch["input_ids"][b][real].tolist())
+            words = stats.word_ids_from_pieces(pieces, specials) if kind == "encoder" else None
+            for layer, weights in enumerate(attentions):
+                p = weights[b][:, real][:, :, real].float()
+                report.add_sentence(acc[(SITE, layer)], p, kind, pieces, words)
+                if sid in keep:
+                    rows = pieces[1:] + ["(next)"] if causal else pieces
+                    maps[(sid, SITE, layer)] = (p.clone(), rows, pieces)
+    return acc, maps
+
+
+def analyse(path, text, sentence_ids, max_sentences, max_length):
+    """The report's statistics (the shape :func:`report.analyse` gives) of the model at
+    ``path`` over the first ``max_sentences`` lines of ``text``."""
+    model, tokenizer, causal = load(path)
+    sentences = list(read_lines(text))[:max_sentences]
+    outside = sorted(i for i in sentence_ids if not 0 <= i < len(sentences))
+    if outside:
+        raise ValueError(f"--sentences {' '.join(map(str, outside))}: the report reads {len(sentences)} sentences of "
+                         f"{text} (ids 0 to {len(sentences) - 1})")
+    acc, maps = collect(model, tokenizer, causal, sentences, set(sentence_ids), max_length)
+    alphas, initial = alphas_of(model)
+    return dict(
+        sites=(SITE,), alphas=alphas, initial=initial,
+        change={sl: [a - i for a, i in zip(alphas[sl], initial[sl])] for sl in alphas},
+        density=report.per_head(acc, "density"),
+        diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
+        previous=report.per_head(acc, "previous", "previous_queries"),
+        same_word=report.per_head(acc, "same_word", "same_word_queries"),
+        tokens=report.favourite_tokens(acc), series=None, maps=maps, sentences=len(sentences),
+        title=f"`{path}` ({type(model).__name__}, {model.config._attn_implementation})", corpus=f"`{text}`",
+        query_labels={SITE: report.QUERY_LABELS[causal]})
