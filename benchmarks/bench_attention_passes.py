@@ -44,7 +44,7 @@ def passes(q, k, v, alpha, causal, solver, tiles):
     ``solver`` at ``tiles`` (BLOCK_M, BLOCK_N) and 4 warps."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
     config = dataclasses.replace(solver, tiles=(*tiles, 4, None))
-    o, _, stats = attention_kernel.forward(q, k, v, heads.float(), fixed_kind(alpha), causal, None,
+    o, _, stats, _ = attention_kernel.forward(q, k, v, heads.float(), fixed_kind(alpha), causal, None,
                                            q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha), config=config)
     per_tile = stats[:, attention_kernel.STAT_PASSES, ::tiles[0]]
     return per_tile.mean().item(), per_tile.max().item(), o

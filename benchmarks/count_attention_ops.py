@@ -79,9 +79,10 @@ def stub_kernels(launches):
         launches[0] += 1
         B, H, Tq, _ = q.shape
         og = torch.empty_like(q) if backward else None
-        return torch.empty_like(q), og, torch.zeros((B * H, attention_kernel.NUM_STATS, Tq), device=q.device)
+        blocks = torch.zeros((B * H, 1, 1), device=q.device)
+        return torch.empty_like(q), og, torch.zeros((B * H, attention_kernel.NUM_STATS, Tq), device=q.device), blocks
 
-    def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
+    def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
                  config=attention_kernel.PACKAGE):
         launches[0] += 3
         dalpha = torch.empty((q.shape[0] * q.shape[1], q.shape[2]), device=q.device) if alpha_grad else None

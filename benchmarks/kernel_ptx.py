@@ -48,7 +48,7 @@ from kernel_variants import KEPT_CANDIDATE  # noqa: E402  (this script's folder 
 from timing import tiles_setting  # noqa: E402
 
 # Pointer arguments whose element type is not the inputs' dtype.
-POINTERS_FP32 = {"ALPHA", "STATS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
+POINTERS_FP32 = {"ALPHA", "STATS", "BLOCKS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
 POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
 FLOATS = {"scale", "tol"}
 
@@ -88,6 +88,7 @@ def variants(tiles=None):
             # Causal with padding at bf16 (a decoder's self-attention in training), neither at float32.
             masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
             common = dict(FIXED=fixed, **masks, **tile)
+            backward = dict(common, USE_BLOCKS=True)
             forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
                            TILE_START=True, ONE_TILE=False)
             package = attention_kernel.PACKAGE.kept
@@ -102,9 +103,9 @@ def variants(tiles=None):
                 yield (f"attention_forward {name} {dtype}{suffix} one tile of {one}", attention_kernel._forward_kernel,
                        dtype, dict(forward, BLOCK_N=one, ONE_TILE=True, KEPT_PER_TILE=package[0],
                                    KEPT_SLOTS=package[1]), warps)
-            yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, common, warps)
+            yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, backward, warps)
             yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
-                   dict(common, ALPHA_GRAD=fixed == GENERIC), warps)
+                   dict(backward, ALPHA_GRAD=fixed == GENERIC), warps)
         if not suffix:
             yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
     for fixed, name in ((GENERIC, "alpha per row"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):

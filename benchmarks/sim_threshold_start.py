@@ -125,7 +125,7 @@ def kernel_threshold_passes(q, k, alpha, causal, tiles):
     """The kernel's own passes per query tile for the threshold with the package's solver, on
     inputs in their dtype: its count less the maxima's and the output's passes."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha)
-    _, _, stats = attention_kernel.forward(q, k, k, heads.float(), fixed_kind(alpha), causal, None,
+    _, _, stats, _ = attention_kernel.forward(q, k, k, heads.float(), fixed_kind(alpha), causal, None,
                                            q.shape[-1] ** -0.5, alpha_stats=False,
                                            config=attention_kernel.KernelConfig(tiles=(*tiles, 4)))
     return stats[:, attention_kernel.STAT_PASSES, ::tiles[0]] - 2

@@ -73,13 +73,17 @@ from .reference import MAX_NEWTON_ITER, newton_tol
 from .triton_kernel import INTERPRET, TINY, exp_remainder
 
 # Row statistics kept between the passes (float32, one row each), and the passes over the
-# key tiles the forward kernel made for the row's query tile (a diagnostic: benchmarks).
-STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C, STAT_PASSES = range(7)
-NUM_STATS = 7
+# key tiles the forward kernel made for the row's query tile and the key tiles it computed
+# the scores of, over all passes (diagnostics: benchmarks).
+STAT_MAX, STAT_TAU, STAT_G, STAT_P, STAT_MU, STAT_C, STAT_PASSES, STAT_TILES = range(8)
+NUM_STATS = 8
 # Below this, sc (the alpha gradient's statistic) is summed term by term rather than in
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
 SUBSET_NEWTON_STEPS = tl.constexpr(8)
+# Relative margin of the cut below which a key tile is skipped (_cut): far above float32's
+# rounding of the scores and thresholds.
+CUT_MARGIN = tl.constexpr(2e-6)
 SUBSET_MARGIN = tl.constexpr(2e-6)
 # Widest head the tiles take (q, the output and og accumulators sit in registers).
 MAX_HEAD_DIM = 128
@@ -133,7 +137,7 @@ class KernelConfig:
 PACKAGE = KernelConfig()
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
-STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C = (
+STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C, STAT_TILES_C = (
     tl.constexpr(i) for i in range(NUM_STATS))
 
 
@@ -282,6 +286,33 @@ def _subset_threshold(kept, row_max, live, am1, k, tol, FIXED: tl.constexpr, PRE
 
 
 @triton.jit
+def _cut(row_max, tau, am1, live):
+    """Each row's score at or below which a key is off its support at threshold ``tau``
+    (am1 (s - max) + 1 <= tau), less a rounding margin (visiting a tile too many is
+    harmless, missing one is not); +inf for a row without keys.  Every iterate is a lower
+    bound of tau, so the cut only rises: a tile found below it stays below."""
+    cut = row_max + (tau - 1.0) / am1
+    return tl.where(live, cut - CUT_MARGIN * (1.0 + tl.abs(cut)), float("inf"))
+
+
+@triton.jit
+def _may_hold(tile_max, tile, cut, kept, kept_tile, least, TILE_START: tl.constexpr):
+    """Whether key tile ``tile`` may hold support for some row of the query tile: its largest
+    score (``tile_max``, -inf once it was found to hold none) lies above the lowest cut, and,
+    with the kept tile maxima, some row's bound on the tile lies above that row's cut.  A
+    row's bound is the tile's own maximum where the tile is among the row's kept tiles,
+    else the least kept one (a tile left out never beat it)."""
+    may = tile_max > tl.min(cut, axis=0)
+    if TILE_START:
+        if may:
+            in_slot = kept_tile == tile
+            top = tl.max(tl.where(in_slot, kept, float("-inf")), axis=1)
+            bound = tl.where(tl.max(in_slot.to(tl.int32), axis=1) > 0, top, least)
+            may = tl.max((bound > cut).to(tl.int32), axis=0) > 0
+    return may
+
+
+@triton.jit
 def _head(ALPHA, H):
     """This program's (batch x head index, batch, head) and its head's alpha, alpha - 1 and
     1 / (alpha - 1)."""
@@ -309,9 +340,9 @@ def _key_end(start_m, Tq, Tk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
+def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                    sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter,
+                    sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter, n_tiles,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
                     TILE_START: tl.constexpr, KEPT_PER_TILE: tl.constexpr, KEPT_SLOTS: tl.constexpr,
@@ -329,6 +360,11 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     v_base = V + b * svb + h * svh
     kpm_base = KPM + b * skpb
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    # Each key tile's largest score, from the maxima's pass; -inf once the tile is known to
+    # hold no support for any row of this query tile, which later passes then skip (the
+    # output pass leaves -inf exactly where the tile has no support: the backward's block mask).
+    blocks = BLOCKS + (bh * tl.num_programs(0) + pid_m) * n_tiles
+    visits = 0
     # Keys that all fit one tile (short sentences, as in training): their scores are computed
     # once, here, and every pass below reads them from registers instead of recomputing them
     # from q and k (``_tile``), so q and k are read once.
@@ -345,11 +381,14 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
     slots = tl.arange(0, KEPT_SLOTS)
     kept = tl.full([BLOCK_M, KEPT_SLOTS], float("-inf"), tl.float32)
+    kept_tile = tl.full([BLOCK_M, KEPT_SLOTS], -1, tl.int32)  # the key tile of each kept score
     spill = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_nb
         s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                   PRECISION, ONE_TILE)
+        tl.store(blocks + start_n // BLOCK_N, tl.max(tl.max(s, axis=1), axis=0))
+        visits += 1
         if TILE_START:
             for r in tl.static_range(KEPT_PER_TILE):
                 if KEPT_PER_TILE > 1:
@@ -361,7 +400,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
                     row_max = tl.maximum(row_max, best)
                 least, at = tl.min(kept, axis=1, return_indices=True)
                 take = best > least
-                kept = tl.where((slots[None, :] == at[:, None]) & take[:, None], best[:, None], kept)
+                into = (slots[None, :] == at[:, None]) & take[:, None]
+                kept = tl.where(into, best[:, None], kept)
+                kept_tile = tl.where(into, start_n // BLOCK_N, kept_tile)
                 if KEPT_PER_TILE > 1:
                     spill = tl.maximum(spill, tl.where(take, least, best))
             if KEPT_PER_TILE > 1:
@@ -371,6 +412,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     # A row with no visible key keeps tau = 0 and max 0: all its z are -inf, its p zero.
     live = row_max > float("-inf")
     row_max = tl.where(live, row_max, 0.0)
+    least = tl.min(kept, axis=1)  # every key tile left out of a row's slots lies at or below it
 
     # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step, from the
     # kept scores' threshold.  A row is ``certified`` once its threshold is known: a row
@@ -394,19 +436,26 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         s1 = tl.zeros([BLOCK_M], tl.float32)
         n_on = tl.zeros([BLOCK_M], tl.float32)
         least_gap = tl.full([BLOCK_M], 2.0, tl.float32)
+        cut = _cut(row_max, tau, am1, live)
         for start_n in range(0, n_end, BLOCK_N):
-            offs_n = start_n + offs_nb
-            s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                      CAUSAL, PRECISION, ONE_TILE)
-            gap = _gap(s, row_max, tau, am1)
-            gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)  # gap^k and gap^(k - 1)
-            power += tl.sum(gk, axis=1)
-            s1 += tl.sum(gkm1, axis=1)
-            if CERTIFY:
-                on = gap > 0.0
-                if FIXED == 2:
-                    n_on += tl.sum(on.to(tl.float32), axis=1)
-                least_gap = tl.minimum(least_gap, tl.min(tl.where(on, gap, 2.0), axis=1))
+            if _may_hold(tl.load(blocks + start_n // BLOCK_N), start_n // BLOCK_N, cut, kept, kept_tile, least,
+                         TILE_START):
+                offs_n = start_n + offs_nb
+                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                          CAUSAL, PRECISION, ONE_TILE)
+                gap = _gap(s, row_max, tau, am1)
+                visits += 1
+                if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                    gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)  # gap^k and gap^(k - 1)
+                    power += tl.sum(gk, axis=1)
+                    s1 += tl.sum(gkm1, axis=1)
+                    if CERTIFY:
+                        on = gap > 0.0
+                        if FIXED == 2:
+                            n_on += tl.sum(on.to(tl.float32), axis=1)
+                        least_gap = tl.minimum(least_gap, tl.min(tl.where(on, gap, 2.0), axis=1))
+                else:  # off the support at this iterate, so at the root: no later pass visits it
+                    tl.store(blocks + start_n // BLOCK_N, float("-inf"))
         passes += 1
         step = _newton_step(power, s1, am1, live)
         if CERTIFY:
@@ -426,17 +475,21 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
             n_on = tl.zeros([BLOCK_M], tl.float32)
             z_sum = tl.zeros([BLOCK_M], tl.float32)
             z_sq = tl.zeros([BLOCK_M], tl.float32)
+            cut = _cut(row_max, tau, am1, live)
             for start_n in range(0, n_end, BLOCK_N):
-                offs_n = start_n + offs_nb
-                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                          CAUSAL, PRECISION, ONE_TILE)
-                z = am1 * (s - row_max[:, None]) + 1.0
-                on = z > tau[:, None]
-                # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
-                # does not cancel the way sums of z near 1 would.
-                n_on += tl.sum(on.to(tl.float32), axis=1)
-                z_sum += tl.sum(tl.where(on, z - 1.0, 0.0), axis=1)
-                z_sq += tl.sum(tl.where(on, (z - 1.0) * (z - 1.0), 0.0), axis=1)
+                if _may_hold(tl.load(blocks + start_n // BLOCK_N), start_n // BLOCK_N, cut, kept, kept_tile, least,
+                             TILE_START):
+                    offs_n = start_n + offs_nb
+                    s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                              CAUSAL, PRECISION, ONE_TILE)
+                    z = am1 * (s - row_max[:, None]) + 1.0
+                    on = z > tau[:, None]
+                    # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
+                    # does not cancel the way sums of z near 1 would.
+                    n_on += tl.sum(on.to(tl.float32), axis=1)
+                    z_sum += tl.sum(tl.where(on, z - 1.0, 0.0), axis=1)
+                    z_sq += tl.sum(tl.where(on, (z - 1.0) * (z - 1.0), 0.0), axis=1)
+                    visits += 1
             passes += 1
             n_on = tl.maximum(n_on, 1.0)
             shifted_mean = z_sum / n_on
@@ -455,23 +508,31 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
     p_sum = tl.zeros([BLOCK_M], tl.float32)
     plogp = tl.zeros([BLOCK_M], tl.float32)
     n_on = tl.zeros([BLOCK_M], tl.float32)
+    cut = _cut(row_max, tau, am1, live)
     for start_n in range(0, n_end, BLOCK_N):
-        offs_n = start_n + offs_nb
-        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                  PRECISION, ONE_TILE)
-        gap = _gap(s, row_max, tau, am1)
-        if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
-            p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
-            v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
-                        mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
-            acc += _dot(p.to(v.dtype), v, PRECISION)
-            if WRITE_OG:
-                acc_g += _dot(g.to(v.dtype), v, PRECISION)
-            g_sum += tl.sum(g, axis=1)
-            p_sum += tl.sum(p, axis=1)
-            if ALPHA_STATS:
-                plogp += tl.sum(tl.where(p > 0.0, p * log_p, 0.0), axis=1)
-                n_on += tl.sum((p > 0.0).to(tl.float32), axis=1)
+        support = False
+        if _may_hold(tl.load(blocks + start_n // BLOCK_N), start_n // BLOCK_N, cut, kept, kept_tile, least,
+                     TILE_START):
+            offs_n = start_n + offs_nb
+            s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                      PRECISION, ONE_TILE)
+            gap = _gap(s, row_max, tau, am1)
+            visits += 1
+            if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
+                support = True
+                p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
+                v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                            mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
+                acc += _dot(p.to(v.dtype), v, PRECISION)
+                if WRITE_OG:
+                    acc_g += _dot(g.to(v.dtype), v, PRECISION)
+                g_sum += tl.sum(g, axis=1)
+                p_sum += tl.sum(p, axis=1)
+                if ALPHA_STATS:
+                    plogp += tl.sum(tl.where(p > 0.0, p * log_p, 0.0), axis=1)
+                    n_on += tl.sum((p > 0.0).to(tl.float32), axis=1)
+        if not support:
+            tl.store(blocks + start_n // BLOCK_N, float("-inf"))
     passes += 1
     o_ptrs = O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod
     o_mask = (offs_m[:, None] < Tq) & (offs_d[None, :] < D)
@@ -500,14 +561,15 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         if tl.max(small.to(tl.int32), axis=0) > 0:
             acc_c = tl.zeros([BLOCK_M], tl.float32)
             for start_n in range(0, n_end, BLOCK_N):
-                offs_n = start_n + offs_nb
-                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                          CAUSAL, PRECISION, ONE_TILE)
-                gap = _gap(s, row_max, tau, am1)
-                if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                if tl.load(blocks + start_n // BLOCK_N) > float("-inf"):  # the tiles that hold support
+                    offs_n = start_n + offs_nb
+                    s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                              CAUSAL, PRECISION, ONE_TILE)
+                    gap = _gap(s, row_max, tau, am1)
                     p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                     u = log_p - mu[:, None]
                     acc_c += tl.sum(tl.where(p > 0.0, p * exp_remainder(am1 * u), 0.0), axis=1)
+                    visits += 1
             sc = acc_c / p_safe
             passes += 1
         # log1p(sc): its series where 1 + sc would round (sc >= 0).
@@ -515,14 +577,15 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS,
         tl.store(stats + STAT_MU_C * Tq, mu, mask=row_ok)
         tl.store(stats + STAT_C_C * Tq, c, mask=row_ok)
     tl.store(stats + STAT_PASSES_C * Tq, tl.zeros([BLOCK_M], tl.float32) + passes, mask=row_ok)
+    tl.store(stats + STAT_TILES_C * Tq, tl.zeros([BLOCK_M], tl.float32) + visits, mask=row_ok)
 
 
 @triton.jit
-def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
+def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                 sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale,
-                 HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, PRECISION: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                 sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale, n_m_tiles, n_tiles,
+                 HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, USE_BLOCKS: tl.constexpr,
+                 PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_n = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_n = pid_n * BLOCK_N
@@ -542,21 +605,27 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
     if CAUSAL:  # rows before this one see none of these keys
         m_begin = tl.maximum(start_n - (Tk - Tq), 0) // BLOCK_M * BLOCK_M
     for start_m in range(m_begin, Tq, BLOCK_M):
-        offs_m = start_m + offs_mb
-        row_ok = offs_m < Tq
-        qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
-        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
-        do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
-                     other=0.0)
-        row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
-        s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
-        gap = _gap(s, row_max, tau, am1)
-        if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-            p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
-            dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
-            dp = _dot(do, vt, PRECISION)
-            ds = g * (dp - r[:, None])
-            dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
+        # The forward's block mask: a (query tile, key tile) pair without support adds nothing.
+        held = True
+        if USE_BLOCKS:
+            held = tl.load(BLOCKS + (bh * n_m_tiles + start_m // BLOCK_M) * n_tiles + pid_n) > float("-inf")
+        if held:
+            offs_m = start_m + offs_mb
+            row_ok = offs_m < Tq
+            qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
+            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask,
+                        other=0.0)
+            do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
+                         other=0.0)
+            row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
+            s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
+            gap = _gap(s, row_max, tau, am1)
+            if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
+                dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
+                dp = _dot(do, vt, PRECISION)
+                ds = g * (dp - r[:, None])
+                dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
     tl.store(DK + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
              (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
@@ -564,11 +633,12 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV,
 
 
 @triton.jit
-def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
+def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-               sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale,
+               sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale, n_tiles,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
-               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+               USE_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_m = pid_m * BLOCK_M
@@ -591,28 +661,33 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA,
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dalpha = tl.zeros([BLOCK_M], tl.float32)
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    blocks = BLOCKS + (bh * tl.num_programs(0) + pid_m) * n_tiles
     for start_n in range(0, n_end, BLOCK_N):
-        offs_n = start_n + offs_nb
-        s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                    PRECISION)
-        gap = _gap(s, row_max, tau, am1)
-        if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-            p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
-            kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
-            vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
-                         mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
-            k_tile = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-            dp = _dot(do, vt, PRECISION)
-            ds = g * (dp - r[:, None])
-            dq += _dot(ds.to(k_tile.dtype), k_tile, PRECISION)
-            if ALPHA_GRAD:
-                # reference.alpha_gradient, term by term.
-                on = p > 0.0
-                u = log_p - mu[:, None]
-                w = am1 * u + c[:, None]
-                phi_w = exp_remainder(w)
-                terms = (c[:, None] - phi_w) / (am1 * am1) + mu[:, None] * (phi_w - w) / am1
-                dalpha += tl.sum(tl.where(on, dp * (p / p_safe[:, None]) * terms, 0.0), axis=1)
+        held = True
+        if USE_BLOCKS:  # the forward's block mask: a key tile without support adds nothing
+            held = tl.load(blocks + start_n // BLOCK_N) > float("-inf")
+        if held:
+            offs_n = start_n + offs_nb
+            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
+                        PRECISION)
+            gap = _gap(s, row_max, tau, am1)
+            if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
+                kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
+                vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
+                             mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
+                k_tile = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+                dp = _dot(do, vt, PRECISION)
+                ds = g * (dp - r[:, None])
+                dq += _dot(ds.to(k_tile.dtype), k_tile, PRECISION)
+                if ALPHA_GRAD:
+                    # reference.alpha_gradient, term by term.
+                    on = p > 0.0
+                    u = log_p - mu[:, None]
+                    w = am1 * u + c[:, None]
+                    phi_w = exp_remainder(w)
+                    terms = (c[:, None] - phi_w) / (am1 * am1) + mu[:, None] * (phi_w - w) / am1
+                    dalpha += tl.sum(tl.where(on, dp * (p / p_safe[:, None]) * terms, 0.0), axis=1)
     tl.store(DQ + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
              (dq * scale).to(DQ.dtype.element_ty), mask=qd_mask)
     if ALPHA_GRAD:
@@ -707,8 +782,12 @@ def _padding_arg(key_padding_mask, q):
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
             config=PACKAGE):
-    """(o, og, stats) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads`` float32 (H,).
-    Without ``backward`` (inference) og is not computed (None)."""
+    """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads``
+    float32 (H,).  Without ``backward`` (inference) og is not computed (None).  ``blocks``
+    (B * H, query tiles, key tiles), float32, is -inf where a (query tile, key tile) pair
+    holds no support (or lies past the causal diagonal), else the tile's largest score: the
+    backward kernels visit only the pairs that hold support (4 bytes a pair: 1 / 1,024 of the
+    scores' size at 64 x 64 tiles)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
@@ -717,19 +796,23 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     block_m, block_n, block_d, launch, single = _forward_blocks(D, Tk, q.device.type, config)
     kpm = _padding_arg(key_padding_mask, q)
     grid = (triton.cdiv(Tq, block_m), B * H)
+    n_tiles = triton.cdiv(Tk, block_n)
+    blocks = torch.full((B * H, grid[0], n_tiles), float("-inf"), dtype=torch.float32, device=q.device)
     _forward_kernel[grid](
-        q, k, v, alpha_heads, kpm, o, og if backward else o, stats, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
+        q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, *q.stride(), *k.stride(), *v.stride(),
+        *o.stride(), kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER, n_tiles,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         CERTIFY=config.certify and fixed != 0, TILE_START=config.tile_start, KEPT_PER_TILE=config.kept[0],
         KEPT_SLOTS=config.kept[1],
         ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
-    return o, og, stats
+    return o, og, stats, blocks
 
 
-def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
+def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
              config=PACKAGE):
-    """(dq, dk, dv, dalpha of each row (B*H, Tq) or None)."""
+    """(dq, dk, dv, dalpha of each row (B*H, Tq) or None); ``blocks`` is the forward's.  Its
+    block mask is used where the backward's tiles are the forward's (they differ only where
+    the forward took every key in one wider tile)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     # r_i = sum_j g_ij dp_ij / sum_j g_ij = dO_i . og_i / G_i (zero for a row without keys).
@@ -745,16 +828,19 @@ def backward(q, k, v, do, og, stats, alpha_heads, fixed, causal, key_padding_mas
     dv = torch.empty_like(v)
     dalpha = torch.empty((B * H, Tq), dtype=torch.float32, device=q.device) if alpha_grad else r
     kpm = _padding_arg(key_padding_mask, q)
-    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, PRECISION=_precision(q),
-                  BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
+    n_m_tiles, n_tiles = triton.cdiv(Tq, block_m), triton.cdiv(Tk, block_n)
+    # Tiles of two powers of two give the same counts only when one tile holds every key.
+    use_blocks = tuple(blocks.shape[1:]) == (n_m_tiles, n_tiles)
+    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, USE_BLOCKS=use_blocks,
+                  PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
     # dO is read in whatever layout autograd gives it.
-    _dkdv_kernel[(triton.cdiv(Tk, block_n), B * H)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-        kpm.stride(0), H, Tq, Tk, D, scale, **common)
-    _dq_kernel[(triton.cdiv(Tq, block_m), B * H)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, *q.stride(), *k.stride(), *v.stride(), *do.stride(),
-        kpm.stride(0), H, Tq, Tk, D, scale, ALPHA_GRAD=alpha_grad, **common)
+    _dkdv_kernel[(n_tiles, B * H)](
+        q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, *q.stride(), *k.stride(), *v.stride(),
+        *do.stride(), kpm.stride(0), H, Tq, Tk, D, scale, n_m_tiles, n_tiles, **common)
+    _dq_kernel[(n_m_tiles, B * H)](
+        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, *q.stride(), *k.stride(), *v.stride(),
+        *do.stride(), kpm.stride(0), H, Tq, Tk, D, scale, n_tiles, ALPHA_GRAD=alpha_grad, **common)
     return dq, dk, dv, (dalpha if alpha_grad else None)
 
 

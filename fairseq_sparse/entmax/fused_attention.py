@@ -147,9 +147,10 @@ class FusedEntmaxAttention(Function):
         heads = alpha_heads.detach().to(torch.float32).contiguous()
         alpha_grad = alpha_heads.requires_grad
         # Inference (no input needs a gradient) skips og, the backward pass's statistic.
-        o, og, stats = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale, alpha_stats=alpha_grad,
-                                                backward=any(ctx.needs_input_grad[:4]), config=config)
-        ctx.save_for_backward(q, k, v, og, stats, heads, kpm)
+        o, og, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale,
+                                                        alpha_stats=alpha_grad,
+                                                        backward=any(ctx.needs_input_grad[:4]), config=config)
+        ctx.save_for_backward(q, k, v, og, stats, blocks, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
         return o
 
@@ -161,10 +162,10 @@ class FusedEntmaxAttention(Function):
                 "create_graph=True)): its gradients would have no history and a gradient penalty would be silently "
                 "dropped; compute such a loss on the explicit path (reference_attention, or entmax_attention "
                 "inside use_backend(\"torch\")), whose normalisers support it")
-        q, k, v, og, stats, heads, kpm = ctx.saved_tensors
+        q, k, v, og, stats, blocks, heads, kpm = ctx.saved_tensors
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
-            q, k, v, do, og, stats, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config)
+            q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]

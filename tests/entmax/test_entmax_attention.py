@@ -113,7 +113,7 @@ def test_faster_solvers_make_fewer_passes(alpha):
         if (certify and not fixed) and not tile_start:
             continue  # a generic alpha has no certified threshold
         config = attention_kernel.KernelConfig(certify=certify, tile_start=tile_start)
-        o, _, stats = attention_kernel.forward(q32, k32, v32, heads, kind, True, mask.to(DEVICE).view(torch.int8),
+        o, _, stats, _ = attention_kernel.forward(q32, k32, v32, heads, kind, True, mask.to(DEVICE).view(torch.int8),
                                                0.25, alpha_stats=not fixed, config=config)
         assert_close(o, o_ref, 2e-5, f"output, solver {certify, tile_start}")
         passes[certify, tile_start] = stats[:, attention_kernel.STAT_PASSES].cpu()
@@ -148,7 +148,7 @@ def test_threshold_from_kept_scores(alpha, kept):
     for setting in (attention_kernel.PACKAGE.kept, kept):
         config = attention_kernel.KernelConfig(kept=setting, tiles=(16, 16, 1))
         kind = triton_kernel.fixed_kind(alpha if fixed else alphas)
-        _, _, stats = attention_kernel.forward(q32, k32, v32, alphas, kind, True, mask.to(DEVICE).view(torch.int8),
+        _, _, stats, _ = attention_kernel.forward(q32, k32, v32, alphas, kind, True, mask.to(DEVICE).view(torch.int8),
                                                0.25, alpha_stats=not fixed, config=config)
         passes[setting] = stats[:, attention_kernel.STAT_PASSES].cpu()
     package = passes[attention_kernel.PACKAGE.kept]
@@ -416,3 +416,40 @@ def test_double_backward_is_refused_with_a_message():
         o = entmax_attention(q, k, v, 1.5)
     with pytest.raises(RuntimeError, match="no double backward.*reference_attention"):
         torch.autograd.grad(o.sum(), q, create_graph=True)
+
+
+@pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.3, 1.9])], ids=["1.5", "per head"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_on_structured_inputs_only_tiles_with_support_are_visited(alpha, causal):
+    """A local band, global keys and a diffuse rest (attention_inputs.banded), with padding:
+    the same output and gradients as the reference, the forward's block mask is exactly the
+    (query tile, key tile) pairs where the reference attention has support, and after the
+    maxima's pass (every tile in reach) the forward visits the tiles with support only,
+    allowing one pass's worth of tiles found empty on the way (the backward visits only the
+    mask's pairs, which the gradients above went through)."""
+    from fairseq_sparse.entmax import attention_inputs
+
+    q, k, v = attention_inputs.banded(2, 2, 96, 16, width=3.0, noise=0.3, seed=1)
+    q, k, v = q.double(), k.double(), v.double()
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    mask = torch.zeros(2, 96, dtype=torch.bool)
+    mask[1, 80:] = True
+    check(q, k, v, do, alpha, causal=causal, key_padding_mask=mask, scale=0.25)
+
+    heads = alpha.float() if torch.is_tensor(alpha) else torch.full((2,), alpha)
+    _, _, stats, blocks = attention_kernel.forward(
+        *(t.to(DEVICE, torch.float32) for t in (q, k, v)), heads.to(DEVICE), triton_kernel.fixed_kind(alpha), causal,
+        mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=torch.is_tensor(alpha),
+        config=attention_kernel.KernelConfig(tiles=(16, 16, 1)))
+    with use_backend("torch"):
+        probs = reference_attention(q, k, torch.eye(96, dtype=torch.float64).expand(2, 2, 96, 96), alpha,
+                                    causal=causal, key_padding_mask=mask, scale=0.25)
+    support = (probs > 0).view(2, 2, 6, 16, 6, 16).any(5).any(3).reshape(4, 6, 6)
+    assert torch.equal(torch.isfinite(blocks).cpu(), support)
+    assert 0 < support.float().mean() < 0.6
+    reach = torch.tensor([min(6, m + 1) if causal else 6 for m in range(6)], dtype=torch.float32)
+    passes = stats[:, attention_kernel.STAT_PASSES, ::16].cpu()
+    visited = stats[:, attention_kernel.STAT_TILES, ::16].cpu()
+    held = support.sum(-1).float()
+    assert bool((visited <= reach + (passes - 1) * held + (reach - held)).all()), (visited, passes, held)
+    assert visited.sum() < 0.8 * (passes * reach).sum()

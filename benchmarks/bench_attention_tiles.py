@@ -1,0 +1,100 @@
+"""Key tiles the fused entmax attention visits, forward and backward, against visiting every
+tile in every pass, per input family.
+
+A visit is one (query tile, key tile) pair whose scores a kernel computes from q and k.
+The forward kernel makes one pass for the row maxima, one per Newton step, maybe one on
+the support, one for the output and maybe one for the alpha statistics; it skips a key
+tile once the tile can hold no support for any row of its query tile (every Newton
+iterate is a lower bound of the threshold, so such a tile stays off the support), and
+records its visits (``STAT_TILES``).  Visiting every tile in every pass would make
+passes x tiles.  The backward kernels (dk and dv over query tiles, dq and d alpha over
+key tiles) visit only the pairs of the forward's block mask, against every pair before;
+the causal mask's pairs past the diagonal are never counted.
+
+The counts depend on the scores and the tile shape, not on the device: without CUDA the
+kernels run under Triton's interpreter on CPU tensors, at the GPU's tiles (64 x 64).
+
+    python benchmarks/bench_attention_tiles.py                       # T 1024, gaussian and structured
+    python benchmarks/bench_attention_tiles.py --lengths 1024 4096 --densities 0.1 0.3 0.5 --causal
+"""
+
+import argparse
+import os
+
+import torch
+
+if not torch.cuda.is_available():  # before the kernels are defined
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from fairseq_sparse.entmax import attention_inputs, attention_kernel  # noqa: E402
+from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
+
+
+def visits(q, k, v, alpha, causal, tiles):
+    """(forward visits, forward visits if every tile were visited in every pass, backward
+    visits, backward visits of every pair, block density) of one forward and its backward."""
+    device = q.device
+    H = q.shape[1]
+    heads = alpha.float().to(device) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=device)
+    config = attention_kernel.KernelConfig(tiles=(*tiles, 4, None))
+    _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None,
+                                                   q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha),
+                                                   config=config)
+    block_m, block_n = tiles
+    Tq, Tk = q.shape[2], k.shape[2]
+    starts = torch.arange(0, Tq, block_m, device=device)
+    # Key tiles in reach of each query tile (the kernels' _key_end).
+    ends = (starts + block_m + (Tk - Tq)).clamp(0, Tk) if causal else torch.full_like(starts, Tk)
+    reach = (ends + block_n - 1) // block_n  # (query tiles,)
+    passes = stats[:, attention_kernel.STAT_PASSES, ::block_m]  # (B * H, query tiles)
+    forward_all = float((passes * reach[None, :]).sum())
+    forward_new = float(stats[:, attention_kernel.STAT_TILES, ::block_m].sum())
+    pairs = float(reach.sum()) * stats.shape[0]
+    held = float(torch.isfinite(blocks).sum())
+    return forward_new, forward_all, 2 * held, 2 * pairs, held / pairs
+
+
+def inputs(family, batch, heads, length, head_dim, density, tiles, causal):
+    """(q, k, v, block density) of an input family."""
+    if family == "gaussian":
+        q, k, v = attention_inputs.gaussian(batch, heads, length, head_dim, seed=length)
+        return q, k, v, None
+    return attention_inputs.structured(batch, heads, length, head_dim, density, tiles=tiles, causal=causal,
+                                       seed=length)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024])
+    parser.add_argument("--families", nargs="+", default=["gaussian", "structured"], choices=["gaussian", "structured"])
+    parser.add_argument("--densities", type=float, nargs="+", default=[0.1, 0.3, 0.5],
+                        help="block densities of the structured inputs (found by bisection; the measured one is "
+                             "printed)")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tiles = tuple(args.tiles)
+    print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
+          f"B={args.batch} H={args.heads} head_dim={args.head_dim}; {'causal' if args.causal else 'not causal'}; "
+          f"tiles {tiles[0]} x {tiles[1]}; visits as ratios to visiting every tile in every pass")
+    print("| T | input | block density | normaliser | forward | backward | forward + backward |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for T in args.lengths:
+        for family in args.families:
+            for density in ([None] if family == "gaussian" else args.densities):
+                q, k, v, _ = inputs(family, args.batch, args.heads, T, args.head_dim, density, tiles, args.causal)
+                q, k, v = q.to(device), k.to(device), v.to(device)
+                name = family if density is None else f"{family} ({density:g} asked)"
+                for label, alpha in (("1.5-entmax", 1.5),
+                                     ("alpha per head", torch.linspace(1.25, 1.75, args.heads))):
+                    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles)
+                    print(f"| {T} | {name} | {held:.2f} | {label} | {fwd / fwd_all:.2f}x | {bwd / bwd_all:.2f}x | "
+                          f"{(fwd + bwd) / (fwd_all + bwd_all):.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Inputs for measuring sparse attention: the families the kernel tests and benchmarks take.
+
+- ``gaussian``: q, k, v ~ N(0, 1), as the earlier benchmarks drew them.  Their scores have
+  no structure, so entmax's support is spread over every key tile.
+- ``structured``: the structure trained attention has (a local band around the query's
+  position, a few global keys every query attends to, a diffuse rest), with the *block
+  density*, the share of (query tile, key tile) pairs that hold support, as the parameter.
+
+The scores come from q and k, since the kernels compute them: with random Fourier features
+phi of the positions (Rahimi & Recht, 2007), phi(i).phi(j) ~ exp(-(i - j)^2 / (2 w^2)), and
+
+    q_i = [sqrt(a) phi(i), sqrt(g), sigma n_i],   k_j = [sqrt(a) phi(j), sqrt(g) [j global], m_j]
+
+the score is a kernel of width w around the diagonal, g on the global keys and noise of
+spread sigma (the diffuse rest; the features' own error adds some).  More noise lets more
+scattered keys into the support, so the block density rises with sigma from what the band
+and the global keys hold alone; :func:`structured` finds the sigma that gives the block
+density asked for, measured on the attention itself (:func:`block_density`).
+"""
+
+import math
+
+import torch
+
+from .fused_attention import reference_attention, visible
+
+# The share of dimensions of q and k that carry the band, and that carry noise.
+BAND_SHARE, NOISE_SHARE = 0.75, 0.2
+
+
+def gaussian(batch, heads, length, head_dim, seed=0):
+    """(q, k, v) ~ N(0, 1), float32 on CPU."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, heads, length, head_dim)
+    return tuple(torch.randn(shape, generator=g) for _ in range(3))
+
+
+def banded(batch, heads, length, head_dim, width, strength=8.0, global_keys=2, global_strength=7.0, noise=1.0,
+           seed=0):
+    """(q, k, v) whose scores (at scale 1 / sqrt(head_dim)) are a band of ``width`` positions
+    around the diagonal of height ``strength``, ``global_keys`` keys (spread over the
+    sequence, different per head) that every query scores ``global_strength`` higher, and
+    N(0, noise^2)-like noise."""
+    g = torch.Generator().manual_seed(seed)
+    band = max(2, int(head_dim * BAND_SHARE) // 2 * 2)
+    spread = max(1, int(head_dim * NOISE_SHARE))
+    if band + 1 + spread > head_dim:
+        raise ValueError(f"head_dim {head_dim}: too narrow for the band, global and noise features")
+    root = math.sqrt(math.sqrt(head_dim))  # q.k * head_dim^-1/2 = the scores asked for
+    positions = torch.arange(length, dtype=torch.float64)
+    q = torch.zeros(batch, heads, length, head_dim, dtype=torch.float64)
+    k = torch.zeros_like(q)
+    for h in range(heads):
+        freq = torch.randn(band // 2, generator=g, dtype=torch.float64) / width
+        phase = freq[None, :] * positions[:, None]
+        features = torch.cat([phase.cos(), phase.sin()], dim=1) * math.sqrt(2.0 / band)  # phi(i).phi(j)
+        q[:, h, :, :band] = features * math.sqrt(strength) * root
+        k[:, h, :, :band] = features * math.sqrt(strength) * root
+        q[:, h, :, band] = math.sqrt(global_strength) * root
+        chosen = torch.randperm(length, generator=g)[:global_keys]
+        k[:, h, chosen, band] = math.sqrt(global_strength) * root
+        q[:, h, :, band + 1:band + 1 + spread] = torch.randn(batch, length, spread, generator=g, dtype=torch.float64) \
+            * root * math.sqrt(noise / math.sqrt(spread))
+        k[:, h, :, band + 1:band + 1 + spread] = torch.randn(batch, length, spread, generator=g, dtype=torch.float64) \
+            * root * math.sqrt(noise / math.sqrt(spread))
+    v = torch.randn(batch, heads, length, head_dim, generator=g)
+    return q.float(), k.float(), v
+
+
+@torch.no_grad()
+def block_density(q, k, alpha, tiles=(64, 64), causal=False):
+    """The share of (query tile, key tile) pairs, among those the causal mask leaves, whose
+    attention (normalised by entmax with ``alpha``) holds a nonzero weight; and the share of
+    nonzero weights among the allowed (query, key) pairs."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    v = torch.eye(Tk, dtype=q.dtype).expand(B, H, Tk, Tk) if Tk <= 4096 else None
+    if v is None:
+        raise ValueError(f"block_density: {Tk} keys; measured up to 4,096")
+    p = reference_attention(q, k, v[..., :Tk], alpha, causal=causal)  # the probabilities themselves
+    allowed = visible(Tq, Tk, q.device) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    bm, bn = tiles
+    nm, nn = math.ceil(Tq / bm), math.ceil(Tk / bn)
+    pad_q, pad_k = nm * bm - Tq, nn * bn - Tk
+    held = torch.nn.functional.pad((p > 0).float(), (0, pad_k, 0, pad_q)).view(B, H, nm, bm, nn, bn).amax((3, 5))
+    reach = torch.nn.functional.pad(allowed.float(), (0, pad_k, 0, pad_q)).view(nm, bm, nn, bn).amax((1, 3))
+    tiles_held = float(held.sum() / (reach.sum() * B * H))
+    weights = float(((p > 0) & allowed).sum() / (allowed.sum() * B * H))
+    return tiles_held, weights
+
+
+def structured(batch, heads, length, head_dim, target, alpha=1.5, tiles=(64, 64), causal=False, seed=0, steps=10,
+               width=16.0):
+    """(q, k, v, measured block density): :func:`banded` inputs (a band of ``width``
+    positions) whose noise is found by bisection so that the block density at ``tiles`` is
+    near ``target``; below what the band and the global keys hold alone (noise 0) the
+    least is returned, and the density moves in steps of whole tiles."""
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"block density {target}: must lie in (0, 1]")
+    low, high = 0.0, 8.0
+    best = None
+    for _ in range(steps):
+        noise = (low + high) / 2
+        q, k, v = banded(batch, heads, length, head_dim, width, noise=noise, seed=seed)
+        density, _ = block_density(q, k, alpha, tiles, causal)
+        if best is None or abs(density - target) < abs(best[3] - target):
+            best = (q, k, v, density)
+        if density < target:
+            low = noise
+        else:
+            high = noise
+    return best

@@ -1,0 +1,32 @@
+"""The input families of the kernel tests and benchmarks (fairseq_sparse.entmax.attention_inputs)."""
+
+import pytest
+import torch
+
+from fairseq_sparse.entmax import attention_inputs
+from tests.conftest import run_script
+
+
+def test_structured_inputs_reach_the_block_density_asked_for():
+    low = attention_inputs.banded(1, 2, 256, 64, 8.0, noise=0.0)
+    high = attention_inputs.banded(1, 2, 256, 64, 8.0, noise=4.0)
+    dense = attention_inputs.gaussian(1, 2, 256, 64)
+    at = [attention_inputs.block_density(q, k, 1.5, (32, 32))[0] for q, k, _ in (low, high, dense)]
+    assert at[0] < at[1] <= at[2] == 1.0, "noise lets scattered keys in; N(0, 1) scores leave no tile empty"
+    q, k, v, density = attention_inputs.structured(1, 2, 256, 64, 0.5, tiles=(32, 32))
+    assert abs(density - 0.5) < 0.1 and q.shape == k.shape == v.shape == (1, 2, 256, 64)
+    assert density == attention_inputs.block_density(q, k, 1.5, (32, 32))[0]
+    with pytest.raises(ValueError, match="block density"):
+        attention_inputs.structured(1, 1, 64, 64, 0.0)
+
+
+def test_the_tile_benchmark_counts_visits_per_family():
+    proc = run_script("benchmarks/bench_attention_tiles.py", "--lengths", "64", "--tiles", "16", "16", "--heads", "2",
+                      "--head-dim", "16", "--densities", "0.4", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| 64 |")]
+    assert [(r[1].strip(), r[3].strip()) for r in rows] == [
+        ("gaussian", "1.5-entmax"), ("gaussian", "alpha per head"),
+        ("structured (0.4 asked)", "1.5-entmax"), ("structured (0.4 asked)", "alpha per head")]
+    structured = [float(r[6].strip().rstrip("x")) for r in rows[2:]]
+    assert all(0 < ratio < 1 for ratio in structured)
