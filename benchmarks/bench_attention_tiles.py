@@ -16,9 +16,14 @@ kernels run under Triton's interpreter on CPU tensors, at the GPU's tiles (64 x 
 
     python benchmarks/bench_attention_tiles.py                       # T 1024, gaussian and structured
     python benchmarks/bench_attention_tiles.py --lengths 1024 4096 --densities 0.1 0.3 0.5 --causal
+    python benchmarks/bench_attention_tiles.py ... --json tiles.json --plot tiles.png
+
+``--plot`` draws the forward + backward visits against the block density, one line per
+length and normaliser (several ``--json`` files of earlier runs, causal or not, with ``--from``).
 """
 
 import argparse
+import json
 import os
 
 import torch
@@ -75,7 +80,15 @@ def main():
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--plot", help="draw visits against block density to this PNG")
+    parser.add_argument("--from", dest="sources", nargs="+", default=[],
+                        help="with --plot: draw the rows of these --json files instead of counting")
     args = parser.parse_args()
+    if args.sources:
+        rows = [row for path in args.sources for row in json.load(open(path))]
+        plot(rows, args.plot)
+        return
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tiles = tuple(args.tiles)
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
@@ -83,6 +96,7 @@ def main():
           f"tiles {tiles[0]} x {tiles[1]}; visits as ratios to visiting every tile in every pass")
     print("| T | input | block density | normaliser | forward | backward | forward + backward |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
     for T in args.lengths:
         for family in args.families:
             for density in ([None] if family == "gaussian" else args.densities):
@@ -92,8 +106,43 @@ def main():
                 for label, alpha in (("1.5-entmax", 1.5),
                                      ("alpha per head", torch.linspace(1.25, 1.75, args.heads))):
                     fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles)
+                    total = (fwd + bwd) / (fwd_all + bwd_all)
                     print(f"| {T} | {name} | {held:.2f} | {label} | {fwd / fwd_all:.2f}x | {bwd / bwd_all:.2f}x | "
-                          f"{(fwd + bwd) / (fwd_all + bwd_all):.2f}x |", flush=True)
+                          f"{total:.2f}x |", flush=True)
+                    rows.append(dict(T=T, family=family, density=held, normaliser=label, causal=args.causal,
+                                     forward=fwd / fwd_all, backward=bwd / bwd_all, total=total))
+                    if args.json:
+                        with open(args.json, "w") as f:
+                            json.dump(rows, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+
+
+def plot(rows, path):
+    """Forward + backward visits (as a share of every tile in every pass) against the block
+    density: one line per length, normaliser and masking."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    groups = sorted({(r["T"], r["normaliser"], r["causal"]) for r in rows})
+    for i, (T, label, causal) in enumerate(groups):
+        points = sorted((r["density"], r["total"]) for r in rows if (r["T"], r["normaliser"], r["causal"]) ==
+                        (T, label, causal))
+        ax.plot(*zip(*points), marker="o", color=f"C{i}", ls="--" if causal else "-",
+                label=f"T = {T:,}, {label}{', causal' if causal else ''}")
+    ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":", label="visits = block density")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("block density (share of the tile pairs in reach that hold support)")
+    ax.set_ylabel("tiles visited, forward + backward\n(share of every tile in every pass)")
+    ax.set_title("fused entmax attention: tiles visited against block density", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
