@@ -29,6 +29,12 @@ AdaSplash's.
     python benchmarks/bench_attention_gpu.py                  # T in 256 512 1024 2048, bf16
     python benchmarks/bench_attention_gpu.py --dtype float32 --lengths 512
     python benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 512 1024 4096 16384 --causal --no-reference
+    python benchmarks/bench_attention_gpu.py --inputs structured --block-density 0.3 --lengths 1024 4096 16384
+
+``--inputs structured`` draws q and k with the structure of trained attention (a local band,
+a few global keys, a diffuse rest: ``fairseq_sparse.entmax.attention_inputs``), its noise
+found on one head of up to 2,048 positions for ``--block-density``; the block density our
+kernel then finds at each length is printed.
 """
 
 import argparse
@@ -39,8 +45,8 @@ import entmax as reference_package
 import torch
 import torch.nn.functional as F
 
-from fairseq_sparse.entmax import (entmax15, entmax_alpha, entmax_attention, has_triton_kernel, sparsemax,
-                                   support_size, use_backend)
+from fairseq_sparse.entmax import (attention_inputs, attention_kernel, entmax15, entmax_alpha, entmax_attention,
+                                   has_triton_kernel, sparsemax, support_size, use_backend)
 from fairseq_sparse.entmax.attention_kernel import KernelConfig
 from bench_attention_passes import kept_setting  # this script's folder is on sys.path
 from kernel_variants import PLAIN_SOLVER
@@ -125,6 +131,10 @@ def main():
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
     parser.add_argument("--no-unfused-entmax", action="store_true",
                         help="skip the unfused Triton normalisers (they hold the (T, T) scores)")
+    parser.add_argument("--inputs", default="gaussian", choices=["gaussian", "structured"],
+                        help="q, k, v ~ N(0, 1), or with trained attention's structure (default: %(default)s)")
+    parser.add_argument("--block-density", type=float, default=0.3,
+                        help="with --inputs structured: the share of 64 x 64 tile pairs holding support to aim at")
     args = parser.parse_args()
     if not (torch.cuda.is_available() and has_triton_kernel()):
         raise SystemExit("this benchmark needs a CUDA device and Triton")
@@ -137,7 +147,23 @@ def main():
         batch = max(1, args.tokens // T) if args.tokens else args.batch
         torch.manual_seed(0)
         shape = (batch, args.heads, T, args.head_dim)
-        q, k, v = (torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
+        if args.inputs == "structured":
+            noise = attention_inputs.structured(1, 1, min(T, 2048), args.head_dim, args.block_density, causal=args.causal,
+                                                seed=T)[4]
+            drawn = attention_inputs.banded(batch, args.heads, T, args.head_dim, 16.0, noise=noise, seed=T)
+            q, k, v = (t.to(DEVICE, dtype).requires_grad_() for t in drawn)
+            with torch.no_grad():
+                blocks = attention_kernel.forward(q.detach(), k.detach(), v.detach(),
+                                                  torch.full((args.heads,), 1.5, device=DEVICE), 2, args.causal, None,
+                                                  args.head_dim ** -0.5, alpha_stats=False, backward=False)[3]
+                reach = blocks.shape[1] * blocks.shape[2]  # not causal: every pair is in reach
+                if args.causal:
+                    reach = sum(min(blocks.shape[2], (m + 1) * blocks.shape[2] // blocks.shape[1])
+                                for m in range(blocks.shape[1]))
+            print(f"T={T}: structured inputs, noise {noise:.3f}, block density (1.5-entmax, our kernel's tiles) "
+                  f"{float(torch.isfinite(blocks).sum()) / (reach * blocks.shape[0]):.2f}")
+        else:
+            q, k, v = (torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
         up = torch.randn(shape, device=DEVICE, dtype=dtype)
         alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0, args.kept)
 

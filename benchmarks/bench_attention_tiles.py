@@ -65,7 +65,7 @@ def inputs(family, batch, heads, length, head_dim, density, tiles, causal):
         q, k, v = attention_inputs.gaussian(batch, heads, length, head_dim, seed=length)
         return q, k, v, None
     return attention_inputs.structured(batch, heads, length, head_dim, density, tiles=tiles, causal=causal,
-                                       seed=length)
+                                       seed=length)[:4]
 
 
 def main():

@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_session.sh fetch     # here, once: the wheels the device image lacks, into .whl/
 #   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention; carry [".whl"], timeout_s 600;
 #                                            # groups: tests kernel attention causal training, and tiles
-#                                            # (only when named)
+#                                            # and sparse (only when named; `run tests sparse` fills a call)
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
 #   bash benchmarks/gpu_session.sh ape       # there: pharma APE; carry [".whl", ".carry/ape"], timeout_s 600
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarized, into .carry/vae
@@ -220,8 +220,9 @@ run)
     shift
     groups=("$@")  # none: all of them
     for group in "${groups[@]}"; do
-        case "$group" in tests|kernel|attention|causal|training|tiles) ;;
-            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training, tiles)" >&2; exit 2 ;;
+        case "$group" in tests|kernel|attention|causal|training|tiles|sparse) ;;
+            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training, tiles, sparse)" >&2
+               exit 2 ;;
         esac
     done
     named() { [[ " ${groups[*]} " == *" $1 "* ]]; }
@@ -258,6 +259,18 @@ run)
             --head-dim 128 --tile-sweep --shapes default 64,32,8,3 32,32,4,3 --repeats 10
         # The same in a training step: the alpha-entmax transformer at 8 warps (no forward or dk/dv spills).
         step 90 tiles.log python3 benchmarks/bench_training_gpu.py --steps 30 --tiles 64,32,8
+    fi
+    # Skipping what is zero: structured inputs at block density 0.3 and 0.1 against SDPA and
+    # AdaSplash, not causal and causal, then the N(0, 1) inputs of the earlier runs.
+    if named sparse; then
+        for density in 0.3 0.1; do
+            step 100 sparse.log python3 benchmarks/bench_attention_gpu.py --inputs structured --block-density "$density" \
+                --tokens 16384 --lengths 1024 4096 16384 --no-reference --no-unfused-entmax --repeats 10
+            step 80 sparse.log python3 benchmarks/bench_attention_gpu.py --inputs structured --block-density "$density" \
+                --tokens 16384 --lengths 1024 4096 16384 --no-reference --no-unfused-entmax --repeats 10 --causal
+        done
+        step 60 sparse.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 1024 4096 16384 \
+            --no-reference --no-unfused-entmax --repeats 10
     fi
     ;;
 *)

@@ -91,10 +91,12 @@ def block_density(q, k, alpha, tiles=(64, 64), causal=False):
 
 def structured(batch, heads, length, head_dim, target, alpha=1.5, tiles=(64, 64), causal=False, seed=0, steps=10,
                width=16.0):
-    """(q, k, v, measured block density): :func:`banded` inputs (a band of ``width``
+    """(q, k, v, measured block density, noise): :func:`banded` inputs (a band of ``width``
     positions) whose noise is found by bisection so that the block density at ``tiles`` is
     near ``target``; below what the band and the global keys hold alone (noise 0) the
-    least is returned, and the density moves in steps of whole tiles."""
+    least is returned, and the density moves in steps of whole tiles.  :func:`block_density`
+    measures up to 4,096 positions: longer or larger inputs take :func:`banded` with the
+    noise found on a smaller one."""
     if not 0.0 < target <= 1.0:
         raise ValueError(f"block density {target}: must lie in (0, 1]")
     low, high = 0.0, 8.0
@@ -104,7 +106,7 @@ def structured(batch, heads, length, head_dim, target, alpha=1.5, tiles=(64, 64)
         q, k, v = banded(batch, heads, length, head_dim, width, noise=noise, seed=seed)
         density, _ = block_density(q, k, alpha, tiles, causal)
         if best is None or abs(density - target) < abs(best[3] - target):
-            best = (q, k, v, density)
+            best = (q, k, v, density, noise)
         if density < target:
             low = noise
         else:

@@ -13,7 +13,7 @@ def test_structured_inputs_reach_the_block_density_asked_for():
     dense = attention_inputs.gaussian(1, 2, 256, 64)
     at = [attention_inputs.block_density(q, k, 1.5, (32, 32))[0] for q, k, _ in (low, high, dense)]
     assert at[0] < at[1] <= at[2] == 1.0, "noise lets scattered keys in; N(0, 1) scores leave no tile empty"
-    q, k, v, density = attention_inputs.structured(1, 2, 256, 64, 0.5, tiles=(32, 32))
+    q, k, v, density, _ = attention_inputs.structured(1, 2, 256, 64, 0.5, tiles=(32, 32))
     assert abs(density - 0.5) < 0.1 and q.shape == k.shape == v.shape == (1, 2, 256, 64)
     assert density == attention_inputs.block_density(q, k, 1.5, (32, 32))[0]
     with pytest.raises(ValueError, match="block density"):
