@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .. import hf
+from ..hf import CONFIG_KEY, attention_modules, from_pretrained, head_alphas, query_heads
 from ..entmax.normalizers import get_normalizer, normalizer_names
 from ..text import read_lines
 from . import report, stats
@@ -34,13 +34,13 @@ def load(path):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as e:
         raise ValueError(f"--hf {path}: no tokenizer saved beside the model ({e})") from None
-    model = hf.from_pretrained(AutoModel, path).eval()
+    model = from_pretrained(AutoModel, path).eval()
     if model.config._attn_implementation not in normalizer_names():  # sdpa and flash return no weights
         model.set_attn_implementation("eager")
     if model.config.is_encoder_decoder:
         raise ValueError(f"--hf {path}: an encoder-decoder ({type(model).__name__}); the report reads models whose "
                          "outputs carry one self-attention per layer (BERT, RoBERTa, Llama, GPT-2, ...)")
-    modules = list(hf.attention_modules(model).values())
+    modules = list(attention_modules(model).values())
     if not modules:
         raise ValueError(f"--hf {path}: {type(model).__name__} has no attention module of transformers' interface")
     return model, tokenizer, bool(getattr(modules[0], "is_causal", False))
@@ -49,17 +49,17 @@ def load(path):
 def alphas_of(model):
     """({(site, layer): alpha per head}, the same at initialisation): learned heads from their
     HeadAlpha, fixed ones from the normaliser (which training does not move)."""
-    learned = hf.head_alphas(model)
-    modules = list(hf.attention_modules(model).values())
-    name = (getattr(model.config, hf.CONFIG_KEY, None) or {}).get("normalizer", "softmax")
+    learned = head_alphas(model)
+    modules = list(attention_modules(model).values())
+    name = (getattr(model.config, CONFIG_KEY, None) or {}).get("normalizer", "softmax")
     alphas, initial = {}, {}
-    for layer, (module_name, module) in enumerate(hf.attention_modules(model).items()):
+    for layer, (module_name, module) in enumerate(attention_modules(model).items()):
         if module_name in learned:
             alphas[(SITE, layer)] = learned[module_name].tolist()
             initial[(SITE, layer)] = module.head_alpha.initial_alpha.tolist()
         else:
             alpha = get_normalizer(name).alpha
-            alphas[(SITE, layer)] = initial[(SITE, layer)] = [float(alpha)] * hf.query_heads(modules[layer])
+            alphas[(SITE, layer)] = initial[(SITE, layer)] = [float(alpha)] * query_heads(modules[layer])
     return alphas, initial
 
 
