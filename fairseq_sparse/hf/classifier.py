@@ -77,6 +77,9 @@ class ClassifierConfig:
                                                                                    "floor rises (linearly)"})
     max_test: int = field(default=0, metadata={"help": "score N test sentences spread over the file (0: all)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)"})
+    save_models: bool = field(default=False, metadata={"help": "save each run's chosen model and its tokenizer in "
+                                                               "OUT/models/<run>_seed<N> (save_pretrained; "
+                                                               "fairseq_sparse.hf.from_pretrained loads it)"})
 
     def __post_init__(self):
         for name in ("train_per_class", "dev_per_class", "updates", "eval_every", "batch_size", "max_length"):
@@ -258,7 +261,8 @@ def run(config):
     config.out.mkdir(parents=True, exist_ok=True)
     saved = config.out / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}
-    setting = {k: str(v) for k, v in asdict(config).items() if k not in ("out", "runs", "seeds", "threads")}
+    setting = {k: str(v) for k, v in asdict(config).items()
+               if k not in ("out", "runs", "seeds", "threads", "save_models")}
     if results.get("config", setting) != setting:
         changed = sorted(k for k in setting if results["config"].get(k) != setting[k])
         raise SystemExit(f"{saved}: written with other options ({', '.join(changed)}); give another --out")
@@ -280,6 +284,9 @@ def run(config):
                 learned, change = plot_alphas(model, config.out / f"alphas_{run}_seed{seed}.png",
                                               f"{run}, seed {seed}: learned alpha per head")
                 entry.update(alpha=learned.tolist(), alpha_change=change.tolist())
+            if config.save_models:
+                model.save_pretrained(config.out / "models" / f"{run}_seed{seed}")
+                tokenizer.save_pretrained(config.out / "models" / f"{run}_seed{seed}")
             runs.setdefault(run, {})[str(seed)] = entry
             saved.write_text(json.dumps(results, indent=1))
             print(f"[{run} seed {seed}] test accuracy {accuracy:.2f}, density {[round(d, 3) for d in density]}",

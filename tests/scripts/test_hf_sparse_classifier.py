@@ -40,11 +40,23 @@ def test_the_comparison_writes_its_table_and_alpha_figures_and_resumes(tmp_path,
                      table, re.M)
 
     # A second seed resumes: the runs done are kept, not run again; the table has mean and spread.
-    proc = run_script("hf_sparse_classifier.py", *options, "--runs", "softmax", "recipe", "--seeds", "1", "2")
+    proc = run_script("hf_sparse_classifier.py", *options, "--runs", "softmax", "recipe", "--seeds", "1", "2",
+                      "--save-models")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("already") == 2
     again = json.loads((out / "results.json").read_text())["runs"]
     assert again["softmax"]["1"] == results["softmax"] and list(again["recipe"]) == ["1", "2"]
+    # The saved model is the one scored: its alphas, its floor, with its tokenizer.
+    import torch
+    from transformers import BertForSequenceClassification
+
+    import fairseq_sparse.hf as hf
+
+    saved = hf.from_pretrained(BertForSequenceClassification, out / "models" / "recipe_seed2")
+    torch.testing.assert_close(torch.stack(list(hf.head_alphas(saved).values())),
+                               torch.tensor(again["recipe"]["2"]["alpha"]))
+    assert (out / "models" / "recipe_seed2" / "tokenizer_config.json").is_file()
+    assert not (out / "models" / "softmax_seed1").exists()
     assert re.search(r"^\| recipe \| 1, 2 \| [0-9.]+ ± [0-9.]+ \|", (out / "results.md").read_text(), re.M)
     # Other options in the same directory would mix two experiments in one table.
     proc = run_script("hf_sparse_classifier.py", *options[:-1], "3")
