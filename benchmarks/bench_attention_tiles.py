@@ -35,16 +35,16 @@ from fairseq_sparse.entmax import attention_inputs, attention_kernel  # noqa: E4
 from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 
 
-def visits(q, k, v, alpha, causal, tiles):
+def visits(q, k, v, alpha, causal, tiles, scale=None):
     """(forward visits, forward visits if every tile were visited in every pass, backward
     visits, backward visits of every pair, block density) of one forward and its backward."""
     device = q.device
     H = q.shape[1]
     heads = alpha.float().to(device) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=device)
     config = attention_kernel.KernelConfig(tiles=(*tiles, 4, None))
-    _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None,
-                                                   q.shape[-1] ** -0.5, alpha_stats=torch.is_tensor(alpha),
-                                                   config=config)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None, scale,
+                                                   alpha_stats=torch.is_tensor(alpha), config=config)
     block_m, block_n = tiles
     Tq, Tk = q.shape[2], k.shape[2]
     starts = torch.arange(0, Tq, block_m, device=device)
@@ -80,6 +80,9 @@ def main():
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
+    parser.add_argument("--captured", nargs="+", default=[],
+                        help="captures of a trained model's q, k, v (benchmarks/capture_attention.py): each "
+                             "attention module at its own heads' alphas and at 1.5, after the other families")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--plot", help="draw visits against block density to this PNG")
     parser.add_argument("--from", dest="sources", nargs="+", default=[],
@@ -114,6 +117,20 @@ def main():
                     if args.json:
                         with open(args.json, "w") as f:
                             json.dump(rows, f, indent=1)
+    for path in args.captured:
+        for q, k, v, alphas, scale, module in attention_inputs.captured(path):
+            q, k, v = q.to(device), k.to(device), v.to(device)
+            T = q.shape[2]
+            for label, alpha in (("learned alphas", alphas), ("1.5-entmax", 1.5)):
+                fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles, scale)
+                total = (fwd + bwd) / (fwd_all + bwd_all)
+                print(f"| {T} | captured {module} | {held:.2f} | {label} | {fwd / fwd_all:.2f}x | "
+                      f"{bwd / bwd_all:.2f}x | {total:.2f}x |", flush=True)
+                rows.append(dict(T=T, family="captured", module=module, density=held, normaliser=label,
+                                 causal=args.causal, forward=fwd / fwd_all, backward=bwd / bwd_all, total=total))
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(rows, f, indent=1)
     if args.plot:
         plot(rows, args.plot)
 
@@ -127,12 +144,14 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    groups = sorted({(r["T"], r["normaliser"], r["causal"]) for r in rows})
-    for i, (T, label, causal) in enumerate(groups):
-        points = sorted((r["density"], r["total"]) for r in rows if (r["T"], r["normaliser"], r["causal"]) ==
-                        (T, label, causal))
-        ax.plot(*zip(*points), marker="o", color=f"C{i}", ls="--" if causal else "-",
-                label=f"T = {T:,}, {label}{', causal' if causal else ''}")
+    groups = sorted({(r["family"] == "captured", r["T"], r["normaliser"], r["causal"]) for r in rows})
+    for i, (was_captured, T, label, causal) in enumerate(groups):
+        points = sorted((r["density"], r["total"]) for r in rows
+                        if (r["family"] == "captured", r["T"], r["normaliser"], r["causal"]) == (was_captured, T, label,
+                                                                                                  causal))
+        source = "captured, " if was_captured else ""
+        ax.plot(*zip(*points), marker="s" if was_captured else "o", color=f"C{i}", ls="--" if causal else
+                ("none" if was_captured else "-"), label=f"{source}T = {T:,}, {label}{', causal' if causal else ''}")
     ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":", label="visits = block density")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlim(0, 1.02)

@@ -5,6 +5,8 @@
 - ``structured``: the structure trained attention has (a local band around the query's
   position, a few global keys every query attends to, a diffuse rest), with the *block
   density*, the share of (query tile, key tile) pairs that hold support, as the parameter.
+- ``captured``: the q, k and v a trained model's attention saw, with its heads' alphas
+  (:func:`fairseq_sparse.hf.capture.capture` writes them; :func:`captured` reads them).
 
 The scores come from q and k, since the kernels compute them: with random Fourier features
 phi of the positions (Rahimi & Recht, 2007), phi(i).phi(j) ~ exp(-(i - j)^2 / (2 w^2)), and
@@ -33,6 +35,14 @@ def gaussian(batch, heads, length, head_dim, seed=0):
     g = torch.Generator().manual_seed(seed)
     shape = (batch, heads, length, head_dim)
     return tuple(torch.randn(shape, generator=g) for _ in range(3))
+
+
+def captured(path):
+    """[(q, k, v, alpha per head, scale, module name)] per attention module of a capture
+    saved with ``torch.save(fairseq_sparse.hf.capture.capture(...), path)``, in float32."""
+    saved = torch.load(path, map_location="cpu")
+    return [(layer["q"].float(), layer["k"].float(), layer["v"].float(), layer["alpha"], saved["scale"],
+             layer["module"]) for layer in saved["layers"]]
 
 
 def banded(batch, heads, length, head_dim, width, strength=8.0, global_keys=2, global_strength=7.0, noise=1.0,

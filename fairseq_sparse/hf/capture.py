@@ -1,0 +1,62 @@
+"""Capture the queries, keys and values a trained model's attention sees, for the kernel's
+tests and benchmarks (``attention_inputs.captured`` reads what this writes).
+
+Sentences of a text file, one per line, are packed into one sequence of ``length`` tokens
+(``[CLS] s1 [SEP] s2 [SEP] ...``, the way long-context training packs documents) and run
+through the model; each attention module's projected q, k and v (B, H, T, D) are kept in
+float16, with the heads' alphas (learned ones from their ``HeadAlpha``, else the
+normaliser's).
+"""
+
+import torch
+
+from . import CONFIG_KEY, attention_modules, from_pretrained, head_alphas, query_heads
+from ..entmax.normalizers import get_normalizer
+from ..text import read_lines
+
+
+def _projections(module):
+    for names in (("query", "key", "value"), ("q_proj", "k_proj", "v_proj")):
+        if all(isinstance(getattr(module, n, None), torch.nn.Linear) for n in names):
+            return [getattr(module, n) for n in names]
+    raise ValueError(f"{type(module).__name__}: no query/key/value (or q_proj/k_proj/v_proj) projections to capture")
+
+
+@torch.no_grad()
+def capture(model_dir, text, length=512):
+    """{"layers": [{"q", "k", "v", "alpha"} per attention module], "model", "text", "length"}."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = from_pretrained(AutoModel, model_dir).eval()
+    ids = [tokenizer.cls_token_id]
+    for line in read_lines(text):
+        ids += tokenizer(line, add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
+        if len(ids) >= length:
+            break
+    if len(ids) < length:
+        raise ValueError(f"{text}: its sentences make {len(ids)} tokens, fewer than the {length} to pack")
+    ids = torch.tensor([ids[:length]])
+    modules = attention_modules(model)
+    captured, hooks = {}, []
+    for name, module in modules.items():
+        heads = query_heads(module)
+        for role, projection in zip("qkv", _projections(module)):
+            def keep(_, __, out, name=name, role=role, heads=heads):
+                B, T, width = out.shape
+                captured[(name, role)] = out.view(B, T, heads, width // heads).transpose(1, 2).half().clone()
+            hooks.append(projection.register_forward_hook(keep))
+    try:
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    learned = head_alphas(model)
+    normalizer = get_normalizer((getattr(model.config, CONFIG_KEY, None) or {}).get("normalizer", "softmax"))
+    layers = []
+    for name, module in modules.items():
+        alpha = learned[name] if name in learned else torch.full((query_heads(module),), float(normalizer.alpha))
+        layers.append({"q": captured[(name, "q")], "k": captured[(name, "k")], "v": captured[(name, "v")],
+                       "alpha": alpha.float().clone(), "module": name})
+    return {"layers": layers, "model": str(model_dir), "text": str(text), "length": length,
+            "scale": float(modules[next(iter(modules))].scaling)}

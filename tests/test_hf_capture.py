@@ -1,0 +1,49 @@
+"""Capturing a trained model's q, k and v (fairseq_sparse.hf.capture) for the kernel's
+benchmarks, and the tile benchmark on a capture."""
+
+import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
+
+import fairseq_sparse.hf as hf
+from fairseq_sparse.entmax import attention_inputs
+from fairseq_sparse.hf.capture import capture
+from tests.conftest import minilm_path, run_script, shared_data
+
+
+def test_a_capture_holds_each_layers_projections_and_alphas_and_the_benchmark_reads_it(tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=37))
+    hf.sparsify(model, "alpha_entmax", alpha_init="random")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    text = shared_data("text", "hsvae-dbpedia14") / "test.txt"
+    result = capture(tmp_path / "model", text, length=64)
+    layers = result["layers"]
+    assert len(layers) == 2 and layers[0]["q"].shape == (1, 4, 64, 8) and layers[0]["q"].dtype == torch.float16
+    torch.testing.assert_close(torch.stack([layer["alpha"] for layer in layers]),
+                               torch.stack(list(hf.head_alphas(model).values())))
+    # Layer 0's queries, recomputed from the packed ids: [CLS] s1 [SEP] s2 [SEP] ...
+    lines = text.read_text(encoding="utf-8").splitlines()
+    ids = [tokenizer.cls_token_id]
+    for line in lines:
+        ids += tokenizer(line, add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
+        if len(ids) >= 64:
+            break
+    model.eval()
+    with torch.no_grad():
+        hidden = model.embeddings(input_ids=torch.tensor([ids[:64]]))
+        want = model.encoder.layer[0].attention.self.query(hidden).view(1, 64, 4, 8).transpose(1, 2)
+    torch.testing.assert_close(layers[0]["q"].float(), want, atol=2e-3, rtol=2e-3)
+
+    torch.save(result, tmp_path / "captured.pt")
+    q, k, v, alpha, scale, module = attention_inputs.captured(tmp_path / "captured.pt")[1]
+    assert q.dtype == torch.float32 and scale == 8 ** -0.5 and module.endswith("layer.1.attention.self")
+    proc = run_script("benchmarks/bench_attention_tiles.py", "--lengths", "64", "--tiles", "16", "16",
+                      "--families", "gaussian", "--heads", "4", "--head-dim", "8", "--captured", tmp_path / "captured.pt",
+                      "--json", tmp_path / "rows.json", "--plot", tmp_path / "tiles.png", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    captured_rows = [line for line in proc.stdout.splitlines() if "| captured " in line]
+    assert len(captured_rows) == 4  # two modules, at their learned alphas and at 1.5
+    assert (tmp_path / "tiles.png").stat().st_size > 10000
