@@ -4,8 +4,9 @@ Each field has one default and its help text (``field(metadata={"help": ...})``,
 own convention for options); :func:`add_options` builds an argparse parser from the fields
 and :func:`from_namespace` reads the parsed options back into the dataclass, so an
 experiment's script states nothing the dataclass already says, and Python callers build
-the same configuration without a parser.  ``metadata`` may add ``choices``, ``required``
-and ``metavar``; a tuple field takes one or more values.
+the same configuration without a parser.  ``metadata`` may add ``choices``, ``required``,
+``metavar`` and ``type`` (an argparse type that parses and checks one value, instead of
+the field's own type); a tuple field takes one or more values.
 
 The real data sets live in one place, :func:`data_path`: ``$FAIRSEQ_SPARSE_DATA`` when set,
 else ``../shared/data`` beside the source checkout.
@@ -53,6 +54,7 @@ def add_options(parser, config_class):
             parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
             continue
         extra = {key: f.metadata[key] for key in ("choices", "required", "metavar") if key in f.metadata}
+        kind = f.metadata.get("type", kind)
         if several:
             extra["nargs"] = "+"
         if default not in (None, (), "") and not extra.get("required"):

