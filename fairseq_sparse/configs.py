@@ -5,8 +5,9 @@ own convention for options); :func:`add_options` builds an argparse parser from 
 and :func:`from_namespace` reads the parsed options back into the dataclass, so an
 experiment's script states nothing the dataclass already says, and Python callers build
 the same configuration without a parser.  ``metadata`` may add ``choices``, ``required``,
-``metavar`` and ``type`` (an argparse type that parses and checks one value, instead of
-the field's own type); a tuple field takes one or more values.
+``metavar``, ``type`` (an argparse type that parses and checks one value, instead of the
+field's own type) and ``repeat`` (a tuple field whose option is given once per value,
+``--x A --x B``, rather than ``--x A B``); a tuple field takes one or more values.
 
 The real data sets live in one place, :func:`data_path`: ``$FAIRSEQ_SPARSE_DATA`` when set,
 else ``../shared/data`` beside the source checkout.
@@ -55,6 +56,10 @@ def add_options(parser, config_class):
             continue
         extra = {key: f.metadata[key] for key in ("choices", "required", "metavar") if key in f.metadata}
         kind = f.metadata.get("type", kind)
+        if several and f.metadata.get("repeat"):
+            parser.add_argument(option, action="append", type=kind, default=list(default), help=help_text.replace(
+                "%", "%%"), **extra)
+            continue
         if several:
             extra["nargs"] = "+"
         if default not in (None, (), "") and not extra.get("required"):
