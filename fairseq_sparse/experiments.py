@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .configs import data_path
+
 # The package itself, as fairseq's --user-dir.
 PLUGIN_DIR = Path(__file__).resolve().parent
 # fairseq's command lines as modules of this interpreter: where the wheels were installed with
@@ -18,8 +20,8 @@ FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
 FAIRSEQ_GENERATE = [sys.executable, "-m", "fairseq_cli.generate"]
 FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]
 FAIRSEQ_PREPROCESS = [sys.executable, "-m", "fairseq_cli.preprocess"]
-# The full official MNIST (IDX files) in the shared data beside the repository.
-FULL_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "images" / "mnist-full"
+# The full official MNIST (IDX files) in the shared data (configs.data_path).
+FULL_MNIST = data_path("images", "mnist-full")
 # glibc's malloc tunables (read at a process's start; other C libraries ignore them): keep up to
 # 1 GiB of freed memory rather than trimming the heap or unmapping large blocks, so that a
 # step that allocates and frees tensors of tens of MB does not fault them back in every time

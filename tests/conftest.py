@@ -20,12 +20,12 @@ if not torch.cuda.is_available():
 if os.environ.get("TRITON_INTERPRET") == "1":
     triton_interpreter.apply()
 
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-
 def shared_data(*parts):
-    """Path under ../shared/data; skipped outside CI when the data is absent, an error in CI."""
-    path = SHARED_DATA.joinpath(*parts)
+    """Path under the shared data (../shared/data, or $FAIRSEQ_SPARSE_DATA: configs.data_path);
+    skipped outside CI when the data is absent, an error in CI."""
+    from fairseq_sparse.configs import data_path
+
+    path = data_path(*parts)
     if not path.exists():
         if os.environ.get("CI"):
             raise FileNotFoundError(f"{path} is missing: CI expects ../shared/data beside the clone")
