@@ -162,3 +162,12 @@ def test_scripts_are_thin_command_lines(script):
     called = {node.func.id for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in types
               for node in ast.walk(f) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert helpers <= types | called, f"scripts/{script} defines {sorted(helpers - types - called)} beside main"
+
+
+@pytest.mark.parametrize("script", ["ape_demo.py", "ape_experiment.py", "multi30k_sparse_attention.py",
+                                    "hf_sparse_classifier.py"])
+def test_experiment_scripts_build_their_parser_from_the_experiments_config(script):
+    """The experiments take a frozen dataclass (fairseq_sparse.configs): their scripts declare no
+    option of their own, so that each option's default and help are stated once."""
+    text = (REPO / "scripts" / script).read_text(encoding="utf-8")
+    assert "configs.parse(" in text and "add_argument" not in text
