@@ -217,7 +217,8 @@ def train(run, config, seed, tokenizer, train_pairs, dev_pairs, num_labels):
 
 def plot_alphas(model, path, title):
     """Every head's learned alpha and its change since initialisation, as two heat maps in
-    ``path``; returns (alphas, changes), one row per layer."""
+    ``path`` (for heads whose floor was raised, the second is the alpha above the floor: what
+    the head learned itself); returns (alphas, changes), one row per layer."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -226,13 +227,19 @@ def plot_alphas(model, path, title):
     alphas = hf.head_alphas(model)
     initial = {n: m.head_alpha.initial_alpha for n, m in hf.attention_modules(model).items() if n in alphas}
     names = list(alphas)
+    modules = hf.attention_modules(model)
     learned = torch.stack([alphas[n] for n in names])
     change = learned - torch.stack([initial[n] for n in names])
+    floors = torch.stack([modules[n].head_alpha.alpha_floor.detach() for n in names])
+    raised = bool((floors > torch.tensor([modules[n].head_alpha.alpha_min for n in names]) + 1e-6).any())
+    second = (learned - floors[:, None], f"alpha above the floor ({float(floors.max()):.2f})", "magma") if raised \
+        else (change, "change since initialisation", "coolwarm")
     fig, axes = plt.subplots(1, 2, figsize=(2 + 0.55 * learned.shape[1] * 2, 1.5 + 0.45 * len(names)))
     for ax, values, label, cmap, limits in ((axes[0], learned, "alpha", "viridis", (1.0, 2.0)),
-                                            (axes[1], change, "change since initialisation", "coolwarm", None)):
-        bound = float(change.abs().max()) or 1e-3
-        image = ax.imshow(values, cmap=cmap, vmin=limits[0] if limits else -bound, vmax=limits[1] if limits else bound,
+                                            (axes[1], *second, None)):
+        bound = float(values.abs().max()) or 1e-3
+        low = 0.0 if raised and ax is axes[1] else -bound
+        image = ax.imshow(values, cmap=cmap, vmin=limits[0] if limits else low, vmax=limits[1] if limits else bound,
                           aspect="auto")
         ax.set_xticks(range(values.shape[1]), [f"h{h}" for h in range(values.shape[1])], fontsize=7)
         ax.set_yticks(range(len(names)), [f"layer {i}" for i in range(len(names))], fontsize=8)
