@@ -85,7 +85,9 @@ def test_train_logs_alphas_generate_and_resume_exactly(multi30k_bin, tmp_path):
     events = b"".join(p.read_bytes() for p in (tmp_path / "tb").rglob("events.out.tfevents*"))
     assert b"alpha_decoder1" in events, "alpha metrics missing from tensorboard"
     alphas = alpha_params(straight / "checkpoint_last.pt")
-    assert len(alphas) == 12 and all(v.shape == (4,) for v in alphas.values())  # pre_alpha and initial_alpha
+    # pre_alpha and initial_alpha (4 heads), and the floor each module's alphas stand on
+    assert len(alphas) == 18 and all(v.shape == (() if k.endswith("alpha_floor") else (4,))
+                                     for k, v in alphas.items())
 
     # The checkpoint keeps each head's alpha at initialisation: what fairseq-train drew
     # (the same model built under the same seed), not moved by training.
