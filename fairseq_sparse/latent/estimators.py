@@ -30,7 +30,7 @@ k most probable summed exactly, one sample from the rest; Liu et al. 2019),
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 
 import torch
 import torch.nn.functional as F
@@ -45,27 +45,79 @@ from .spaces import BitVector, Categorical
 ESTIMATORS = {}
 
 
-@dataclass
-class EstimatorOptions:
-    """Every estimator option, declared once with its help text (its rule: OPTION_RULES);
-    the ``latent_marginalization`` criterion offers them as ``--topk``, ``--set-size``, ...
-    An estimator says which it takes (:attr:`Estimator.options`) and checks their values
-    in its constructor (:meth:`Estimator.check_options`)."""
+def option(default, help, check=None, requirement=None):
+    """A field of an estimator's options: its default, its help and its rule, stated once.
+    A setting an estimator would turn into a crash or a NaN far from the command line is
+    refused when its options are made, by the option's name."""
+    return field(default=default, metadata={"help": help, "check": check, "requirement": requirement})
 
-    topk: int = field(default=10, metadata={"help": "structures topk_sparsemax keeps (its k)"})
-    summed: int = field(default=10, metadata={"help": "categories sum_and_sample sums exactly (its k; the rest is "
-                                                      "sampled once)"})
-    set_size: int = field(default=4, metadata={"help": "samples without replacement of unordered_set (at most 6)"})
-    budget: int = field(default=0, metadata={"help": "most ones of a bit-vector under sparsemap_budget "
-                                                     "(0: half the bits)"})
-    bit_states: int = field(default=1, metadata={"help": "SparseMAP's quadratic term over bit-vectors: 1, on the bits "
-                                                         "(1/2 ||mu||^2); 2, on both states of each bit, as the "
-                                                         "paper's code (lp-sparsemap's Bernoulli factor)"})
-    baseline_decay: float = field(default=0.99, metadata={"help": "moving-average decay of the baseline of sfe, "
-                                                                  "nvil and sum_and_sample"})
-    gumbel_temperature: float = field(default=1.0, metadata={"help": "initial Gumbel-softmax temperature"})
-    gumbel_min_temperature: float = field(default=0.5, metadata={"help": "lowest Gumbel-softmax temperature"})
-    gumbel_anneal_rate: float = field(default=1e-4, metadata={"help": "tau = max(min, tau0 exp(-rate * step))"})
+
+@dataclass(frozen=True)
+class Options:
+    """An estimator's options (each estimator's own subclass; none here): read alike by its
+    Python constructor and, through :data:`EstimatorOptions`, by the command line."""
+
+    def __post_init__(self):
+        for f in fields(self):
+            check, value = f.metadata.get("check"), getattr(self, f.name)
+            if check is not None and not check(value):
+                raise ValueError(f"--{f.name.replace('_', '-')} {value}: {f.metadata['requirement']}")
+
+
+def _baseline_decay():  # shared by sfe, nvil and sum_and_sample
+    return option(0.99, "moving-average decay of the baseline of sfe, nvil and sum_and_sample",
+                  lambda v: 0 <= v <= 1, "must be in [0, 1]")
+
+
+def _bit_states():  # shared by sparsemap and sparsemap_budget
+    return option(1, "SparseMAP's quadratic term over bit-vectors: 1, on the bits (1/2 ||mu||^2); 2, on both "
+                     "states of each bit, as the paper's code (lp-sparsemap's Bernoulli factor)",
+                  lambda v: v in (1, 2), "must be 1 or 2")
+
+
+@dataclass(frozen=True)
+class TopKOptions(Options):
+    topk: int = option(10, "structures topk_sparsemax keeps (its k)", lambda v: v >= 1, "must be at least 1")
+
+
+@dataclass(frozen=True)
+class SparseMAPOptions(Options):
+    bit_states: int = _bit_states()
+
+
+@dataclass(frozen=True)
+class SparseMAPBudgetOptions(Options):
+    budget: int = option(0, "most ones of a bit-vector under sparsemap_budget (0: half the bits)",
+                         lambda v: v >= 0, "must be at least 0 (0: half the bits)")
+    bit_states: int = _bit_states()
+
+
+@dataclass(frozen=True)
+class BaselineOptions(Options):
+    baseline_decay: float = _baseline_decay()
+
+
+@dataclass(frozen=True)
+class GumbelOptions(Options):
+    gumbel_temperature: float = option(1.0, "initial Gumbel-softmax temperature", lambda v: v > 0,
+                                       "must be above 0")  # the relaxed sample divides by it
+    gumbel_min_temperature: float = option(0.5, "lowest Gumbel-softmax temperature", lambda v: v > 0,
+                                           "must be above 0")
+    gumbel_anneal_rate: float = option(1e-4, "tau = max(min, tau0 exp(-rate * step))", lambda v: v >= 0,
+                                       "must be at least 0")
+
+
+@dataclass(frozen=True)
+class SumAndSampleOptions(Options):
+    summed: int = option(10, "categories sum_and_sample sums exactly (its k; the rest is sampled once)",
+                         lambda v: v >= 1, "must be at least 1")
+    baseline_decay: float = _baseline_decay()
+
+
+@dataclass(frozen=True)
+class UnorderedSetOptions(Options):
+    set_size: int = option(4, "samples without replacement of unordered_set (at most 6)", lambda v: 1 <= v <= 6,
+                           "must be 1 to 6 (the set's probability sums over its m! orders)")
 
 
 def register_estimator(name):
@@ -94,21 +146,7 @@ def build_estimator_from_options(name, options, space=None):
     """The estimator called ``name`` in ``space``, given the values of the options it takes
     (``options``: an :class:`EstimatorOptions`, or a config with its fields)."""
     cls = _estimator_class(name)
-    return cls(space=space, **{argument: getattr(options, option) for argument, option in cls.options.items()})
-
-
-# What each option must satisfy, stated once: a setting an estimator would turn into a
-# crash or a NaN far from the command line is refused up front, by its option name.
-OPTION_RULES = {
-    "topk": (lambda v: v >= 1, "must be at least 1"),
-    "summed": (lambda v: v >= 1, "must be at least 1"),
-    "set_size": (lambda v: 1 <= v <= 6, "must be 1 to 6 (the set's probability sums over its m! orders)"),
-    "bit_states": (lambda v: v in (1, 2), "must be 1 or 2"),
-    "baseline_decay": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-    "gumbel_temperature": (lambda v: v > 0, "must be above 0"),  # the relaxed sample divides by it
-    "gumbel_min_temperature": (lambda v: v > 0, "must be above 0"),
-    "gumbel_anneal_rate": (lambda v: v >= 0, "must be at least 0"),
-}
+    return cls(space=space, **{f.name: getattr(options, f.name) for f in fields(cls.Options)})
 
 
 @dataclass
@@ -131,33 +169,23 @@ class Estimator(nn.Module):
     name = None
     sparse = False
     spaces = (Categorical, BitVector)
-    # {constructor argument: the EstimatorOptions field that sets it}; each argument's default
-    # is that field's (tests/latent/test_criterion.py holds them to it)
-    options = {}
+    # Its options (an :class:`Options` dataclass): the constructor takes them by the same names,
+    # with the same defaults, and checks them by making them (``self.options``).
+    Options = Options
     # {an argument's old name: its name now}, refused with a message naming the new one
     renamed = {}
 
-    def __init__(self, space=None):
+    def __init__(self, space=None, old=None, **options):
         super().__init__()
+        for name in old or ():
+            new = self.renamed.get(name)
+            hint = f": it is now {new}= (--{new.replace('_', '-')})" if new else ""
+            raise TypeError(f"{type(self).__name__} takes no argument {name!r}{hint}")
         if space is not None and not isinstance(space, self.spaces):
             raise ValueError(f"--estimator {self.name}: works on {' or '.join(c.__name__ for c in self.spaces)} "
                              f"latents, not {space!r}")
         self.space = space
-
-    def refuse_renamed(self, old):
-        """A TypeError for arguments the constructor does not take, naming an old name's new one."""
-        for name in old:
-            new = self.renamed.get(name)
-            hint = f": it is now {new}= (--{new.replace('_', '-')})" if new else ""
-            raise TypeError(f"{type(self).__name__} takes no argument {name!r}{hint}")
-
-    def check_options(self, **arguments):
-        """Check constructor arguments against the rules of the options that set them."""
-        for argument, value in arguments.items():
-            option = self.options[argument]
-            valid, requirement = OPTION_RULES[option]
-            if not valid(value):
-                raise ValueError(f"--{option.replace('_', '-')} {value}: {requirement}")
+        self.options = self.Options(**options)
 
     def space_for(self, scores):
         return self.space if self.space is not None else Categorical(scores.shape[-1])
@@ -259,11 +287,10 @@ class TopKSparsemax(Estimator):
     under scores . z, and sparsemax over their scores."""
 
     sparse = True
-    options = {"topk": "topk"}
+    Options = TopKOptions
 
-    def __init__(self, topk=10, space=None):
-        super().__init__(space)
-        self.check_options(topk=topk)
+    def __init__(self, topk=TopKOptions.topk, space=None):
+        super().__init__(space, topk=topk)
         if isinstance(space, BitVector) and space.budget is not None:
             raise ValueError("--estimator topk_sparsemax: bit-vectors with a budget are not supported")
         self.topk = topk
@@ -293,15 +320,12 @@ class SparseMAP(Estimator):
 
     sparse = True
     spaces = (BitVector,)
-    options = {"bit_states": "bit_states"}
+    Options = SparseMAPOptions
 
-    def __init__(self, space=None, budget=None, bit_states=1):
+    def __init__(self, space=None, bit_states=SparseMAPOptions.bit_states, **options):
         if not isinstance(space, BitVector):
             raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
-        if budget is not None:
-            space = space.with_budget(budget)
-        super().__init__(space)
-        self.check_options(bit_states=bit_states)
+        super().__init__(space, bit_states=bit_states, **options)
         self.bit_states = bit_states
 
     def support(self, scores):
@@ -315,16 +339,17 @@ class SparseMAP(Estimator):
 
 @register_estimator("sparsemap_budget")
 class SparseMAPBudget(SparseMAP):
-    """SparseMAP over bit-vectors with at most ``budget`` ones (default: half the bits)."""
+    """SparseMAP over bit-vectors with at most ``budget`` ones (0: half the bits)."""
 
-    options = {"budget": "budget", "bit_states": "bit_states"}
+    Options = SparseMAPBudgetOptions
 
-    def __init__(self, space=None, budget=None, bit_states=1):
+    def __init__(self, space=None, budget=SparseMAPBudgetOptions.budget,
+                 bit_states=SparseMAPBudgetOptions.bit_states):
         if not isinstance(space, BitVector):
             raise ValueError(f"--estimator {self.name}: needs a bit-vector latent space, not {space!r}")
-        if budget is not None and not 0 <= budget <= space.bits:
+        if not 0 <= budget <= space.bits:
             raise ValueError(f"--budget {budget}: must be 0 (half the bits) to the {space.bits} latent bits")
-        super().__init__(space, budget or max(1, space.bits // 2), bit_states)
+        super().__init__(space.with_budget(budget or max(1, space.bits // 2)), bit_states, budget=budget)
 
 
 def _decode(loss_fn, z):
@@ -366,11 +391,10 @@ def _score_function(log_prob, loss, baseline):
 class ScoreFunction(Estimator):
     """REINFORCE, z ~ pi, with a moving average of past losses as baseline (1 call)."""
 
-    options = {"baseline_decay": "baseline_decay"}
+    Options = BaselineOptions
 
-    def __init__(self, baseline_decay=0.99, space=None):
-        super().__init__(space)
-        self.check_options(baseline_decay=baseline_decay)
+    def __init__(self, baseline_decay=BaselineOptions.baseline_decay, space=None):
+        super().__init__(space, baseline_decay=baseline_decay)
         self.baseline = MovingAverage(baseline_decay)
 
     def forward(self, scores, loss_fn, features=None):
@@ -401,11 +425,10 @@ class NVIL(Estimator):
     (centring) plus b(x), a linear function of the example's features (built on first
     use) trained by regression onto what the average leaves (1 call)."""
 
-    options = {"baseline_decay": "baseline_decay"}
+    Options = BaselineOptions
 
-    def __init__(self, baseline_decay=0.99, features_dim=None, space=None):
-        super().__init__(space)
-        self.check_options(baseline_decay=baseline_decay)
+    def __init__(self, baseline_decay=BaselineOptions.baseline_decay, features_dim=None, space=None):
+        super().__init__(space, baseline_decay=baseline_decay)
         self.centre = MovingAverage(baseline_decay)
         self.baseline = nn.LazyLinear(1) if features_dim is None else nn.Linear(features_dim, 1)
 
@@ -424,13 +447,16 @@ class NVIL(Estimator):
 class _GumbelBase(Estimator):
     """Temperature tau = max(tau_min, tau_0 exp(-rate * step)), step counted in training."""
 
-    options = {"temperature": "gumbel_temperature", "min_temperature": "gumbel_min_temperature",
+    Options = GumbelOptions
+    renamed = {"temperature": "gumbel_temperature", "min_temperature": "gumbel_min_temperature",
                "anneal_rate": "gumbel_anneal_rate"}
 
-    def __init__(self, temperature=1.0, min_temperature=0.5, anneal_rate=1e-4, space=None):
-        super().__init__(space)
-        self.check_options(temperature=temperature, min_temperature=min_temperature, anneal_rate=anneal_rate)
-        self.tau0, self.tau_min, self.rate = temperature, min_temperature, anneal_rate
+    def __init__(self, gumbel_temperature=GumbelOptions.gumbel_temperature,
+                 gumbel_min_temperature=GumbelOptions.gumbel_min_temperature,
+                 gumbel_anneal_rate=GumbelOptions.gumbel_anneal_rate, space=None, **old):
+        super().__init__(space, old, gumbel_temperature=gumbel_temperature,
+                         gumbel_min_temperature=gumbel_min_temperature, gumbel_anneal_rate=gumbel_anneal_rate)
+        self.tau0, self.tau_min, self.rate = gumbel_temperature, gumbel_min_temperature, gumbel_anneal_rate
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
 
     def temperature(self):
@@ -478,13 +504,12 @@ class SumAndSample(Estimator):
 
     spaces = (Categorical,)
 
-    options = {"summed": "summed", "baseline_decay": "baseline_decay"}
+    Options = SumAndSampleOptions
     renamed = {"topk": "summed"}
 
-    def __init__(self, summed=10, baseline_decay=0.99, space=None, **old):
-        super().__init__(space)
-        self.refuse_renamed(old)
-        self.check_options(summed=summed, baseline_decay=baseline_decay)
+    def __init__(self, summed=SumAndSampleOptions.summed, baseline_decay=SumAndSampleOptions.baseline_decay,
+                 space=None, **old):
+        super().__init__(space, old, summed=summed, baseline_decay=baseline_decay)
         self.summed = summed
         self.baseline = MovingAverage(baseline_decay)
 
@@ -553,13 +578,11 @@ class UnorderedSet(Estimator):
 
     spaces = (Categorical,)
 
-    options = {"set_size": "set_size"}
+    Options = UnorderedSetOptions
     renamed = {"topk": "set_size"}
 
-    def __init__(self, set_size=4, space=None, **old):
-        super().__init__(space)
-        self.refuse_renamed(old)
-        self.check_options(set_size=set_size)
+    def __init__(self, set_size=UnorderedSetOptions.set_size, space=None, **old):
+        super().__init__(space, old, set_size=set_size)
         self.set_size = set_size
 
     def forward(self, scores, loss_fn, features=None):
@@ -590,3 +613,21 @@ class UnorderedSet(Estimator):
         surrogate = (weights * losses).sum(1) + (weights * (losses.detach() - baseline) * _zero_valued(log_p)).sum(1)
         loss = (weights * losses.detach()).sum(1)
         return Estimate(surrogate, loss, torch.full_like(loss, float(k)), self.space_for(scores).entropy(scores))
+
+
+def _command_line_options():
+    """Every estimator's options in one dataclass, the ``latent_marginalization`` criterion's
+    (``--topk``, ``--set-size``, ...): each option once, as its estimator states it; an
+    option two estimators share must be stated alike by both."""
+    union = {}
+    for cls in ESTIMATORS.values():
+        for f in fields(cls.Options):
+            stated = (f.default, f.metadata["help"])
+            if union.setdefault(f.name, (f, stated))[1] != stated:
+                raise TypeError(f"option {f.name}: stated differently by two estimators")
+    return make_dataclass("EstimatorOptions", [(name, f.type, field(default=f.default, metadata=dict(f.metadata)))
+                                               for name, (f, _) in sorted(union.items())])
+
+
+# The union of every estimator's options, as the command line offers them.
+EstimatorOptions = _command_line_options()

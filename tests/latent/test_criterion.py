@@ -38,8 +38,8 @@ def test_bad_settings_are_refused_by_option_name(estimator, setting, space, mess
 def test_settings_at_the_limits_build(estimator, setting, space):
     cfg = LatentMarginalizationConfig(estimator=estimator, **setting)
     built = build_estimator_from_options(estimator, cfg, space)
-    for option, value in setting.items():
-        argument = next(a for a, o in type(built).options.items() if o == option)
+    for argument, value in setting.items():
+        assert getattr(built.options, argument) == value
         if argument == "budget":
             assert built.space.budget == (value or space.bits // 2)
         elif argument == "baseline_decay":
@@ -105,13 +105,22 @@ def test_each_estimator_has_the_command_line_s_defaults_and_one_name_per_option(
     import inspect
 
     from fairseq_sparse.latent import ESTIMATORS, build_estimator
+    from fairseq_sparse.latent.criterion import LatentMarginalizationConfig
     from fairseq_sparse.latent.estimators import EstimatorOptions
 
     defaults = {f.name: f.default for f in dataclasses.fields(EstimatorOptions)}
+    offered = {f.name: (f.default, f.metadata.get("help")) for f in dataclasses.fields(LatentMarginalizationConfig)}
+    taken = set()
     for name, cls in ESTIMATORS.items():
         signature = inspect.signature(cls.__init__).parameters
-        for argument, option in cls.options.items():
-            assert signature[argument].default in (defaults[option], None), (name, argument)
+        for f in dataclasses.fields(cls.Options):
+            # The constructor argument is the option, by name and default; the command line offers it alike.
+            assert signature[f.name].default == f.default == defaults[f.name], (name, f.name)
+            assert offered[f.name] == (f.default, f.metadata["help"]), (name, f.name)
+            taken.add(f.name)
+        assert build_estimator(name, **({} if name not in ("sparsemap", "sparsemap_budget") else
+                                        {"space": BitVector(4)})).options == cls.Options()
+    assert taken == set(defaults), "every command-line option is some estimator's"
     assert build_estimator("sum_and_sample").summed == defaults["summed"] == 10
     with pytest.raises(TypeError, match=r"SumAndSample takes no argument 'topk': it is now summed= \(--summed\)"):
         build_estimator("sum_and_sample", topk=3)

@@ -122,7 +122,7 @@ def test_monte_carlo_gradients_are_unbiased(name, options):
 @pytest.mark.parametrize("name", ["gumbel", "st_gumbel"])
 def test_gumbel_estimators_sample_from_pi_and_anneal(name):
     scores_row = torch.tensor([0.5, -0.3, 1.2, 0.1, -1.0], dtype=torch.float64)
-    estimator = build_estimator(name, temperature=0.1, min_temperature=0.05, anneal_rate=0.1)
+    estimator = build_estimator(name, gumbel_temperature=0.1, gumbel_min_temperature=0.05, gumbel_anneal_rate=0.1)
     scores = scores_row.expand(40000, K).clone().requires_grad_()
     est = estimator(scores, lambda rows, z: z[:, 2])  # the (relaxed) weight on z = 2
     p2 = torch.softmax(scores_row, -1)[2].item()
