@@ -77,3 +77,28 @@ def test_the_benchmark_runs_and_reports_ratios_to_sdpa(tiny_bert):
     rows = re.findall(r"^\| (\w+) \| \d+ \| ([0-9.]+)x", proc.stdout, re.M)
     assert [name for name, _ in rows] == ["sdpa", "eager", "sparsemax", "entmax15", "alpha_entmax"]
     assert float(rows[0][1]) == 1.0
+
+
+def test_the_benchmark_keeps_a_saved_models_alphas_and_reads_real_sentences(tmp_path, tiny_bert):
+    """A model saved after sparsify (a fine-tuned one) is timed with its own learned alphas,
+    and with --text its inputs are real sentences, on which each implementation's density
+    is reported."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    import fairseq_sparse.hf as hf
+
+    model = hf.sparsify(BertModel.from_pretrained(tiny_bert), "alpha_entmax", alpha_init=1.9)
+    with torch.no_grad():  # scores large enough for zeros in a 32-wide random model
+        for name, p in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                p.mul_(6)
+    model.save_pretrained(tmp_path / "sparse")
+    AutoTokenizer.from_pretrained(tiny_bert).save_pretrained(tmp_path / "sparse")
+    proc = run_script("benchmarks/bench_hf_attention.py", "--model", tmp_path / "sparse", "--batch", "3", "--length",
+                      "24", "--repeats", "1", "--no-memory", "--text",
+                      shared_data("text", "hsvae-dbpedia14") / "test.txt")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    density = dict(re.findall(r"^\| (\w+) \|.*\| ([0-9.]+) \|$", proc.stdout, re.M))
+    assert float(density["sdpa"]) == 1.0 and float(density["alpha_entmax"]) < 0.9
+    assert abs(float(density["alpha_entmax"]) - float(density["sparsemax"])) < 0.25, "alpha 1.9 is near sparsemax"
