@@ -18,7 +18,9 @@ does.
 - **Explicit** everywhere else: the float32 scores, the masks, the normaliser, dropout,
   the product with V; the probabilities are returned when asked for.
 
-Shapes: q (B, H, Tq, D), k and v (B, H, Tk, D); query i sees keys j <= i + Tk - Tq when
+Shapes: q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H_kv dividing H (grouped-query
+attention: query head h reads key/value head h // (H / H_kv); the fused kernels read them
+without repeating them, the explicit path repeats them); query i sees keys j <= i + Tk - Tq when
 ``causal`` (the last query aligned with the last key, as with cached keys).  A query that
 sees no key gets zeros from the sparse normalisers, and from softmax on the fused path.
 """
@@ -31,7 +33,7 @@ import torch.nn.functional as F
 
 from . import fused_attention
 from .activations import FLOAT32_ALPHA_MIN
-from .fused_attention import visible
+from .fused_attention import repeat_kv, visible
 
 logger = logging.getLogger(__name__)
 _dropout_noted = set()
@@ -53,6 +55,9 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     changes the result beyond rounding.
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads % kv_heads:
+        raise ValueError(f"attention: {heads} query heads cannot share {kv_heads} key/value heads")
     if normalizer.learned and alpha is None:
         raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
     if fused and not need_weights and fused_attention.uses_fused_kernel(q):
@@ -69,7 +74,9 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
                 return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
                                                         key_padding_mask=key_padding_mask, scale=scale,
                                                         kernel=config), None
-            return _softmax_attention(q, k, v, causal, key_padding_mask, scale), None
+            return _softmax_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), causal, key_padding_mask,
+                                      scale), None
+    k, v = repeat_kv(k, heads), repeat_kv(v, heads)
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
     masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse)
     if masked is not None:

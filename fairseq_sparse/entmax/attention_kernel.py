@@ -342,7 +342,7 @@ def _key_end(start_m, Tq, Tk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
 @triton.jit
 def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                    sob, soh, som, sod, skpb, H, Tq, Tk, D, scale, tol, max_iter, n_tiles,
+                    sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
                     TILE_START: tl.constexpr, KEPT_PER_TILE: tl.constexpr, KEPT_SLOTS: tl.constexpr,
@@ -356,8 +356,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     offs_nb = tl.arange(0, BLOCK_N)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
                 mask=(offs_m[:, None] < Tq) & (offs_d[None, :] < D), other=0.0)
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
+    kv = h // (H // H_KV)  # grouped-query attention: the key/value head this query head reads
+    k_base = K + b * skb + kv * skh
+    v_base = V + b * svb + kv * svh
     kpm_base = KPM + b * skpb
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
     # Each key tile's largest score, from the maxima's pass; -inf once the tile is known to
@@ -583,59 +584,69 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
 @triton.jit
 def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                 sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale, n_m_tiles, n_tiles,
+                 sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles,
                  HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, USE_BLOCKS: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dk and dv of one key tile of one key/value head, summed over the query heads that
+    read it (all H of them, or its group under grouped-query attention)."""
     pid_n = tl.program_id(0)
-    bh, b, h, alpha, am1, k = _head(ALPHA, H)
+    b = tl.program_id(1) // H_KV
+    kv = tl.program_id(1) % H_KV
+    groups = H // H_KV
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_mb = tl.arange(0, BLOCK_M)
     kv_mask = (offs_n[:, None] < Tk) & (offs_d[None, :] < D)
-    k_tile = tl.load(K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-    v_tile = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+    k_tile = tl.load(K + b * skb + kv * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+    v_tile = tl.load(V + b * svb + kv * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
     kt = tl.trans(k_tile)
     vt = tl.trans(v_tile)
     keys_ok = _keys_ok(KPM + b * skpb, offs_n, Tk, HAS_KPM)
-    stats = STATS + (bh * NUM_STATS_C) * Tq
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     m_begin = 0
     if CAUSAL:  # rows before this one see none of these keys
         m_begin = tl.maximum(start_n - (Tk - Tq), 0) // BLOCK_M * BLOCK_M
-    for start_m in range(m_begin, Tq, BLOCK_M):
-        # The forward's block mask: a (query tile, key tile) pair without support adds nothing.
-        held = True
-        if USE_BLOCKS:
-            held = tl.load(BLOCKS + (bh * n_m_tiles + start_m // BLOCK_M) * n_tiles + pid_n) > float("-inf")
-        if held:
-            offs_m = start_m + offs_mb
-            row_ok = offs_m < Tq
-            qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
-            q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask,
-                        other=0.0)
-            do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
-                         other=0.0)
-            row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
-            s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
-            gap = _gap(s, row_max, tau, am1)
-            if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
-                p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
-                dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
-                dp = _dot(do, vt, PRECISION)
-                ds = g * (dp - r[:, None])
-                dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
-    tl.store(DK + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+    for member in range(0, groups):
+        h = kv * groups + member
+        bh = b * H + h
+        alpha = tl.load(ALPHA + h)
+        am1 = alpha - 1.0
+        k = 1.0 / am1
+        stats = STATS + (bh * NUM_STATS_C) * Tq
+        for start_m in range(m_begin, Tq, BLOCK_M):
+            # The forward's block mask: a (query tile, key tile) pair without support adds nothing.
+            held = True
+            if USE_BLOCKS:
+                held = tl.load(BLOCKS + (bh * n_m_tiles + start_m // BLOCK_M) * n_tiles + pid_n) > float("-inf")
+            if held:
+                offs_m = start_m + offs_mb
+                row_ok = offs_m < Tq
+                qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
+                q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask,
+                            other=0.0)
+                do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
+                             other=0.0)
+                row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
+                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
+                gap = _gap(s, row_max, tau, am1)
+                if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
+                    p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
+                    dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
+                    dp = _dot(do, vt, PRECISION)
+                    ds = g * (dp - r[:, None])
+                    dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
+    tl.store(DK + b * skb + kv * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
              (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+    tl.store(DV + b * svb + kv * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
              dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-               sdb, sdh, sdm, sdd, skpb, H, Tq, Tk, D, scale, n_tiles,
+               sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
                USE_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_D: tl.constexpr):
@@ -649,8 +660,9 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
     qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
     do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask, other=0.0)
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
+    kv = h // (H // H_KV)  # grouped-query attention: the key/value head this query head reads
+    k_base = K + b * skb + kv * skh
+    v_base = V + b * svb + kv * svh
     kpm_base = KPM + b * skpb
     stats = STATS + (bh * NUM_STATS_C) * Tq
     row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
@@ -782,8 +794,9 @@ def _padding_arg(key_padding_mask, q):
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
             config=PACKAGE):
-    """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H, Tk, D); ``alpha_heads``
-    float32 (H,).  Without ``backward`` (inference) og is not computed (None).  ``blocks``
+    """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
+    query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
+    key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward`` (inference) og is not computed (None).  ``blocks``
     (B * H, query tiles, key tiles), float32, is -inf where a (query tile, key tile) pair
     holds no support (or lies past the causal diagonal), else the tile's largest score: the
     backward kernels visit only the pairs that hold support (4 bytes a pair: 1 / 1,024 of the
@@ -800,7 +813,8 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     blocks = torch.full((B * H, grid[0], n_tiles), float("-inf"), dtype=torch.float32, device=q.device)
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, *q.stride(), *k.stride(), *v.stride(),
-        *o.stride(), kpm.stride(0), H, Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER, n_tiles,
+        *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
+        n_tiles,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         CERTIFY=config.certify and fixed != 0, TILE_START=config.tile_start, KEPT_PER_TILE=config.kept[0],
         KEPT_SLOTS=config.kept[1],
@@ -835,12 +849,13 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
                   PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
     # dO is read in whatever layout autograd gives it.
-    _dkdv_kernel[(n_tiles, B * H)](
+    kv_heads = k.shape[1]
+    _dkdv_kernel[(n_tiles, B * kv_heads)](
         q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, *q.stride(), *k.stride(), *v.stride(),
-        *do.stride(), kpm.stride(0), H, Tq, Tk, D, scale, n_m_tiles, n_tiles, **common)
+        *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, **common)
     _dq_kernel[(n_m_tiles, B * H)](
         q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, *q.stride(), *k.stride(), *v.stride(),
-        *do.stride(), kpm.stride(0), H, Tq, Tk, D, scale, n_tiles, ALPHA_GRAD=alpha_grad, **common)
+        *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, ALPHA_GRAD=alpha_grad, **common)
     return dq, dk, dv, (dalpha if alpha_grad else None)
 
 

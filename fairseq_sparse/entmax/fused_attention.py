@@ -36,9 +36,9 @@ def _check(q, k, v, alpha, key_padding_mask, scale):
         raise ValueError(f"entmax_attention takes q, k, v of shape (B, H, T, D), got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     B, H, _, D = q.shape
-    if k.shape[:2] != (B, H) or k.shape[3] != D or v.shape != k.shape:
-        raise ValueError(f"entmax_attention: k and v must be (B={B}, H={H}, Tk, D={D}) and alike, got "
-                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != B or k.shape[1] < 1 or H % k.shape[1] or k.shape[3] != D or v.shape != k.shape:
+        raise ValueError(f"entmax_attention: k and v must be (B={B}, H_kv, Tk, D={D}) with H_kv dividing H={H}, "
+                         f"and alike, got {tuple(k.shape)} and {tuple(v.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"entmax_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
     near_one = False
@@ -77,7 +77,10 @@ def uses_fused_kernel(q):
 
 
 def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None):
-    """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H, Tk, D); returns (B, H, Tq, D).
+    """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H_kv, Tk, D); returns (B, H, Tq, D).
+
+    With H_kv < H (grouped-query attention; H_kv divides H) query head h reads key/value head
+    h // (H / H_kv); the fused kernels read them where they are, without repeating them.
 
     ``alpha``: a float in (1, 2] (2 is sparsemax), or a tensor of shape (H,), one per
     head, which may require grad; below ``FLOAT32_ALPHA_MIN`` the reference path runs
@@ -117,10 +120,20 @@ def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device):
     return mask
 
 
+def repeat_kv(states, heads):
+    """(B, H_kv, T, D) -> (B, heads, T, D), each key/value head serving heads / H_kv query
+    heads in turn (grouped-query attention, as transformers' ``repeat_kv``)."""
+    B, H_kv, T, D = states.shape
+    if H_kv == heads:
+        return states
+    return states[:, :, None].expand(B, H_kv, heads // H_kv, T, D).reshape(B, heads, T, D)
+
+
 def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
     """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
     normalised by :func:`entmax_alpha` (float32 for half inputs); any device."""
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
     Tq, Tk = q.shape[2], k.shape[2]
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
     fixed = None if torch.is_tensor(alpha) else {2.0: activations.sparsemax, 1.5: activations.entmax15}.get(alpha)

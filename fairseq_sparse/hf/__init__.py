@@ -12,8 +12,8 @@ eager attention's mask function (``AttentionMaskInterface``): models then pass i
 same additive 4-D masks (padding, causal, sliding windows, cached keys) as to their eager
 attention, so no mask is dropped, and masked keys get probability exactly 0 under the
 sparse normalisers.  The attention is the package's one entry point,
-:func:`fairseq_sparse.entmax.attend` (this adapter repeats fewer key/value heads for
-grouped-query attention and reshapes): the eager attention with its softmax replaced
+:func:`fairseq_sparse.entmax.attend` (which takes fewer key/value heads, grouped-query
+attention, as they are; this adapter only reshapes): the eager attention with its softmax replaced
 (scores ``scaling q.k``, the mask added, the normaliser in float32, dropout in training),
 whose probabilities are returned as the attention weights (``output_attentions=True``),
 with their exact zeros; on CUDA a mask that is padding and/or causal goes to the fused
@@ -57,15 +57,6 @@ HEAD_ALPHA_KEY = ".head_alpha."
 _loading_alphas = contextvars.ContextVar("fairseq_sparse_loading_alphas", default=False)
 
 
-def _repeat_kv(states, groups):
-    """(B, H_kv, T, D) -> (B, H_kv * groups, T, D), each key/value head serving ``groups``
-    query heads in turn (grouped-query attention, as transformers' ``repeat_kv``)."""
-    if groups == 1:
-        return states
-    B, H, T, D = states.shape
-    return states[:, :, None].expand(B, H, groups, T, D).reshape(B, H * groups, T, D)
-
-
 def _wants_weights(module, kwargs):
     """Whether the caller asked for the attention weights (``output_attentions``)."""
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
@@ -90,10 +81,9 @@ def attention_function(name):
             if kwargs.get(option) is not None:
                 raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} passes {option}, which this "
                                  "attention does not apply; use the model's eager attention")
-        heads, kv_heads = query.shape[1], key.shape[1]
-        if heads % kv_heads:
-            raise ValueError(f"{type(module).__name__}: {heads} query heads cannot share {kv_heads} key/value heads")
-        key, value = _repeat_kv(key, heads // kv_heads), _repeat_kv(value, heads // kv_heads)
+        if query.shape[1] % key.shape[1]:
+            raise ValueError(f"{type(module).__name__}: {query.shape[1]} query heads cannot share {key.shape[1]} "
+                             "key/value heads")
         head_alpha = getattr(module, "head_alpha", None)
         if normalizer.learned and head_alpha is None:
             raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} has no learned alpha; "

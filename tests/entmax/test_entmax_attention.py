@@ -453,3 +453,18 @@ def test_on_structured_inputs_only_tiles_with_support_are_visited(alpha, causal)
     held = support.sum(-1).float()
     assert bool((visited <= reach + (passes - 1) * held + (reach - held)).all()), (visited, passes, held)
     assert visited.sum() < 0.8 * (passes * reach).sum()
+
+
+@pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.2, 1.5, 1.7, 2.0])], ids=["1.5", "per head"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_grouped_query_attention_reads_the_key_value_heads_without_repeating_them(alpha, causal):
+    """Four query heads over two key/value heads: the output and the gradients (dk and dv
+    summed over each head's group) are the reference's on the key/value heads repeated."""
+    q, _, _, do = inputs(2, 4, 21, 30, 16, seed=7)
+    _, k, v, _ = inputs(2, 2, 21, 30, 16, seed=8)
+    mask = torch.zeros(2, 30, dtype=torch.bool)
+    mask[0, 25:] = True
+    o, grads = check(q, k, v, do, alpha, causal=causal, key_padding_mask=mask)
+    assert grads[1].shape == grads[2].shape == (2, 2, 30, 16)
+    with pytest.raises(ValueError, match="H_kv dividing H=4"):
+        entmax_attention(q.float(), k[:, :1].expand(2, 3, 30, 16).float(), v[:, :1].expand(2, 3, 30, 16).float(), 1.5)
