@@ -50,7 +50,7 @@ from timing import tiles_setting  # noqa: E402
 # Pointer arguments whose element type is not the inputs' dtype.
 POINTERS_FP32 = {"ALPHA", "STATS", "BLOCKS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
 POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
-FLOATS = {"scale", "tol"}
+FLOATS = {"scale", "tol", "p_drop"}
 
 
 def signature(kernel, dtype, constexprs):
@@ -87,7 +87,8 @@ def variants(tiles=None):
             tile = dict(PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
             # Causal with padding at bf16 (a decoder's self-attention in training), neither at float32.
             masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
-            common = dict(FIXED=fixed, **masks, **tile)
+            # Attention dropout at bf16 (BERT-family fine-tuning), none at float32.
+            common = dict(FIXED=fixed, **masks, **tile, DROPOUT=dtype == "bf16")
             backward = dict(common, USE_BLOCKS=True)
             forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
                            TILE_START=True, ONE_TILE=False)

@@ -11,9 +11,9 @@ does.
 
 - **Fused**, where :func:`~.fused_attention.uses_fused_kernel` says the kernels run (CUDA,
   or CPU tensors under Triton's interpreter in ``use_backend("triton")``), no weights are
-  asked for, no dropout applies and the masks are a causal mask and/or key padding: the
-  sparse normalisers through :func:`~.fused_attention.entmax_attention` (the (Tq, Tk)
-  scores are never stored), softmax through PyTorch's SDPA.  An additive ``mask`` that is
+  asked for and the masks are a causal mask and/or key padding: the sparse normalisers
+  through :func:`~.fused_attention.entmax_attention` (the (Tq, Tk) scores are never
+  stored; attention dropout inside the kernels), softmax through PyTorch's SDPA.  An additive ``mask`` that is
   exactly key padding and/or causal (as transformers builds them) is read as such.
 - **Explicit** everywhere else: the float32 scores, the masks, the normaliser, dropout,
   the product with V; the probabilities are returned when asked for.
@@ -26,7 +26,6 @@ sees no key gets zeros from the sparse normalisers, and from softmax on the fuse
 """
 
 import functools
-import logging
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +34,6 @@ from . import fused_attention
 from .activations import FLOAT32_ALPHA_MIN
 from .fused_attention import repeat_kv, visible
 
-logger = logging.getLogger(__name__)
-_dropout_noted = set()
 
 
 def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=False, key_padding_mask=None,
@@ -62,20 +59,15 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
         raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
     if fused and not need_weights and fused_attention.uses_fused_kernel(q):
         masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2])
-        if masks is not None and dropout > 0:
-            if dropout not in _dropout_noted:
-                logger.info("attention dropout %g: the fused attention kernel has none, so attention with dropout "
-                            "takes the explicit path (it stores the scores)", dropout)
-                _dropout_noted.add(dropout)
-        elif masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
+        if masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
             causal, key_padding_mask = masks
             if normalizer.sparse:
                 heads = alpha if normalizer.learned else normalizer.alpha
                 return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
                                                         key_padding_mask=key_padding_mask, scale=scale,
-                                                        kernel=config), None
+                                                        kernel=config, dropout=dropout), None
             return _softmax_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), causal, key_padding_mask,
-                                      scale), None
+                                      scale, dropout), None
     k, v = repeat_kv(k, heads), repeat_kv(v, heads)
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
     masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse)
@@ -132,7 +124,7 @@ def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len):
     return causal, (padding if bool(padding.any()) else None)
 
 
-def _softmax_attention(q, k, v, causal, key_padding_mask, scale):
+def _softmax_attention(q, k, v, causal, key_padding_mask, scale, dropout=0.0):
     """Softmax attention by PyTorch's SDPA (flash or memory-efficient kernels on CUDA).
     A query row with no visible key gives zeros, as the entmax kernel does (SDPA gives NaN)."""
     mask = None
@@ -141,7 +133,7 @@ def _softmax_attention(q, k, v, causal, key_padding_mask, scale):
     if causal and (mask is not None or q.size(2) != k.size(2)):  # SDPA's own causal mask is aligned at the start
         seen = visible(q.size(2), k.size(2), q.device)
         mask, causal = (seen if mask is None else mask & seen), False
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, dropout_p=dropout)
     if mask is not None:
         out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     return out

@@ -313,6 +313,24 @@ def _may_hold(tile_max, tile, cut, kept, kept_tile, least, TILE_START: tl.conste
 
 
 @triton.jit
+def _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop):
+    """Attention dropout's pattern for a tile: True where weight (i, j) of head bh is kept,
+    drawn by Philox from (seed, its position), so that the backward kernels regenerate it
+    (as FlashAttention does) instead of storing it."""
+    offset = (bh.to(tl.int64) * Tq + offs_m[:, None]) * Tk + offs_n[None, :]
+    return tl.rand(seed, offset) >= p_drop
+
+
+@triton.jit
+def _dropped(x, keep, p_drop, DROPOUT: tl.constexpr):
+    """x with the dropped weights zeroed and the kept ones scaled by 1 / (1 - p_drop)."""
+    if DROPOUT:
+        return tl.where(keep, x / (1.0 - p_drop), 0.0)
+    else:
+        return x
+
+
+@triton.jit
 def _head(ALPHA, H):
     """This program's (batch x head index, batch, head) and its head's alpha, alpha - 1 and
     1 / (alpha - 1)."""
@@ -342,8 +360,8 @@ def _key_end(start_m, Tq, Tk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
 @triton.jit
 def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                    sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles,
-                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr,
+                    sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles, p_drop, seed,
+                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, DROPOUT: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
                     TILE_START: tl.constexpr, KEPT_PER_TILE: tl.constexpr, KEPT_SLOTS: tl.constexpr,
                     ONE_TILE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -524,9 +542,12 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                 p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                 v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
                             mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
-                acc += _dot(p.to(v.dtype), v, PRECISION)
-                if WRITE_OG:
-                    acc_g += _dot(g.to(v.dtype), v, PRECISION)
+                keep = True
+                if DROPOUT:
+                    keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+                acc += _dot(_dropped(p, keep, p_drop, DROPOUT).to(v.dtype), v, PRECISION)
+                if WRITE_OG:  # og = sum_j g_ij dp_ij / dO_i with the dropped weights' upstream gradient
+                    acc_g += _dot(_dropped(g, keep, p_drop, DROPOUT).to(v.dtype), v, PRECISION)
                 g_sum += tl.sum(g, axis=1)
                 p_sum += tl.sum(p, axis=1)
                 if ALPHA_STATS:
@@ -584,8 +605,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
 @triton.jit
 def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                 sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles,
+                 sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles, p_drop, seed,
                  HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, USE_BLOCKS: tl.constexpr,
+                 DROPOUT: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """dk and dv of one key tile of one key/value head, summed over the query heads that
     read it (all H of them, or its group under grouped-query attention)."""
@@ -633,8 +655,11 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
-                    dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
-                    dp = _dot(do, vt, PRECISION)
+                    keep = True
+                    if DROPOUT:
+                        keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+                    dv += _dot(tl.trans(_dropped(p, keep, p_drop, DROPOUT).to(do.dtype)), do, PRECISION)
+                    dp = _dropped(_dot(do, vt, PRECISION), keep, p_drop, DROPOUT)  # d loss / d p
                     ds = g * (dp - r[:, None])
                     dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
     tl.store(DK + b * skb + kv * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
@@ -646,9 +671,9 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
 @triton.jit
 def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-               sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles,
+               sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles, p_drop, seed,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
-               USE_BLOCKS: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               USE_BLOCKS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
@@ -689,7 +714,10 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                 vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
                              mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
                 k_tile = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-                dp = _dot(do, vt, PRECISION)
+                keep = True
+                if DROPOUT:
+                    keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+                dp = _dropped(_dot(do, vt, PRECISION), keep, p_drop, DROPOUT)  # d loss / d p
                 ds = g * (dp - r[:, None])
                 dq += _dot(ds.to(k_tile.dtype), k_tile, PRECISION)
                 if ALPHA_GRAD:
@@ -793,14 +821,15 @@ def _padding_arg(key_padding_mask, q):
 
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
-            config=PACKAGE):
+            config=PACKAGE, dropout=0.0, seed=0):
     """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
     query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
     key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward`` (inference) og is not computed (None).  ``blocks``
     (B * H, query tiles, key tiles), float32, is -inf where a (query tile, key tile) pair
     holds no support (or lies past the causal diagonal), else the tile's largest score: the
     backward kernels visit only the pairs that hold support (4 bytes a pair: 1 / 1,024 of the
-    scores' size at 64 x 64 tiles)."""
+    scores' size at 64 x 64 tiles).  ``dropout``: attention dropout's probability, its
+    pattern drawn from ``seed`` (:func:`kept_weights`), which the backward must be given too."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
@@ -814,7 +843,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, *q.stride(), *k.stride(), *v.stride(),
         *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
-        n_tiles,
+        n_tiles, float(dropout), int(seed), DROPOUT=dropout > 0,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         CERTIFY=config.certify and fixed != 0, TILE_START=config.tile_start, KEPT_PER_TILE=config.kept[0],
         KEPT_SLOTS=config.kept[1],
@@ -823,7 +852,7 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
 
 
 def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
-             config=PACKAGE):
+             config=PACKAGE, dropout=0.0, seed=0):
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None); ``blocks`` is the forward's.  Its
     block mask is used where the backward's tiles are the forward's (they differ only where
     the forward took every key in one wider tile)."""
@@ -846,16 +875,38 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     # Tiles of two powers of two give the same counts only when one tile holds every key.
     use_blocks = tuple(blocks.shape[1:]) == (n_m_tiles, n_tiles)
     common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, USE_BLOCKS=use_blocks,
-                  PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
+                  DROPOUT=dropout > 0, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                  **launch)
     # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
     # dO is read in whatever layout autograd gives it.
     kv_heads = k.shape[1]
     _dkdv_kernel[(n_tiles, B * kv_heads)](
         q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, *q.stride(), *k.stride(), *v.stride(),
-        *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, **common)
+        *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, float(dropout), int(seed),
+        **common)
     _dq_kernel[(n_m_tiles, B * H)](
         q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, *q.stride(), *k.stride(), *v.stride(),
-        *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, ALPHA_GRAD=alpha_grad, **common)
+        *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, float(dropout), int(seed),
+        ALPHA_GRAD=alpha_grad, **common)
     return dq, dk, dv, (dalpha if alpha_grad else None)
 
 
+
+
+@triton.jit
+def _kept_kernel(OUT, seed, p_drop, Tq, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    bh = tl.program_id(2)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+    kept = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+    tl.store(OUT + (bh.to(tl.int64) * Tq + offs_m[:, None]) * Tk + offs_n[None, :], kept.to(tl.int8), mask=inside)
+
+
+def kept_weights(seed, batch_heads, Tq, Tk, dropout, device):
+    """(B * H, Tq, Tk) bool: the weights attention dropout keeps in the kernels' calls with
+    ``seed`` and ``dropout`` (the same Philox draws), for tests and analysis."""
+    out = torch.empty((batch_heads, Tq, Tk), dtype=torch.int8, device=device)
+    _kept_kernel[(triton.cdiv(Tq, 16), triton.cdiv(Tk, 16), batch_heads)](out, int(seed), float(dropout), Tq, Tk,
+                                                                          BLOCK_M=16, BLOCK_N=16)
+    return out.bool()

@@ -76,7 +76,7 @@ def uses_fused_kernel(q):
     return activations.current_backend() == "triton"  # CPU tensors: only under the interpreter, when asked
 
 
-def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None):
+def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None, dropout=0.0):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H_kv, Tk, D); returns (B, H, Tq, D).
 
     With H_kv < H (grouped-query attention; H_kv divides H) query head h reads key/value head
@@ -89,7 +89,12 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     query is aligned with the last key).  ``scale``: default 1 / sqrt(D).  A query that
     sees no key gets zeros (and zero gradients).  ``kernel``: how the fused kernels run, an
     ``attention_kernel.KernelConfig`` (None: the package's); it never changes the result.
+    ``dropout``: attention dropout's probability (training): the fused kernels draw its
+    pattern from a seed taken from torch's generator and regenerate it in the backward, so
+    that the (Tq, Tk) weights are still never stored.
     """
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"entmax_attention: dropout must lie in [0, 1), got {dropout}")
     near_one = _check(q, k, v, alpha, key_padding_mask, scale)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
@@ -98,8 +103,11 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
         fixed = fixed_kind(alpha)
         heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha, device=q.device)
         config = attention_kernel.PACKAGE if kernel is None else kernel
-        return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config)
-    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale)
+        # The seed from torch's CPU generator: seeded by torch.manual_seed, and no wait for a GPU.
+        seed = int(torch.randint(0, 2**31 - 1, ())) if dropout > 0 else 0
+        return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config, dropout,
+                                          seed)
+    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout)
 
 
 def visible(q_len, k_len, device, rows=None):
@@ -129,9 +137,10 @@ def repeat_kv(states, heads):
     return states[:, :, None].expand(B, H_kv, heads // H_kv, T, D).reshape(B, heads, T, D)
 
 
-def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None):
+def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, dropout=0.0):
     """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
-    normalised by :func:`entmax_alpha` (float32 for half inputs); any device."""
+    normalised by :func:`entmax_alpha` (float32 for half inputs), attention dropout applied
+    to the weights by ``F.dropout``; any device."""
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
     Tq, Tk = q.shape[2], k.shape[2]
@@ -145,6 +154,8 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
         scores = torch.matmul(q[:, :, start:start + len(rows)].to(compute), k.to(compute).transpose(-1, -2)) * scale
         scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device), float("-inf"))
         probs = fixed(scores, dim=-1) if fixed else activations.entmax_alpha(scores, alpha, dim=-1)
+        if dropout > 0:
+            probs = torch.nn.functional.dropout(probs, p=dropout)
         outputs.append(torch.matmul(probs, v.to(compute)).to(q.dtype))
     return torch.cat(outputs, dim=2) if outputs else q.new_zeros(q.shape[:3] + (v.shape[-1],))
 
@@ -154,7 +165,7 @@ class FusedEntmaxAttention(Function):
     ``config`` an ``attention_kernel.KernelConfig``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config):
+    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config, dropout=0.0, seed=0):
         q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
@@ -162,9 +173,11 @@ class FusedEntmaxAttention(Function):
         # Inference (no input needs a gradient) skips og, the backward pass's statistic.
         o, og, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale,
                                                         alpha_stats=alpha_grad,
-                                                        backward=any(ctx.needs_input_grad[:4]), config=config)
+                                                        backward=any(ctx.needs_input_grad[:4]), config=config,
+                                                        dropout=dropout, seed=seed)
         ctx.save_for_backward(q, k, v, og, stats, blocks, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
+        ctx.dropout, ctx.seed = dropout, seed
         return o
 
     @staticmethod
@@ -178,9 +191,10 @@ class FusedEntmaxAttention(Function):
         q, k, v, og, stats, blocks, heads, kpm = ctx.saved_tensors
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
-            q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config)
+            q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config,
+            dropout=ctx.dropout, seed=ctx.seed)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]
             dalpha = dalpha_rows.view(B, H, -1).sum(dim=(0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None, None, None

@@ -468,3 +468,34 @@ def test_grouped_query_attention_reads_the_key_value_heads_without_repeating_the
     assert grads[1].shape == grads[2].shape == (2, 2, 30, 16)
     with pytest.raises(ValueError, match="H_kv dividing H=4"):
         entmax_attention(q.float(), k[:, :1].expand(2, 3, 30, 16).float(), v[:, :1].expand(2, 3, 30, 16).float(), 1.5)
+
+
+@pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.2, 1.5, 1.7, 2.0])], ids=["1.5", "per head"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_dropout_in_the_kernel_is_the_reference_with_the_same_pattern(alpha, causal):
+    """Dropout 0.3 inside the fused kernels: the output and every gradient are the
+    reference's with the weights the kernels keep (attention_kernel.kept_weights, the same
+    Philox draws, regenerated in the backward) zeroed and the rest scaled by 1 / 0.7; about
+    70% of the weights are kept, and another seed keeps others."""
+    q, k, v, do = inputs(2, 4, 19, 27, 16, seed=11)
+    mask = torch.zeros(2, 27, dtype=torch.bool)
+    mask[1, 20:] = True
+    torch.manual_seed(5)
+    o, grads = fused(q, k, v, do, alpha, causal=causal, key_padding_mask=mask, dropout=0.3)
+    torch.manual_seed(5)
+    seed = int(torch.randint(0, 2**31 - 1, ()))
+    kept = attention_kernel.kept_weights(seed, 8, 19, 27, 0.3, DEVICE).cpu().view(2, 4, 19, 27)
+    assert 0.6 < kept.float().mean() < 0.8
+    assert not torch.equal(kept, attention_kernel.kept_weights(seed + 1, 8, 19, 27, 0.3, DEVICE).cpu().view(2, 4, 19, 27))
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    a = alpha.detach().double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
+    with use_backend("torch"):  # the reference's weights, then the kernels' pattern
+        probs = reference_attention(leaves[0], leaves[1], torch.eye(27, dtype=torch.float64).expand(2, 4, 27, 27), a,
+                                    causal=causal, key_padding_mask=mask)
+    want = torch.matmul(probs * kept / 0.7, leaves[2])
+    (want * do).sum().backward()
+    assert_close(o, want, 2e-5, "output")
+    for name, got, ref in zip(("dq", "dk", "dv", "dalpha"), grads, [t.grad for t in leaves] + [
+            a.grad if torch.is_tensor(a) else None]):
+        if ref is not None:
+            assert_close(got, ref, 2e-4 if name == "dalpha" else 2e-5, name)

@@ -145,18 +145,20 @@ def test_incremental_decoding(normalizer, fused_calls):
 
 
 def test_explicit_path_where_the_kernel_does_not_apply(fused_calls):
-    """Attention weights asked for, attention dropout while training, or a mask that is
-    neither the future mask nor padding (a window): the explicit path.  The future mask of a
-    module not marked causal_attn_mask is read as what it is."""
+    """Attention weights asked for, or a mask that is neither the future mask nor padding (a
+    window): the explicit path.  Attention dropout while training stays on the fused path
+    (the kernels drop the weights themselves).  The future mask of a module not marked
+    causal_attn_mask is read as what it is."""
     x = torch.randn(6, 2, E, device=DEVICE)
     window = causal_mask(6) + torch.tril(torch.full((6, 6), float("-inf"), device=DEVICE), -3)
     with use_backend("triton"):
         attn = module("alpha_entmax", self_attention=True).train()
         attn(x, x, x, need_weights=True)
         attn(x, x, x, attn_mask=window, need_weights=False)
-        module("alpha_entmax", self_attention=True, dropout=0.1).train()(x, x, x, need_weights=False)
         assert fused_calls["entmax"] == 0
-        module("alpha_entmax", self_attention=True, dropout=0.1).eval()(x, x, x, need_weights=False)
+        module("alpha_entmax", self_attention=True, dropout=0.1).train()(x, x, x, need_weights=False)
         assert fused_calls["entmax"] == 1
-        attn(x, x, x, attn_mask=causal_mask(6), need_weights=False)  # not marked causal_attn_mask
+        module("alpha_entmax", self_attention=True, dropout=0.1).eval()(x, x, x, need_weights=False)
         assert fused_calls["entmax"] == 2
+        attn(x, x, x, attn_mask=causal_mask(6), need_weights=False)  # not marked causal_attn_mask
+        assert fused_calls["entmax"] == 3
