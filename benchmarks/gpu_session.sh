@@ -264,13 +264,19 @@ run)
     # AdaSplash, not causal and causal, then the N(0, 1) inputs of the earlier runs.
     if named sparse; then
         for density in 0.3 0.1; do
-            step 100 sparse.log python3 benchmarks/bench_attention_gpu.py --inputs structured --block-density "$density" \
-                --tokens 16384 --lengths 1024 4096 16384 --no-reference --no-unfused-entmax --repeats 10
-            step 80 sparse.log python3 benchmarks/bench_attention_gpu.py --inputs structured --block-density "$density" \
-                --tokens 16384 --lengths 1024 4096 16384 --no-reference --no-unfused-entmax --repeats 10 --causal
+            cap=$([ "$density" = 0.3 ] && echo 90 || echo 70)
+            step "$cap" sparse.log python3 benchmarks/bench_attention_gpu.py --inputs structured --block-density \
+                "$density" --tokens 16384 --lengths 1024 4096 16384 --no-reference --no-unfused-entmax --repeats 10
+            step $((cap - 20)) sparse.log python3 benchmarks/bench_attention_gpu.py --inputs structured \
+                --block-density "$density" --tokens 16384 --lengths 1024 4096 16384 --no-reference \
+                --no-unfused-entmax --repeats 10 --causal
         done
-        step 60 sparse.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 1024 4096 16384 \
+        step 50 sparse.log python3 benchmarks/bench_attention_gpu.py --tokens 16384 --lengths 1024 4096 16384 \
             --no-reference --no-unfused-entmax --repeats 10
+        # A BERT-size fine-tuning step with attention dropout 0.1: the fused kernel against the explicit path.
+        python3 -c "from transformers import BertConfig, BertModel; BertModel(BertConfig()).save_pretrained('/tmp/bert-base')"
+        step 60 sparse.log python3 benchmarks/bench_hf_attention.py --model /tmp/bert-base --device cuda --explicit \
+            --batch 16 --length 512 --repeats 10
     fi
     ;;
 *)

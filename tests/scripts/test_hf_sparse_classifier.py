@@ -72,10 +72,11 @@ def test_a_wrong_option_is_an_error_naming_it(tmp_path, option, value):
 
 def test_the_benchmark_runs_and_reports_ratios_to_sdpa(tiny_bert):
     proc = run_script("benchmarks/bench_hf_attention.py", "--model", tiny_bert, "--batch", "2", "--length", "8",
-                      "--repeats", "2", "--no-memory")
+                      "--repeats", "2", "--no-memory", "--explicit")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = re.findall(r"^\| (\w+) \| \d+ \| ([0-9.]+)x", proc.stdout, re.M)
-    assert [name for name, _ in rows] == ["sdpa", "eager", "sparsemax", "entmax15", "alpha_entmax"]
+    rows = re.findall(r"^\| ([\w ()]+?) \| \d+ \| ([0-9.]+)x", proc.stdout, re.M)
+    assert [name for name, _ in rows] == ["sdpa", "eager", "sparsemax", "entmax15", "alpha_entmax",
+                                          "sparsemax (explicit)", "entmax15 (explicit)", "alpha_entmax (explicit)"]
     assert float(rows[0][1]) == 1.0
 
 
