@@ -41,14 +41,25 @@ computes once and keeps in registers:
 Each score costs at most one exp and one log per pass: the special-function units, not
 the matrix products, bound the generic-alpha passes.
 
+What is zero is skipped after the maxima's pass: a key tile is visited only while some row
+of the query tile may still have support in it (``_may_hold``: the row's kept maximum of the
+tile, or its least kept maximum for a tile left out, above the row's cut at the current
+iterate); a tile found without support is marked in ``BLOCKS`` and never visited again, and
+the output pass leaves ``BLOCKS`` as the block mask of the pairs that hold support, which
+the backward kernels read.  Grouped-query attention reads key/value head h // (H / H_kv)
+for query head h, never repeated.  Attention dropout (``DROPOUT``) drops weights drawn by
+Philox from a seed and the weight's position (``_kept``) in the output pass and again in
+the backward kernels, as FlashAttention does.
+
 The backward pass recomputes p and g from q, k and the stored (max, tau):
 
     dv_j = sum_i p_ij dO_i,   dp_ij = dO_i.v_j,   ds_ij = g_ij (dp_ij - r_i),
     r_i = dO_i.og_i / G_i,    dq_i = scale sum_j ds_ij k_j,   dk_j = scale sum_i ds_ij q_i,
 
-one kernel over key tiles (dk, dv) and one over query tiles (dq, and each row's
-alpha gradient, Correia et al. 2019, Prop. 1 in ``reference.alpha_gradient``'s
-stable form), summed per head outside.
+one kernel over key tiles (dk, dv, summed over the query heads that read the key/value
+head) and one over query tiles (dq, and each row's alpha gradient, Correia et al. 2019,
+Prop. 1 in ``reference.alpha_gradient``'s stable form), summed per head outside; with
+dropout, dp is the dropped weights' upstream gradient and og = sum g v over them.
 
 Scores, thresholds and statistics are float32 whatever the input dtype (a generic
 alpha with half-precision inputs stops Newton at float16's tolerance: ``_tolerance``);
