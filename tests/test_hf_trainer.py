@@ -57,6 +57,25 @@ def example_script(tmp_path, model, out, batch_size):
     return script
 
 
+def tensorboard_scalars(directory):
+    """{tag: [(step, value)]} of the event files under ``directory`` (TFRecord framing: a
+    length, its CRC, the Event protobuf, its CRC)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for path in sorted(directory.rglob("events.out.tfevents*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
 def run(command, tmp_path):
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
@@ -71,8 +90,13 @@ def test_the_documented_example_trains_logs_and_two_processes_equal_one(tmp_path
     logged = proc.stdout + proc.stderr
     for name in ("floor", "alpha_layer_1", "density_layer_1"):
         assert f"{PREFIX}/{name}" in logged
-    events = b"".join(p.read_bytes() for p in one.rglob("events.out.tfevents*"))
-    assert f"{PREFIX}/density_layer_0".encode() in events and f"{PREFIX}/floor".encode() in events
+    scalars = tensorboard_scalars(one)  # the Trainer's tensorboard names its training logs train/...
+    # Logged after steps 2 and 4 (logging_steps=2): the floor the step trained at, raised
+    # halfway after one update (1.01 + 0.49 / 2) and at its target from the second on.
+    floor = scalars[f"train/{PREFIX}/floor"]
+    assert [step for step, _ in floor] == [2, 4] and [v for _, v in floor] == pytest.approx([1.255, 1.5])
+    assert all(value >= 1.5 for _, value in scalars[f"train/{PREFIX}/alpha_layer_0"][1:])
+    assert all(0 < value <= 1 for _, value in scalars[f"train/{PREFIX}/density_layer_1"])
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
