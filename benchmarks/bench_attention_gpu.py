@@ -148,8 +148,8 @@ def main():
         torch.manual_seed(0)
         shape = (batch, args.heads, T, args.head_dim)
         if args.inputs == "structured":
-            noise = attention_inputs.structured(1, 1, min(T, 2048), args.head_dim, args.block_density, causal=args.causal,
-                                                seed=T)[4]
+            noise = attention_inputs.structured(1, 1, min(T, 2048), args.head_dim, args.block_density,
+                                                causal=args.causal, seed=T)[4]
             drawn = attention_inputs.banded(batch, args.heads, T, args.head_dim, 16.0, noise=noise, seed=T)
             q, k, v = (t.to(DEVICE, dtype).requires_grad_() for t in drawn)
             with torch.no_grad():

