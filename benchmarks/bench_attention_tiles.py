@@ -60,12 +60,24 @@ def visits(q, k, v, alpha, causal, tiles, scale=None):
 
 
 def inputs(family, batch, heads, length, head_dim, density, tiles, causal):
-    """(q, k, v, block density) of an input family."""
+    """(q, k, v) of an input family."""
     if family == "gaussian":
-        q, k, v = attention_inputs.gaussian(batch, heads, length, head_dim, seed=length)
-        return q, k, v, None
+        return attention_inputs.gaussian(batch, heads, length, head_dim, seed=length)
     return attention_inputs.structured(batch, heads, length, head_dim, density, tiles=tiles, causal=causal,
-                                       seed=length)[:4]
+                                       seed=length)[:3]
+
+
+def count(rows, args, q, k, v, alpha, tiles, scale=None, **row):
+    """Count one setting's visits, print its table row and keep it in ``rows`` (and --json)."""
+    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles, scale)
+    total = (fwd + bwd) / (fwd_all + bwd_all)
+    print(f"| {row['T']} | {row['input']} | {held:.2f} | {row['normaliser']} | {fwd / fwd_all:.2f}x | "
+          f"{bwd / bwd_all:.2f}x | {total:.2f}x |", flush=True)
+    rows.append(dict(row, density=held, causal=args.causal, forward=fwd / fwd_all, backward=bwd / bwd_all,
+                     total=total))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 def main():
@@ -103,34 +115,18 @@ def main():
     for T in args.lengths:
         for family in args.families:
             for density in ([None] if family == "gaussian" else args.densities):
-                q, k, v, _ = inputs(family, args.batch, args.heads, T, args.head_dim, density, tiles, args.causal)
-                q, k, v = q.to(device), k.to(device), v.to(device)
+                q, k, v = (t.to(device) for t in inputs(family, args.batch, args.heads, T, args.head_dim, density,
+                                                        tiles, args.causal))
                 name = family if density is None else f"{family} ({density:g} asked)"
                 for label, alpha in (("1.5-entmax", 1.5),
                                      ("alpha per head", torch.linspace(1.25, 1.75, args.heads))):
-                    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles)
-                    total = (fwd + bwd) / (fwd_all + bwd_all)
-                    print(f"| {T} | {name} | {held:.2f} | {label} | {fwd / fwd_all:.2f}x | {bwd / bwd_all:.2f}x | "
-                          f"{total:.2f}x |", flush=True)
-                    rows.append(dict(T=T, family=family, density=held, normaliser=label, causal=args.causal,
-                                     forward=fwd / fwd_all, backward=bwd / bwd_all, total=total))
-                    if args.json:
-                        with open(args.json, "w") as f:
-                            json.dump(rows, f, indent=1)
+                    count(rows, args, q, k, v, alpha, tiles, T=T, input=name, family=family, normaliser=label)
     for path in args.captured:
         for q, k, v, alphas, scale, module in attention_inputs.captured(path):
             q, k, v = q.to(device), k.to(device), v.to(device)
-            T = q.shape[2]
             for label, alpha in (("learned alphas", alphas), ("1.5-entmax", 1.5)):
-                fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles, scale)
-                total = (fwd + bwd) / (fwd_all + bwd_all)
-                print(f"| {T} | captured {module} | {held:.2f} | {label} | {fwd / fwd_all:.2f}x | "
-                      f"{bwd / bwd_all:.2f}x | {total:.2f}x |", flush=True)
-                rows.append(dict(T=T, family="captured", module=module, density=held, normaliser=label,
-                                 causal=args.causal, forward=fwd / fwd_all, backward=bwd / bwd_all, total=total))
-                if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump(rows, f, indent=1)
+                count(rows, args, q, k, v, alpha, tiles, scale, T=q.shape[2], input=f"captured {module}",
+                      family="captured", module=module, normaliser=label)
     if args.plot:
         plot(rows, args.plot)
 

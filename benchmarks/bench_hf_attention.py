@@ -87,12 +87,9 @@ def training_step(model_path, batch, length, seed=0, text=None, device="cpu"):
 
     def density(name):
         """Attention density over the pairs of real tokens, in eval mode, mean of the layers."""
-        name = name.removesuffix(EXPLICIT)
-        model.set_attn_implementation("eager" if name == "sdpa" else name)
-        model.eval()
-        with torch.no_grad():
+        model.set_attn_implementation(name.removesuffix(EXPLICIT))
+        with torch.no_grad(), hf.evaluating(model, weights=True):
             attentions = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
-        model.train()
         nonzero, allowed = hf.attention_density_counts(attentions, mask)
         return float((nonzero / allowed).mean())
 

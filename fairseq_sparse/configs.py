@@ -5,10 +5,11 @@ own convention for options); :func:`add_options` builds an argparse parser from 
 and :func:`from_namespace` reads the parsed options back into the dataclass, so an
 experiment's script states nothing the dataclass already says, and Python callers build
 the same configuration without a parser.  ``metadata`` may add ``choices``, ``required``,
-``metavar``, ``type`` (an argparse type that parses and checks one value, instead of the
-field's own type), ``shown`` (the default as the help states it) and ``repeat`` (a tuple
-field whose option is given once per value, ``--x A --x B``, rather than ``--x A B``); a
-tuple field takes one or more values.
+``metavar``, ``least`` (the smallest count the field takes: the parser refuses less with
+:func:`at_least`, and :func:`check` refuses it in Python), ``type`` (an argparse type that
+parses and checks one value, instead of the field's own type), ``shown`` (the default as
+the help states it) and ``repeat`` (a tuple field whose option is given once per value,
+``--x A --x B``, rather than ``--x A B``); a tuple field takes one or more values.
 
 The real data sets live in one place, :func:`data_path`: ``$FAIRSEQ_SPARSE_DATA`` when set,
 else ``../shared/data`` beside the source checkout.
@@ -22,6 +23,30 @@ from pathlib import Path
 
 # The environment variable that says where the shared data sets are.
 DATA_ENV = "FAIRSEQ_SPARSE_DATA"
+
+
+def at_least(minimum):
+    """An argparse ``type``: an integer no smaller than ``minimum``, so that argparse's error
+    names the option (``argument --epochs: must be at least 1, not 0``).  Counts of epochs,
+    seeds or jobs of 0 otherwise reach fairseq-train (where ``--max-epoch 0`` means no
+    limit: a run that never ends) or the thread pool."""
+    def parse(text):
+        value = int(text)  # a ValueError: argparse's "invalid int value"
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def check(config):
+    """Refuse, naming the option, a field below its ``least`` (a config's ``__post_init__``
+    calls it, so that Python callers meet the parser's rule)."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if "least" in f.metadata and value is not None and value < f.metadata["least"]:
+            raise ValueError(f"--{f.name.replace('_', '-')} {value}: must be at least {f.metadata['least']}")
 
 
 def data_path(*parts):
@@ -56,7 +81,7 @@ def add_options(parser, config_class):
             parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
             continue
         extra = {key: f.metadata[key] for key in ("choices", "required", "metavar", "nargs") if key in f.metadata}
-        kind = f.metadata.get("type", kind)
+        kind = at_least(f.metadata["least"]) if "least" in f.metadata else f.metadata.get("type", kind)
         if several and f.metadata.get("repeat"):
             parser.add_argument(option, action="append", type=kind, default=list(default), help=help_text.replace(
                 "%", "%%"), **extra)

@@ -2,7 +2,6 @@
 them, and reading fairseq's logs and output.  (Corpora are their line's: the APE triplets'
 in :mod:`fairseq_sparse.ape.triplets`.)"""
 
-import argparse
 import math
 import os
 import re
@@ -10,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .configs import data_path
+from .configs import at_least, data_path  # noqa: F401  (at_least: the scripts' argparse type)
 
 # The package itself, as fairseq's --user-dir.
 PLUGIN_DIR = Path(__file__).resolve().parent
@@ -33,21 +32,6 @@ MALLOC_KEEP = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_":
 def bits_per_pixel(nats, images, pixels):
     """A total in nats over ``images`` images of ``pixels`` pixels, as bits per pixel."""
     return nats / images / pixels / math.log(2)
-
-
-def at_least(minimum):
-    """An argparse ``type``: an integer no smaller than ``minimum``, so that argparse's error
-    names the option (``argument --epochs: must be at least 1, not 0``).  Counts of epochs,
-    seeds or jobs of 0 otherwise reach fairseq-train (where ``--max-epoch 0`` means no
-    limit: a run that never ends) or the thread pool."""
-    def parse(text):
-        value = int(text)  # a ValueError: argparse's "invalid int value"
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
-        return value
-
-    parse.__name__ = "int"
-    return parse
 
 
 def threads_each(jobs):

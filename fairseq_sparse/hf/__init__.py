@@ -28,6 +28,7 @@ attention module: a registered submodule, so the optimizer, ``state_dict`` and
 Imports torch and transformers, never fairseq.
 """
 
+import contextlib
 import contextvars
 import functools
 import json
@@ -194,7 +195,7 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
     ``alpha_min`` is an error (``sparsify(model, "softmax")`` first starts them afresh).
     ``floor`` (a :class:`~fairseq_sparse.entmax.AlphaFloor`) is the conversion recipe: the
     heads' lowest alpha rises with the updates that :func:`set_num_updates` (or the Trainer
-    callback, :class:`fairseq_sparse.hf.trainer.AlphaFloorCallback`) reports.
+    callback, :class:`fairseq_sparse.hf.trainer.SparseAttentionCallback`) reports.
     The choice is recorded in ``model.config`` for :func:`from_pretrained`.
     """
     chosen = get_normalizer(normalizer, "normalizer")
@@ -263,6 +264,40 @@ def head_alphas(model):
     """{module name: alpha of each head} of a sparsified model with learned alphas."""
     return {name: m.head_alpha().detach() for name, m in attention_modules(model).items()
             if isinstance(getattr(m, "head_alpha", None), HeadAlpha)}
+
+
+def attention_alphas(model, initial=False):
+    """{module name: alpha of each head} for every attention module of ``model``: a learned
+    head's from its :class:`~fairseq_sparse.entmax.HeadAlpha` (with ``initial``, its alpha at
+    initialisation), a fixed normaliser's own alpha otherwise (softmax's 1 for a model never
+    sparsified)."""
+    name = (getattr(model.config, CONFIG_KEY, None) or {}).get("normalizer", "softmax")
+    alphas = {}
+    for module_name, module in attention_modules(model).items():
+        head_alpha = getattr(module, "head_alpha", None)
+        if isinstance(head_alpha, HeadAlpha):
+            alphas[module_name] = (head_alpha.initial_alpha if initial else head_alpha()).detach()
+        else:
+            alphas[module_name] = torch.full((query_heads(module),), float(get_normalizer(name).alpha))
+    return alphas
+
+
+@contextlib.contextmanager
+def evaluating(model, weights=False):
+    """Within it, ``model`` is in eval mode and, with ``weights``, gives its attention weights
+    when asked (``output_attentions``): an implementation that computes none (``sdpa``, flash
+    attention) is replaced by ``eager``, the same softmax.  Mode and implementation are
+    restored after."""
+    implementation, training = model.config._attn_implementation, model.training
+    if weights and implementation != "eager" and implementation not in normalizer_names():
+        model.set_attn_implementation("eager")
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(training)
+        if model.config._attn_implementation != implementation:
+            model.set_attn_implementation(implementation)
 
 
 def attention_density_counts(attentions, attention_mask):

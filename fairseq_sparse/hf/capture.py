@@ -10,8 +10,7 @@ normaliser's).
 
 import torch
 
-from . import CONFIG_KEY, attention_modules, from_pretrained, head_alphas, query_heads
-from ..entmax.normalizers import get_normalizer
+from . import attention_alphas, attention_modules, from_pretrained, query_heads
 from ..text import read_lines
 
 
@@ -51,12 +50,7 @@ def capture(model_dir, text, length=512):
     finally:
         for hook in hooks:
             hook.remove()
-    learned = head_alphas(model)
-    normalizer = get_normalizer((getattr(model.config, CONFIG_KEY, None) or {}).get("normalizer", "softmax"))
-    layers = []
-    for name, module in modules.items():
-        alpha = learned[name] if name in learned else torch.full((query_heads(module),), float(normalizer.alpha))
-        layers.append({"q": captured[(name, "q")], "k": captured[(name, "k")], "v": captured[(name, "v")],
-                       "alpha": alpha.float().clone(), "module": name})
+    layers = [{"q": captured[(name, "q")], "k": captured[(name, "k")], "v": captured[(name, "v")],
+               "alpha": alpha.float().clone(), "module": name} for name, alpha in attention_alphas(model).items()]
     return {"layers": layers, "model": str(model_dir), "text": str(text), "length": length,
             "scale": float(modules[next(iter(modules))].scaling)}

@@ -34,7 +34,7 @@ from transformers import AutoTokenizer, BertForSequenceClassification
 
 import fairseq_sparse.hf as hf
 
-from ..configs import data_path
+from ..configs import check, data_path
 from ..entmax.head_alpha import AlphaFloor
 from ..markdown import table as markdown_table
 from ..text import read_lines
@@ -61,13 +61,13 @@ class ClassifierConfig:
     seeds: tuple[int, ...] = field(default=(1,), metadata={"help": "each run once per seed (initialisation of the "
                                                                    "classifier head, batch order, dropout)"})
     train_per_class: int = field(default=200, metadata={"help": "training sentences of each class, the first of "
-                                                                "DATA/valid.txt"})
+                                                                "DATA/valid.txt", "least": 1})
     dev_per_class: int = field(default=50, metadata={"help": "the next sentences of each class: dev, which chooses "
-                                                             "the checkpoint"})
-    updates: int = field(default=300, metadata={"help": "training updates of each run"})
-    eval_every: int = field(default=100, metadata={"help": "updates between evaluations on dev"})
-    batch_size: int = field(default=32, metadata={"help": "sentences per update"})
-    max_length: int = field(default=64, metadata={"help": "WordPieces per sentence"})
+                                                             "the checkpoint", "least": 1})
+    updates: int = field(default=300, metadata={"help": "training updates of each run", "least": 1})
+    eval_every: int = field(default=100, metadata={"help": "updates between evaluations on dev", "least": 1})
+    batch_size: int = field(default=32, metadata={"help": "sentences per update", "least": 1})
+    max_length: int = field(default=64, metadata={"help": "WordPieces per sentence", "least": 1})
     lr: float = field(default=5e-5, metadata={"help": "AdamW learning rate of the model"})
     alpha_lr: float = field(default=1e-2, metadata={"help": "learning rate of the heads' pre_alpha"})
     near_one: float = field(default=hf.ALPHA_INIT, metadata={"help": "initial alpha of every head in alpha_near1 "
@@ -76,18 +76,15 @@ class ClassifierConfig:
                                                                             "is raised to"})
     alpha_floor_updates: int = field(default=AlphaFloor.updates, metadata={"help": "recipe: updates over which the "
                                                                                    "floor rises (linearly)"})
-    max_test: int = field(default=0, metadata={"help": "score N test sentences spread over the file (0: all)"})
-    threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)"})
+    max_test: int = field(default=0, metadata={"help": "score N test sentences spread over the file (0: all)",
+                                                       "least": 0})
+    threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)", "least": 0})
     save_models: bool = field(default=False, metadata={"help": "save each run's chosen model and its tokenizer in "
                                                                "OUT/models/<run>_seed<N> (save_pretrained; "
                                                                "fairseq_sparse.hf.from_pretrained loads it)"})
 
     def __post_init__(self):
-        for name in ("train_per_class", "dev_per_class", "updates", "eval_every", "batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.max_test < 0 or self.threads < 0:
-            raise ValueError("--max-test and --threads must be >= 0")
+        check(self)
         if not self.seeds or not self.runs:
             raise ValueError("--runs and --seeds need at least one value each")
         if "recipe" in self.runs:
@@ -145,21 +142,16 @@ def encode(tokenizer, pairs, max_length):
 @torch.no_grad()
 def evaluate(model, tokenizer, pairs, max_length, batch_size=128, densities=False):
     """(accuracy in %, attention density per layer or None)."""
-    model.eval()
-    implementation = model.config._attn_implementation
-    if densities and implementation == "sdpa":  # sdpa returns no weights: eager computes the same softmax
-        model.set_attn_implementation("eager")
     correct, nonzero, allowed = 0, None, None
-    for start in range(0, len(pairs), batch_size):
-        batch = encode(tokenizer, pairs[start:start + batch_size], max_length)
-        out = model(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=densities)
-        correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
-        if densities:
-            counts = hf.attention_density_counts(out.attentions, batch["attention_mask"])
-            nonzero = counts[0] if nonzero is None else nonzero + counts[0]
-            allowed = counts[1] if allowed is None else allowed + counts[1]
-    model.set_attn_implementation(implementation)
-    model.train()
+    with hf.evaluating(model, weights=densities):
+        for start in range(0, len(pairs), batch_size):
+            batch = encode(tokenizer, pairs[start:start + batch_size], max_length)
+            out = model(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=densities)
+            correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
+            if densities:
+                counts = hf.attention_density_counts(out.attentions, batch["attention_mask"])
+                nonzero = counts[0] if nonzero is None else nonzero + counts[0]
+                allowed = counts[1] if allowed is None else allowed + counts[1]
     return 100 * correct / len(pairs), (nonzero / allowed).tolist() if densities else None
 
 

@@ -19,7 +19,7 @@ import warnings
 import torch
 from transformers import DefaultFlowCallback, TrainerCallback
 
-from . import attention_density_counts, attention_modules, head_alphas, set_num_updates
+from . import attention_density_counts, attention_modules, evaluating, head_alphas, set_num_updates
 
 # The prefix of the metrics the callback adds to the Trainer's logs.
 PREFIX = "sparse_attention"
@@ -73,20 +73,17 @@ class SparseAttentionCallback(TrainerCallback):
     def metrics(self, model):
         """{name: value} of the heads' floor, mean alpha per layer and (with a probe) density."""
         metrics = {}
-        alphas = head_alphas(model)
-        floors = [m.head_alpha.alpha_floor for m in attention_modules(model).values()
-                  if getattr(m, "head_alpha", None) is not None]
-        if floors:
-            metrics[f"{PREFIX}/floor"] = float(floors[0])
-        for i, alpha in enumerate(alphas.values()):
+        floor = next((m.head_alpha.alpha_floor for m in attention_modules(model).values()
+                      if getattr(m, "head_alpha", None) is not None), None)
+        if floor is not None:
+            metrics[f"{PREFIX}/floor"] = float(floor)
+        for i, alpha in enumerate(head_alphas(model).values()):
             metrics[f"{PREFIX}/alpha_layer_{i}"] = float(alpha.mean())
         if self.probe is not None:
-            was_training = model.training
-            model.eval()
             device = next(model.parameters()).device
             batch = {k: v.to(device) for k, v in self.probe.items() if k != "labels"}
-            attentions = model(**batch, output_attentions=True).attentions
-            model.train(was_training)
+            with evaluating(model, weights=True):
+                attentions = model(**batch, output_attentions=True).attentions
             nonzero, allowed = attention_density_counts(attentions, batch["attention_mask"])
             for i, density in enumerate((nonzero / allowed).tolist()):
                 metrics[f"{PREFIX}/density_layer_{i}"] = density

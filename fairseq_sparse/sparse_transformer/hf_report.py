@@ -15,8 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..hf import CONFIG_KEY, attention_modules, from_pretrained, head_alphas, query_heads
-from ..entmax.normalizers import get_normalizer, normalizer_names
+from ..hf import attention_alphas, attention_modules, evaluating, from_pretrained
 from ..text import read_lines
 from . import report, stats
 
@@ -35,8 +34,6 @@ def load(path):
     except (OSError, ValueError) as e:
         raise ValueError(f"--hf {path}: no tokenizer saved beside the model ({e})") from None
     model = from_pretrained(AutoModel, path).eval()
-    if model.config._attn_implementation not in normalizer_names():  # sdpa and flash return no weights
-        model.set_attn_implementation("eager")
     if model.config.is_encoder_decoder:
         raise ValueError(f"--hf {path}: an encoder-decoder ({type(model).__name__}); the report reads models whose "
                          "outputs carry one self-attention per layer (BERT, RoBERTa, Llama, GPT-2, ...)")
@@ -49,18 +46,10 @@ def load(path):
 def alphas_of(model):
     """({(site, layer): alpha per head}, the same at initialisation): learned heads from their
     HeadAlpha, fixed ones from the normaliser (which training does not move)."""
-    learned = head_alphas(model)
-    modules = list(attention_modules(model).values())
-    name = (getattr(model.config, CONFIG_KEY, None) or {}).get("normalizer", "softmax")
-    alphas, initial = {}, {}
-    for layer, (module_name, module) in enumerate(attention_modules(model).items()):
-        if module_name in learned:
-            alphas[(SITE, layer)] = learned[module_name].tolist()
-            initial[(SITE, layer)] = module.head_alpha.initial_alpha.tolist()
-        else:
-            alpha = get_normalizer(name).alpha
-            alphas[(SITE, layer)] = initial[(SITE, layer)] = [float(alpha)] * query_heads(modules[layer])
-    return alphas, initial
+    def by_layer(alphas):
+        return {(SITE, layer): a.tolist() for layer, a in enumerate(alphas.values())}
+
+    return by_layer(attention_alphas(model)), by_layer(attention_alphas(model, initial=True))
 
 
 @torch.no_grad()
@@ -74,7 +63,8 @@ def collect(model, tokenizer, causal, sentences, keep, max_length, batch_size=32
     for start in range(0, len(sentences), batch_size):
         batch = tokenizer(sentences[start:start + batch_size], padding=True, truncation=True, max_length=max_length,
                           return_tensors="pt")
-        attentions = model(**batch, output_attentions=True).attentions
+        with evaluating(model, weights=True):  # sdpa and flash attention return no weights
+            attentions = model(**batch, output_attentions=True).attentions
         if attentions is None or any(a is None for a in attentions):
             raise ValueError(f"{type(model).__name__} returned no attention weights")
         for b in range(batch["input_ids"].size(0)):

@@ -36,8 +36,9 @@ from typing import Optional
 import sacrebleu
 import torch
 
+from ..configs import check
 from ..entmax import HeadAlpha
-from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_PREPROCESS, FAIRSEQ_TRAIN, PLUGIN_DIR, at_least, device_name,
+from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_PREPROCESS, FAIRSEQ_TRAIN, PLUGIN_DIR, device_name,
                            generate_hypotheses)
 from ..markdown import table as markdown_table
 from ..text import read_lines
@@ -55,23 +56,23 @@ class Multi30kConfig:
     out: Path = field(default=Path("outputs/multi30k"), metadata={
         "help": "data, checkpoints, tensorboard logs, the alpha-entmax attention report and results.md"})
     data: Optional[Path] = field(default=None, metadata={"help": "binarized data (default: prepare it under OUT/data)"})
-    max_epoch: int = field(default=4, metadata={"help": "training epochs per model", "type": at_least(1)})
+    max_epoch: int = field(default=4, metadata={"help": "training epochs per model", "least": 1})
     dim: int = field(default=128, metadata={"help": "embedding width; feed-forward 2x"})
     layers: int = field(default=2, metadata={"help": "encoder and decoder layers"})
     heads: int = field(default=4, metadata={"help": "attention heads per layer"})
     max_tokens: int = field(default=4096, metadata={
         "help": "tokens a batch (fairseq's --max-tokens); fewer make more updates an epoch, and so more reach for "
-                "the alphas", "type": at_least(1)})
+                "the alphas", "least": 1})
     device: str = field(default="cpu", metadata={"help": "train and translate on CPU or on the (first) CUDA GPU",
                                                  "choices": ("cpu", "cuda")})
     normalizers: tuple[str, ...] = field(default=NORMALIZERS, metadata={
         "help": "attention normalisers to compare, one model each", "choices": NORMALIZERS})
-    jobs: int = field(default=1, metadata={"help": "models trained at the same time", "type": at_least(1)})
+    jobs: int = field(default=1, metadata={"help": "models trained at the same time", "least": 1})
     stop_time_hours: Optional[float] = field(default=None, metadata={
         "help": "also stop each training after this wall time"})
     patience: Optional[int] = field(default=None, metadata={
         "help": "also stop each training when its validation loss has not improved for this many epochs (fairseq's "
-                "--patience); a model so stopped is not trained again", "type": at_least(1)})
+                "--patience); a model so stopped is not trained again", "least": 1})
     test_prefix: tuple[str, ...] = field(default=(), metadata={
         "help": "also translate and score the raw test set PREFIX.en / PREFIX.de (repeatable), e.g. another "
                 "Multi30k test year", "repeat": True, "metavar": "PREFIX"})
@@ -81,17 +82,12 @@ class Multi30kConfig:
                 "--alpha-lr-scale; 1: the paper's)"})
     speed_updates: int = field(default=0, metadata={
         "help": "measure training tokens/s apart: each model trains this many updates alone, before the runs, once "
-                "(0: the runs' own mean over epochs)", "type": at_least(0)})
+                "(0: the runs' own mean over epochs)", "least": 0})
     speed_rounds: int = field(default=2, metadata={
-        "help": "rounds of that measurement, the normalisers in a rotated order each", "type": at_least(1)})
+        "help": "rounds of that measurement, the normalisers in a rotated order each", "least": 1})
 
     def __post_init__(self):
-        for name, least in (("max_epoch", 1), ("max_tokens", 1), ("jobs", 1), ("speed_updates", 0),
-                            ("speed_rounds", 1)):
-            if getattr(self, name) < least:
-                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least {least}")
-        if self.patience is not None and self.patience < 1:
-            raise ValueError(f"--patience {self.patience}: must be at least 1")
+        check(self)
 SITES = ("encoder", "decoder", "cross")
 # The training schedule: Adam at a peak learning rate of LR, warmed up from 0 over WARMUP
 # updates, then inverse square root (fairseq's inverse_sqrt).
