@@ -133,21 +133,25 @@ def main():
 
 def plot(rows, path):
     """Forward + backward visits (as a share of every tile in every pass) against the block
-    density: one line per length, normaliser and masking."""
+    density: a line per length, normaliser and masking of the structured inputs, markers for
+    the N(0, 1) and captured ones."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
-    groups = sorted({(r["family"] == "captured", r["T"], r["normaliser"], r["causal"]) for r in rows})
-    for i, (was_captured, T, label, causal) in enumerate(groups):
+    fig, ax = plt.subplots(figsize=(6.4, 5.6), layout="constrained")
+    groups = sorted({(r["family"], r["T"], r["normaliser"], r["causal"]) for r in rows if r["family"] != "gaussian"})
+    for i, (family, T, label, causal) in enumerate(groups):
         points = sorted((r["density"], r["total"]) for r in rows
-                        if (r["family"] == "captured", r["T"], r["normaliser"], r["causal"]) == (was_captured, T, label,
-                                                                                                  causal))
-        source = "captured, " if was_captured else ""
-        ax.plot(*zip(*points), marker="s" if was_captured else "o", color=f"C{i}", ls="--" if causal else
-                ("none" if was_captured else "-"), label=f"{source}T = {T:,}, {label}{', causal' if causal else ''}")
+                        if (r["family"], r["T"], r["normaliser"], r["causal"]) == (family, T, label, causal))
+        captured = family == "captured"
+        ax.plot(*zip(*points), marker="s" if captured else "o", color=f"C{i % 10}",
+                ls="none" if captured else "--" if causal else "-",
+                label=f"{family}, T = {T:,}, {label}{', causal' if causal else ''}")
+    gaussian = [(r["density"], r["total"]) for r in rows if r["family"] == "gaussian"]
+    if gaussian:  # every length, normaliser and masking: the same point
+        ax.plot(*zip(*gaussian), marker="x", ls="none", color="black", label="N(0, 1), every setting")
     ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":", label="visits = block density")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlim(0, 1.02)
@@ -155,7 +159,7 @@ def plot(rows, path):
     ax.set_xlabel("block density (share of the tile pairs in reach that hold support)")
     ax.set_ylabel("tiles visited, forward + backward\n(share of every tile in every pass)")
     ax.set_title("fused entmax attention: tiles visited against block density", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
