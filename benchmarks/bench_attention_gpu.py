@@ -14,10 +14,8 @@ timed for comparison.  Peak memory is the extra memory one forward+backward
 allocates, as a ratio to SDPA's.
 
 Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
-recomputed tile by tile, never stored) is timed at alpha = 1.5 (also with its plain
-threshold solver, ``kernel_variants.PLAIN_SOLVER``, and, with
-``--kept R,K``, from several scores kept per key tile; the passes over the keys each
-makes: ``bench_attention_passes.py``) and with a learnable
+recomputed tile by tile, never stored) is timed at alpha = 1.5 (the passes over the keys
+it makes: ``bench_attention_passes.py``) and with a learnable
 alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
 where it is installed and applies (alpha = 1.5, power-of-two lengths).  With
 ``--tokens N`` the batch is N / T sequences, so every length does the same number
@@ -47,9 +45,6 @@ import torch.nn.functional as F
 
 from fairseq_sparse.entmax import (attention_inputs, attention_kernel, entmax15, entmax_alpha, entmax_attention,
                                    has_triton_kernel, sparsemax, support_size, use_backend)
-from fairseq_sparse.entmax.attention_kernel import KernelConfig
-from bench_attention_passes import kept_setting  # this script's folder is on sys.path
-from kernel_variants import PLAIN_SOLVER
 from timing import describe, interleaved_ms, paired_ratio
 
 DEVICE = "cuda"
@@ -75,7 +70,7 @@ def softmax_in_float32(s):
     return torch.softmax(s.float(), -1).to(s.dtype)
 
 
-def variants(heads, causal, lengths_pow2, kept=None):
+def variants(heads, causal, lengths_pow2):
     # Spread over (1, 2) as learned alphas are (Correia et al. 2019, Fig. 2).
     alpha = torch.linspace(1.25, 1.75, heads, device=DEVICE).view(1, heads, 1, 1).requires_grad_()
     head_alpha = torch.linspace(1.25, 1.75, heads, device=DEVICE).requires_grad_()
@@ -86,24 +81,14 @@ def variants(heads, causal, lengths_pow2, kept=None):
         "entmax15 (triton)": unfused(entmax15, causal),
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
         "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
-        "fused entmax15, plain solver": entmax15_with_solver(causal, PLAIN_SOLVER),
         "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
             lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype), causal),
     }
-    if kept:
-        fns["fused entmax15, kept {},{}".format(*kept)] = entmax15_with_solver(causal, KernelConfig(kept=kept))
     if adasplash is not None and lengths_pow2:
         fns["AdaSplash entmax15"] = lambda q, k, v: adasplash(q, k, v, alpha=1.5, is_causal=causal)
     return (alpha, head_alpha), fns
-
-
-def entmax15_with_solver(causal, config):
-    """Fused 1.5-entmax attention with the kernels run as the KernelConfig ``config``."""
-    def attention(q, k, v):
-        return entmax_attention(q, k, v, 1.5, causal=causal, kernel=config)
-    return attention
 
 
 def peak_extra_bytes(fn):
@@ -125,9 +110,6 @@ def main():
     parser.add_argument("--causal", action="store_true", help="mask the future (decoder self-attention)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--repeats", type=int, default=20, help="rounds, each timing every variant once")
-    parser.add_argument("--kept", type=kept_setting, metavar="R,K",
-                        help="also time the fused 1.5-entmax started from R scores kept per key tile in K slots "
-                             "(KernelConfig(kept=...); e.g. kernel_variants.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
     parser.add_argument("--no-unfused-entmax", action="store_true",
                         help="skip the unfused Triton normalisers (they hold the (T, T) scores)")
@@ -165,7 +147,7 @@ def main():
         else:
             q, k, v = (torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
         up = torch.randn(shape, device=DEVICE, dtype=dtype)
-        alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0, args.kept)
+        alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0)
 
         def step(attention, backend="auto"):
             def run():

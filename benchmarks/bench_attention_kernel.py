@@ -4,16 +4,10 @@ In one run on one GPU this times the forward kernel alone (as in training: og an
 row statistics written) and forward+backward of ``entmax_attention``, next to SDPA's
 forward and forward+backward, for variants of the kernel:
 
-- the threshold solver at alpha = 1.5 (``KernelConfig``): plain Newton from 0 then the
-  exact threshold on the support, certified by the Newton passes (``certify``), the
-  package's, certified and started from the threshold of each row's largest tile
-  maxima (``tile_start``), and, with ``--kept R,K``, from a richer start (R scores kept
-  per key tile in K slots, with which a row can skip Newton altogether;
-  ``kernel_variants.KEPT_CANDIDATE``; docs/sparse_transformer.md);
-- a learnable alpha per head (1.25 to 1.75): from 0, and from the tile maxima with the
-  Newton tolerance of float32, float16 (the package's for half-precision inputs) or
-  bfloat16 (a runtime argument, no new compile); with ``--kept``, from the richer
-  start at float16's;
+- the package's kernel at alpha = 1.5;
+- a learnable alpha per head (1.25 to 1.75) with the Newton tolerance of float32,
+  float16 (the package's for half-precision inputs) or bfloat16 (``KernelConfig.tolerance``,
+  a runtime argument, no new compile);
 - with ``--tile-sweep``, tile shapes (query rows x keys, warps, pipeline stages;
   ``KernelConfig.tiles``) at the package's solver.
 
@@ -50,8 +44,6 @@ from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backen
 from fairseq_sparse.entmax.attention_kernel import PACKAGE, KernelConfig  # noqa: E402
 from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
-from bench_attention_passes import kept_setting  # noqa: E402  (this script's folder is on sys.path)
-from kernel_variants import CERTIFIED_FROM_ZERO, PLAIN_SOLVER  # noqa: E402
 from timing import describe, interleaved_ms, paired_ratio  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
@@ -77,7 +69,7 @@ def shape_setting(text):
     return block_m, block_n, warps, stages
 
 
-def variants(head_alpha, tile_sweep, kept=None, shapes=None):
+def variants(head_alpha, tile_sweep, shapes=None):
     """(alpha label, alpha, variant label, KernelConfig); the first of each alpha is the
     reference of the others.  ``shapes``: the tile sweep's, if not all."""
     if tile_sweep:
@@ -86,22 +78,13 @@ def variants(head_alpha, tile_sweep, kept=None, shapes=None):
             for tiles in shapes:
                 yield name, alpha, label(tiles), KernelConfig(tiles=tiles)
         return
-    yield "1.5", 1.5, "plain", PLAIN_SOLVER
-    yield "1.5", 1.5, "certified", CERTIFIED_FROM_ZERO
-    yield "1.5", 1.5, "certified, tile start", PACKAGE
-    if kept:
-        yield "1.5", 1.5, "certified, kept {},{}".format(*kept), KernelConfig(kept=kept)
-    yield "per head", head_alpha, "float32 tol, from 0", KernelConfig(tile_start=False,
-                                                                      tolerance=newton_tol(torch.float32))
-    # Then from the tile maxima, at the tolerances of float32, float16 (the package's for
-    # half-precision inputs: attention_kernel._tolerance) and bfloat16.
+    yield "1.5", 1.5, "package", PACKAGE
+    # The tolerances of float32, float16 (the package's for half-precision inputs:
+    # attention_kernel._tolerance) and bfloat16.
     for tol_dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = newton_tol(tol_dtype)
         name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
         yield "per head", head_alpha, name, KernelConfig(tolerance=tol)
-    if kept:
-        yield "per head", head_alpha, "float16 tol, kept {},{}".format(*kept), KernelConfig(
-            tolerance=newton_tol(torch.float16), kept=kept)
 
 
 def main():
@@ -114,9 +97,6 @@ def main():
     parser.add_argument("--sharpness", type=float, default=1.0,
                         help="q ~ N(0, SHARPNESS^2), k ~ N(0, 1): the scores' spread (trained attention is sharper)")
     parser.add_argument("--repeats", type=int, default=10, help="rounds, each timing every variant once")
-    parser.add_argument("--kept", type=kept_setting, metavar="R,K",
-                        help="also time the start from R scores kept per key tile in K slots "
-                             "(KernelConfig(kept=...); e.g. kernel_variants.KEPT_CANDIDATE = 4,32)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--tile-sweep", action="store_true", help="tile shapes instead of solver variants")
     parser.add_argument("--shapes", type=shape_setting, nargs="+", metavar="M,N,W,S",
@@ -157,14 +137,14 @@ def main():
 
         timed = {"sdpa fwd": sdpa_forward, "sdpa all": fwd_bwd(sdpa)}
         rows, references = [], {}
-        for name, alpha, variant, config in variants(head_alpha, args.tile_sweep, args.kept, args.shapes):
+        for name, alpha, variant, config in variants(head_alpha, args.tile_sweep, args.shapes):
             per_head = torch.is_tensor(alpha)
             alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
             forward = functools.partial(attention_kernel.forward, q.detach(), k.detach(), v.detach(), alpha_heads,
                                         fixed_kind(alpha), args.causal, None, scale, alpha_stats=per_head, config=config)
             attention = functools.partial(entmax_attention, q, k, v, alpha, causal=args.causal, kernel=config)
             try:  # each variant once, untimed: it compiles, counts its passes and gives its gradients
-                o, _, stats = forward()
+                o, _, stats, _ = forward()
                 rows_per_tile = attention_kernel._blocks(args.head_dim, device, config)[0]
                 passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
                 fwd_bwd(attention)()

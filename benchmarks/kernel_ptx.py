@@ -3,8 +3,7 @@
 Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Python
 through numpy and checks neither types nor what the GPU compiler accepts.  This
 compiles the kernels (the fused attention's forward, dk/dv, dq and r kernels for each
-kind of alpha, at bf16 causal with padding and at float32 without; at bf16 the forward
-also with ``kernel_variants.KEPT_CANDIDATE``'s start; the row-wise
+kind of alpha, at bf16 causal with padding and at float32 without; the row-wise
 normaliser's forward and backward) for a CUDA target with Triton's own compiler and
 the ptxas it ships, which need no device, so a kernel that would not compile on a GPU
 fails here.  For each variant it prints the
@@ -44,7 +43,6 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from fairseq_sparse.entmax import attention_kernel, triton_kernel  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import ENTMAX15, GENERIC, SPARSEMAX  # noqa: E402
-from kernel_variants import KEPT_CANDIDATE  # noqa: E402  (this script's folder is on sys.path)
 from timing import tiles_setting  # noqa: E402
 
 # Pointer arguments whose element type is not the inputs' dtype.
@@ -90,20 +88,13 @@ def variants(tiles=None):
             # Attention dropout at bf16 (BERT-family fine-tuning), none at float32.
             common = dict(FIXED=fixed, **masks, **tile, DROPOUT=dtype == "bf16")
             backward = dict(common, USE_BLOCKS=True)
-            forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, CERTIFY=fixed != GENERIC,
-                           TILE_START=True, ONE_TILE=False)
-            package = attention_kernel.PACKAGE.kept
-            starts = [package] + ([KEPT_CANDIDATE] if dtype == "bf16" and not suffix else [])
-            for kept in starts:
-                start = "" if kept == package else " kept {},{}".format(*kept)
-                yield (f"attention_forward {name} {dtype}{suffix}{start}", attention_kernel._forward_kernel, dtype,
-                       dict(forward, KEPT_PER_TILE=kept[0], KEPT_SLOTS=kept[1]), warps)
+            forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, ONE_TILE=False)
+            yield (f"attention_forward {name} {dtype}{suffix}", attention_kernel._forward_kernel, dtype, forward, warps)
             if dtype == "bf16" and tiles is None:
                 # Keys that fit one tile, as wide as the package makes it for them (ONE_TILE_KEYS).
                 one = attention_kernel.ONE_TILE_KEYS
                 yield (f"attention_forward {name} {dtype}{suffix} one tile of {one}", attention_kernel._forward_kernel,
-                       dtype, dict(forward, BLOCK_N=one, ONE_TILE=True, KEPT_PER_TILE=package[0],
-                                   KEPT_SLOTS=package[1]), warps)
+                       dtype, dict(forward, BLOCK_N=one, ONE_TILE=True), warps)
             yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, backward, warps)
             yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
                    dict(backward, ALPHA_GRAD=fixed == GENERIC), warps)

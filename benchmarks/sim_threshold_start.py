@@ -108,7 +108,7 @@ def starts(z, alpha, fixed, tol, block_n):
     T = z.shape[1]
     pad = (-T) % block_n
     tile_max = torch.nn.functional.pad(z, (0, pad), value=-math.inf).view(z.shape[0], -1, block_n).max(2).values
-    kept = tile_max.topk(min(attention_kernel.PACKAGE.kept[1], tile_max.shape[1]), dim=1).values
+    kept = tile_max.topk(min(attention_kernel.KEPT_SLOTS, tile_max.shape[1]), dim=1).values
     margin = attention_kernel.SUBSET_MARGIN.value  # as the kernel starts: a little below the kept threshold
     package = subset_threshold(kept, alpha, fixed, attention_kernel.SUBSET_NEWTON_STEPS.value, tol) - margin
 

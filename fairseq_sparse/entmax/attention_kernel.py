@@ -10,18 +10,14 @@ recomputing each tile's scores from q and k on every pass (as FlashAttention doe
 every key fits one tile (``KernelConfig.one_tile``: short sentences), whose scores it
 computes once and keeps in registers:
 
-1. the row maxima, keeping some of each row's largest scores on the way
-   (``KernelConfig.kept``: by default its 8 largest tile maxima);
+1. the row maxima, keeping each row's ``KEPT_SLOTS`` largest tile maxima on the way;
 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, k = 1 / (alpha - 1), one pass per step:
    h is convex and decreasing, so from any tau with h(tau) >= 0 the iterates climb onto
    the root without overshooting (``reference.threshold``, the same solver row by row,
    starts from tau = 0, where h >= 0 since max z = 1).  The kernel starts from the
-   threshold of the kept scores alone: dropping keys only lowers h, so a subset's
+   threshold of the kept maxima alone: dropping keys only lowers h, so a subset's
    threshold is a lower bound of the row's, found in registers without a pass, and
-   often close (``_subset_threshold``).  Kept several to a key tile, the pass also tracks the largest
-   score it left out; where that lies at or below the kept scores' threshold, every key
-   left out is off the support, the kept threshold is the row's, and the row makes no
-   Newton pass at all.  Every iterate is a lower bound of tau, so a key tile with no
+   often close (``_subset_threshold``).  Every iterate is a lower bound of tau, so a key tile with no
    support at one iterate has none at the root: the output pass skips a tile whose
    scores all fall at or below tau;
 3. for alpha = 2 and 1.5, the exact threshold on the support found
@@ -66,10 +62,10 @@ alpha with half-precision inputs stops Newton at float16's tolerance: ``_toleran
 products with v and dO take p and ds in the input dtype, as FlashAttention does.  Under
 ``TRITON_INTERPRET=1`` (set before import) the kernels run on CPU tensors.
 
-How the kernels compute (never what: every configuration gives the same attention, to
-rounding) is a ``KernelConfig`` argument, ``PACKAGE`` unless a caller says otherwise; the
-variants that are not the package's choice serve the benchmarks and the tests that
-compare them (docs/sparse_transformer.md says which were measured and why the package's won).
+How the kernels are laid out on the device (never what they compute: every configuration
+gives the same attention, to rounding) is a ``KernelConfig`` argument, ``PACKAGE`` unless a
+caller says otherwise.  The solver is the one that won its measurements against a plain
+Newton from 0 and against richer starts (docs/notes/fused-attention.md); only it is built.
 """
 
 import dataclasses
@@ -92,6 +88,9 @@ NUM_STATS = 8
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
 SUBSET_NEWTON_STEPS = tl.constexpr(8)
+# Tile maxima each row keeps from the maxima's pass: Newton's start, and its bounds on the
+# tiles that may hold support (``_may_hold``).
+KEPT_SLOTS = 8
 # Relative margin of the cut below which a key tile is skipped (_cut): far above float32's
 # rounding of the scores and thresholds.
 CUT_MARGIN = tl.constexpr(2e-6)
@@ -108,13 +107,6 @@ ONE_TILE_KEYS = 64
 class KernelConfig:
     """How the fused kernels run; the defaults are the package's (``PACKAGE``).
 
-    - ``certify``: the Newton passes certify the exact threshold of alpha = 2 and 1.5
-      (module docstring, 3.); off, the plain Newton-then-polish solver.
-    - ``tile_start``: Newton starts from the threshold of the scores kept in the maxima's
-      pass (a lower bound, ``_subset_threshold``) rather than from 0.
-    - ``kept``: (scores kept per key tile, slots per row) for that start; with more than
-      one score a tile the pass also tracks the largest score left out, and a row whose
-      kept threshold lies above it has its threshold before any Newton pass.
     - ``one_tile``: keys that fit one tile have their scores computed once and kept in
       registers for every pass of the forward kernel (up to ``ONE_TILE_KEYS`` on CUDA).
     - ``tiles``: (BLOCK_M, BLOCK_N, num_warps, num_stages or None) for every kernel,
@@ -123,19 +115,11 @@ class KernelConfig:
     - ``tolerance``: Newton's tolerance on its step instead of the package's for the
       inputs' dtype (``_tolerance``); a runtime argument of the forward kernel.
     """
-    certify: bool = True
-    tile_start: bool = True
-    kept: Tuple[int, int] = (1, 8)
     one_tile: bool = True
     tiles: Optional[Tuple[int, int, int, Optional[int]]] = None
     tolerance: Optional[float] = None
 
     def __post_init__(self):
-        per_tile, slots = self.kept
-        if not (1 <= per_tile <= 16 and slots >= per_tile and slots & (slots - 1) == 0):
-            raise ValueError(f"KernelConfig(kept={self.kept}): need 1 <= scores per tile <= 16 and a power-of-two "
-                             "number of slots at least as large")
-        object.__setattr__(self, "kept", (int(per_tile), int(slots)))
         if self.tiles is not None:
             if len(self.tiles) == 3:
                 object.__setattr__(self, "tiles", (*self.tiles, None))
@@ -148,6 +132,7 @@ class KernelConfig:
 PACKAGE = KernelConfig()
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
+KEPT_SLOTS_C = tl.constexpr(KEPT_SLOTS)
 STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C, STAT_TILES_C = (
     tl.constexpr(i) for i in range(NUM_STATS))
 
@@ -265,15 +250,13 @@ def _certified_step(power, s1, n_on, least_gap, step, FIXED: tl.constexpr):
 
 @triton.jit
 def _subset_threshold(kept, row_max, live, am1, k, tol, FIXED: tl.constexpr, PRECISION: tl.constexpr):
-    """(t, settled): the threshold t of a subset of each row's keys (raw scores in ``kept``,
-    -inf where a slot is empty), a lower bound of the row's since dropping keys only lowers
-    h(tau).  Newton from 0 on the subset, in registers; every iterate is a lower bound too,
-    so a fixed number of steps is safe.  ``settled`` says t is the subset's threshold
-    itself: certified exact for alpha = 2 and 1.5 (``_certified_step``), within Newton's
-    tolerance otherwise.  The caller then either knows the row's threshold (no key left out
-    lies above t) or starts Newton from t, less SUBSET_MARGIN so that float32 rounding
-    cannot land it above the root (benchmarks/bench_attention_passes.py counts the passes
-    saved)."""
+    """The threshold t of a subset of each row's keys (raw scores in ``kept``, -inf where a
+    slot is empty), a lower bound of the row's since dropping keys only lowers h(tau).
+    Newton from 0 on the subset, in registers; every iterate is a lower bound too, so a
+    fixed number of steps is safe, and a row stops once its step is certified exact
+    (alpha = 2 and 1.5, ``_certified_step``) or within Newton's tolerance.  The caller
+    starts Newton from t, less SUBSET_MARGIN so that float32 rounding cannot land it above
+    the root (benchmarks/bench_attention_passes.py counts the passes saved)."""
     z = am1 * (kept - row_max[:, None]) + 1.0
     t = tl.zeros_like(row_max)
     settled = live == 0
@@ -293,7 +276,7 @@ def _subset_threshold(kept, row_max, live, am1, k, tol, FIXED: tl.constexpr, PRE
             now = tl.abs(step) <= tol
         t += tl.where(settled, 0.0, step)
         settled = settled | now
-    return t, settled
+    return t
 
 
 @triton.jit
@@ -307,19 +290,18 @@ def _cut(row_max, tau, am1, live):
 
 
 @triton.jit
-def _may_hold(blocks, tile, cut, kept, kept_tile, least, TILE_START: tl.constexpr):
+def _may_hold(blocks, tile, cut, kept, kept_tile, least):
     """Whether key tile ``tile`` may hold support for some row of the query tile: its largest
-    score (``blocks[tile]``, -inf once it was found to hold none) lies above the lowest cut, and,
-    with the kept tile maxima, some row's bound on the tile lies above that row's cut.  A
+    score (``blocks[tile]``, -inf once it was found to hold none) lies above the lowest cut, and
+    some row's bound on the tile, from its kept tile maxima, lies above that row's cut.  A
     row's bound is the tile's own maximum where the tile is among the row's kept tiles,
     else the least kept one (a tile left out never beat it)."""
     may = tl.load(blocks + tile) > tl.min(cut, axis=0)
-    if TILE_START:
-        if may:
-            in_slot = kept_tile == tile
-            top = tl.max(tl.where(in_slot, kept, float("-inf")), axis=1)
-            bound = tl.where(tl.max(in_slot.to(tl.int32), axis=1) > 0, top, least)
-            may = tl.max((bound > cut).to(tl.int32), axis=0) > 0
+    if may:
+        in_slot = kept_tile == tile
+        top = tl.max(tl.where(in_slot, kept, float("-inf")), axis=1)
+        bound = tl.where(tl.max(in_slot.to(tl.int32), axis=1) > 0, top, least)
+        may = tl.max((bound > cut).to(tl.int32), axis=0) > 0
     return may
 
 
@@ -383,9 +365,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                     sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles, p_drop, seed,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, DROPOUT: tl.constexpr,
-                    ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, CERTIFY: tl.constexpr,
-                    TILE_START: tl.constexpr, KEPT_PER_TILE: tl.constexpr, KEPT_SLOTS: tl.constexpr,
-                    ONE_TILE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, ONE_TILE: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, kv, alpha, am1, k = _head(ALPHA, H, H_KV)
@@ -412,61 +392,36 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
         s_one = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_nb, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                         PRECISION)
 
-    # 1. Row maxima, and the scores kept for Newton's start: the KEPT_PER_TILE largest of
-    # each key tile (taken one at a time, each masked out of the tile once taken) go into
-    # KEPT_SLOTS slots per row, where a score replaces the least kept when it beats it.
-    # With more than one a tile, ``spill`` tracks the largest score not kept: a slot's loser,
-    # or the largest left in a tile.
+    # 1. Row maxima, and each row's KEPT_SLOTS largest tile maxima, kept for Newton's start:
+    # a tile's maximum replaces the least kept when it beats it.
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    slots = tl.arange(0, KEPT_SLOTS)
-    kept = tl.full([BLOCK_M, KEPT_SLOTS], float("-inf"), tl.float32)
-    kept_tile = tl.full([BLOCK_M, KEPT_SLOTS], -1, tl.int32)  # the key tile of each kept score
-    spill = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    slots = tl.arange(0, KEPT_SLOTS_C)
+    kept = tl.full([BLOCK_M, KEPT_SLOTS_C], float("-inf"), tl.float32)
+    kept_tile = tl.full([BLOCK_M, KEPT_SLOTS_C], -1, tl.int32)  # the key tile of each kept maximum
     for start_n in range(0, n_end, BLOCK_N):
-        offs_n = start_n + offs_nb
-        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                  PRECISION, ONE_TILE)
-        tl.store(blocks + start_n // BLOCK_N, tl.max(tl.max(s, axis=1), axis=0))
+        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, start_n + offs_nb, offs_d, Tq, Tk, D, scale, HAS_KPM,
+                  CAUSAL, PRECISION, ONE_TILE)
+        best = tl.max(s, axis=1)
+        tl.store(blocks + start_n // BLOCK_N, tl.max(best, axis=0))
         visits += 1
-        if TILE_START:
-            for r in tl.static_range(KEPT_PER_TILE):
-                if KEPT_PER_TILE > 1:
-                    best, at_n = tl.max(s, axis=1, return_indices=True)
-                    s = tl.where(offs_nb[None, :] == at_n[:, None], float("-inf"), s)
-                else:
-                    best = tl.max(s, axis=1)
-                if r == 0:
-                    row_max = tl.maximum(row_max, best)
-                least, at = tl.min(kept, axis=1, return_indices=True)
-                take = best > least
-                into = (slots[None, :] == at[:, None]) & take[:, None]
-                kept = tl.where(into, best[:, None], kept)
-                kept_tile = tl.where(into, start_n // BLOCK_N, kept_tile)
-                if KEPT_PER_TILE > 1:
-                    spill = tl.maximum(spill, tl.where(take, least, best))
-            if KEPT_PER_TILE > 1:
-                spill = tl.maximum(spill, tl.max(s, axis=1))
-        else:
-            row_max = tl.maximum(row_max, tl.max(s, axis=1))
+        row_max = tl.maximum(row_max, best)
+        least, at = tl.min(kept, axis=1, return_indices=True)
+        into = (slots[None, :] == at[:, None]) & (best > least)[:, None]
+        kept = tl.where(into, best[:, None], kept)
+        kept_tile = tl.where(into, start_n // BLOCK_N, kept_tile)
     # A row with no visible key keeps tau = 0 and max 0: all its z are -inf, its p zero.
     live = row_max > float("-inf")
     row_max = tl.where(live, row_max, 0.0)
     least = tl.min(kept, axis=1)  # every key tile left out of a row's slots lies at or below it
 
     # 2. Newton on h(tau) = ||[z - tau]_+||_k - 1, one pass over the keys per step, from the
-    # kept scores' threshold.  A row is ``certified`` once its threshold is known: a row
-    # without keys from the start; a row whose kept threshold is settled and at least its
-    # spill (every key left out is off the support, so the kept threshold is the row's);
-    # for alpha = 2 and 1.5, a row whose Newton pass certifies the exact threshold of its
-    # own support (3. in the docstring, ``_certified_step``).  Certified rows step no more,
-    # and a tile whose rows are all certified makes no Newton pass.
-    tau = tl.zeros([BLOCK_M], tl.float32)
+    # kept maxima's threshold.  A row is ``certified`` once its threshold is known: a row
+    # without keys from the start; for alpha = 2 and 1.5, a row whose Newton pass certifies
+    # the exact threshold of its own support (3. in the docstring, ``_certified_step``).
+    # Certified rows step no more, and a tile whose rows are all certified makes no Newton pass.
     certified = live == 0
-    if TILE_START:
-        tau, settled = _subset_threshold(kept, row_max, live, am1, k, tol, FIXED, PRECISION)
-        if KEPT_PER_TILE > 1:
-            certified = certified | (settled & (am1 * (spill - row_max) + 1.0 <= tau))
-        tau = tl.where(certified, tau, tl.maximum(tau - SUBSET_MARGIN, 0.0))
+    tau = _subset_threshold(kept, row_max, live, am1, k, tol, FIXED, PRECISION)
+    tau = tl.where(certified, tau, tl.maximum(tau - SUBSET_MARGIN, 0.0))
     step_max = tl.max(tl.where(certified, 0.0, 1.0), axis=0)
     it = 0
     passes = 1
@@ -477,7 +432,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
         least_gap = tl.full([BLOCK_M], 2.0, tl.float32)
         cut = _cut(row_max, tau, am1, live)
         for start_n in range(0, n_end, BLOCK_N):
-            if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least, TILE_START):
+            if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                 offs_n = start_n + offs_nb
                 s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
                           CAUSAL, PRECISION, ONE_TILE)
@@ -487,7 +442,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     gk, gkm1, _ = _prob_and_g(gap, k, FIXED, PRECISION)  # gap^k and gap^(k - 1)
                     power += tl.sum(gk, axis=1)
                     s1 += tl.sum(gkm1, axis=1)
-                    if CERTIFY:
+                    if FIXED != 0:
                         on = gap > 0.0
                         if FIXED == 2:
                             n_on += tl.sum(on.to(tl.float32), axis=1)
@@ -496,7 +451,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     tl.store(blocks + start_n // BLOCK_N, float("-inf"))
         passes += 1
         step = _newton_step(power, s1, am1, live)
-        if CERTIFY:
+        if FIXED != 0:
             d, now = _certified_step(power, s1, n_on, least_gap, step, FIXED)
             certified = certified | now
             step = tl.where(certified, tl.where(live, d, 0.0), step)
@@ -515,7 +470,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
             z_sq = tl.zeros([BLOCK_M], tl.float32)
             cut = _cut(row_max, tau, am1, live)
             for start_n in range(0, n_end, BLOCK_N):
-                if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least, TILE_START):
+                if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                     offs_n = start_n + offs_nb
                     s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
                               CAUSAL, PRECISION, ONE_TILE)
@@ -548,7 +503,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     cut = _cut(row_max, tau, am1, live)
     for start_n in range(0, n_end, BLOCK_N):
         support = False
-        if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least, TILE_START):
+        if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
             offs_n = start_n + offs_nb
             s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
                       PRECISION, ONE_TILE)
@@ -854,8 +809,6 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
         *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
         n_tiles, float(dropout), int(seed), DROPOUT=dropout > 0,
         HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
-        CERTIFY=config.certify and fixed != 0, TILE_START=config.tile_start, KEPT_PER_TILE=config.kept[0],
-        KEPT_SLOTS=config.kept[1],
         ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats, blocks
 

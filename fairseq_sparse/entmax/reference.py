@@ -47,10 +47,33 @@ def threshold(z, alpha):
     (k = 1) the two coincide and Newton is exact once the support is found.
     Rows with no finite entry get tau = 0 (their output is all zeros).
     """
+    tol = newton_tol(z.dtype)
+    tau = torch.zeros_like(z[..., :1])
+    for tau, step in _newton_iterates(z, alpha):
+        if step.abs().max() <= tol:
+            break
+    return tau
+
+
+def newton_steps(z, alpha, tol):
+    """The Newton steps of :func:`threshold` each row of ``z`` takes until its own step is
+    within ``tol``: what a solver starting from tau = 0 pays, row by row (the fused kernel's
+    tests and ``benchmarks/bench_attention_passes.py`` count its passes against it)."""
+    steps = torch.zeros(z.shape[:-1], dtype=torch.long, device=z.device)
+    moving = z.max(dim=-1).values > 0
+    for _, step in _newton_iterates(z, alpha):
+        steps += moving.long()
+        moving &= step.squeeze(-1).abs() > tol
+        if not moving.any():
+            break
+    return steps
+
+
+def _newton_iterates(z, alpha):
+    """Newton's (tau, step) from tau = 0, at most MAX_NEWTON_ITER of them (see :func:`threshold`)."""
     k = 1.0 / (alpha - 1)
     tau = torch.zeros_like(z[..., :1])
     live = z.max(dim=-1, keepdim=True).values > 0
-    tol = newton_tol(z.dtype)
     tiny = torch.finfo(z.dtype).tiny
     for _ in range(MAX_NEWTON_ITER):
         gap = (z - tau).clamp_min(0)
@@ -61,9 +84,7 @@ def threshold(z, alpha):
         slope = (norm / power) * gap_km1.sum(-1, keepdim=True)
         step = torch.where(live, (norm - 1) / slope.clamp_min(tiny), torch.zeros_like(norm))
         tau = tau + step
-        if step.abs().max() <= tol:
-            break
-    return tau
+        yield tau, step
 
 
 def polish_threshold(z, tau, alpha):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fairseq_sparse.entmax import entmax_attention, fused_attention as attention, has_triton_kernel, triton_kernel, use_backend
-from fairseq_sparse.entmax import attention_kernel
+from fairseq_sparse.entmax import attention_kernel, reference
 from fairseq_sparse.entmax.fused_attention import reference_attention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -92,104 +92,43 @@ def test_fixed_alpha_matches_reference(alpha):
     check(q, k, v, do, alpha, causal=True)
 
 
-@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.3])], ids=["sparsemax", "entmax15", "alpha1.3"])
-def test_faster_solvers_make_fewer_passes(alpha):
-    """The solvers of KernelConfig: plain Newton from 0 (then the threshold on the
-    support), certified thresholds (``certify``, alpha = 2 and 1.5 only), and Newton
-    started from the threshold of each row's largest tile maxima (``tile_start``).  Each
-    output matches the reference (the other tests check the package's solver, gradients
-    included), and each query tile makes no more passes over the keys than with the plain
-    solver, fewer in all (counted by the kernel itself)."""
-    q, k, v, do = inputs(2, 1, 20, 50, 16, seed=17)
-    mask = torch.zeros(2, 50, dtype=torch.bool)
+@pytest.mark.parametrize("alpha", [2.0, 1.5, 1.3], ids=["sparsemax", "entmax15", "alpha1.3"])
+def test_solver_makes_fewer_passes_than_newton_from_zero(alpha):
+    """The package's solver (Newton from the kept tile maxima's threshold, certified exact
+    thresholds for alpha = 2 and 1.5) against a plain Newton from 0 counted row by row in
+    float64: the same output as the reference with causal rows and key padding, and no
+    query tile makes more passes than the plain solver would (counted by the kernel
+    itself), fewer in all."""
+    Tq, Tk = 40, 50
+    q, k, v, do = inputs(2, 1, Tq, Tk, 16, seed=17)
+    mask = torch.zeros(2, Tk, dtype=torch.bool)
     mask[1, 40:] = True
-    fixed = not torch.is_tensor(alpha)
     o_ref, _ = expected(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = torch.full((1,), float(alpha), device=DEVICE)
-    kind = triton_kernel.fixed_kind(alpha if fixed else heads)
-    passes = {}
-    for certify, tile_start in ((False, False), (True, False), (True, True)):
-        if (certify and not fixed) and not tile_start:
-            continue  # a generic alpha has no certified threshold
-        config = attention_kernel.KernelConfig(certify=certify, tile_start=tile_start)
-        o, _, stats, _ = attention_kernel.forward(q32, k32, v32, heads, kind, True, mask.to(DEVICE).view(torch.int8),
-                                               0.25, alpha_stats=not fixed, config=config)
-        assert_close(o, o_ref, 2e-5, f"output, solver {certify, tile_start}")
-        passes[certify, tile_start] = stats[:, attention_kernel.STAT_PASSES].cpu()
-    plain = passes.pop((False, False))
-    for solver, counted in passes.items():
-        assert bool((counted <= plain).all()) and counted.sum() < plain.sum(), (solver, counted, plain)
-    if fixed:
-        assert passes[True, True].sum() < passes[True, False].sum(), passes
-
-
-@pytest.mark.parametrize("kept", [(2, 16), (4, 8)], ids=lambda k: f"R{k[0]}K{k[1]}")
-@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.3, 1.7])], ids=["sparsemax", "entmax15", "per_head"])
-def test_threshold_from_kept_scores(alpha, kept):
-    """Several scores kept per key tile (KernelConfig(kept=(R, K))): a row whose
-    kept scores' threshold lies above every score left out takes it without a Newton pass.
-    Output and all gradients against the reference with causal rows, key padding, a
-    query with no key and Tq != Tk (K = 8 slots overflow at these lengths, so scores are
-    evicted into the spill); the certificate fires (some query tile makes only the
-    maxima's pass and the output's), and no tile makes more passes than with the
-    package's start.  16 x 16 tiles on any device, so that the counts are the same."""
-    heads = 2 if torch.is_tensor(alpha) else 1
-    q, k, v, do = inputs(2, heads, 20, 70, 16, seed=29, spread=2.5)
-    mask = torch.zeros(2, 70, dtype=torch.bool)
-    mask[1, 45:] = True
-    mask[0, :51] = True  # with causal alignment, batch 0's first query sees no key
-    kw = dict(causal=True, key_padding_mask=mask)
-    check(q, k, v, do, alpha, kernel=attention_kernel.KernelConfig(kept=kept, tiles=(16, 16, 1)), **kw)
-    fixed = not torch.is_tensor(alpha)
-    q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
-    alphas = torch.full((heads,), float(alpha), device=DEVICE) if fixed else alpha.to(DEVICE)
-    passes = {}
-    for setting in (attention_kernel.PACKAGE.kept, kept):
-        config = attention_kernel.KernelConfig(kept=setting, tiles=(16, 16, 1))
-        kind = triton_kernel.fixed_kind(alpha if fixed else alphas)
-        _, _, stats, _ = attention_kernel.forward(q32, k32, v32, alphas, kind, True, mask.to(DEVICE).view(torch.int8),
-                                               0.25, alpha_stats=not fixed, config=config)
-        passes[setting] = stats[:, attention_kernel.STAT_PASSES].cpu()
-    package = passes[attention_kernel.PACKAGE.kept]
-    assert bool((passes[kept] <= package).all()), passes
-    assert passes[kept].min().item() == 2 and passes[kept].sum() < package.sum(), passes
-
-
-@pytest.mark.parametrize("alpha", [2.0, 1.5, torch.tensor([1.4])], ids=["sparsemax", "entmax15", "alpha1.4"])
-def test_scores_pushed_out_of_the_slots_are_not_certified_away(alpha):
-    """Ten top scores, two in each of five 16-key tiles and rising tile by tile, with 4 kept
-    per tile in 8 slots: the last tile's two push the first tile's out of the slots, so the
-    8 kept have a threshold above those two, and only the spill (which takes what a slot
-    loses) stops that threshold from being taken as the row's.  The output and dv must
-    still be the reference's, with all ten keys in the support.  (dq and dk nearly vanish
-    here, so they are not compared.)"""
-    Tk, D = 80, 16
-    q = torch.zeros(1, 1, 3, D, dtype=torch.float64)
-    q[..., 0] = 4.0
-    k = torch.zeros(1, 1, Tk, D, dtype=torch.float64)
-    k[..., 0] = -1.0
-    top = torch.tensor([t * 16 + j for t in range(5) for j in (3, 9)])
-    k[0, 0, top, 0] = 1.0 + 0.002 * (top // 16).double()
-    v = torch.randn(1, 1, Tk, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    do = torch.ones_like(q)
-    o, grads = fused(q, k, v, do, alpha, kernel=attention_kernel.KernelConfig(kept=(4, 8), tiles=(16, 16, 1)))
-    o_ref, grads_ref = expected(q, k, v, do, alpha)
+    o, _, stats, _ = attention_kernel.forward(q32, k32, v32, heads, triton_kernel.fixed_kind(alpha), True,
+                                              mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=False)
     assert_close(o, o_ref, 2e-5, "output")
-    assert_close(grads[2], grads_ref[2], 2e-5, "dv")
-    p = reference_package.entmax_bisect(q[0, 0] @ k[0, 0].T / 4, float(alpha), dim=-1)
-    assert bool((p[:, top] > 0).all()) and p.sum(0).count_nonzero() == 10, "ten keys in the support"
+    block_m = attention_kernel._forward_blocks(16, Tk, DEVICE, attention_kernel.PACKAGE)[0]
+    scores = (q @ k.transpose(-1, -2) * 0.25).masked_fill(mask[:, None, None, :], float("-inf"))
+    scores = scores.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool).triu(Tk - Tq + 1), float("-inf"))
+    for b in range(2):
+        # The plain solver's passes: the maxima's, one per Newton step from 0 until every
+        # row's is within float32's tolerance, one on the support (alpha = 2 and 1.5), the output's.
+        steps = reference.newton_steps(reference.shifted_scores(scores[b, 0], alpha), alpha,
+                                       reference.newton_tol(torch.float32))
+        plain = 1 + torch.nn.functional.pad(steps, (0, -Tq % block_m)).view(-1, block_m).amax(1) + (alpha in (1.5, 2.0)) + 1
+        counted = stats[b, attention_kernel.STAT_PASSES, ::block_m].cpu().long()
+        assert bool((counted <= plain).all()) and counted.sum() < plain.sum(), (b, counted, plain)
 
 
-def test_kept_scores_setting_is_checked():
-    """A slot count the kernel cannot tile (not a power of two), or a tile it cannot take,
-    is refused by name; the configuration cannot be changed once made."""
-    with pytest.raises(ValueError, match="kept"):
-        attention_kernel.KernelConfig(kept=(4, 12))
+def test_kernel_setting_is_checked():
+    """A tile the kernel cannot take is refused by name; the configuration cannot be changed
+    once made."""
     with pytest.raises(ValueError, match="tiles"):
         attention_kernel.KernelConfig(tiles=(8, 16, 1))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        attention_kernel.PACKAGE.certify = False
+        attention_kernel.PACKAGE.one_tile = False
 
 
 def test_other_tile_shapes_match_the_reference():
@@ -361,27 +300,23 @@ def test_alpha_gradient_near_one_and_in_closed_form():
 
 def test_pass_counting_benchmark(monkeypatch, capsys):
     """benchmarks/bench_attention_passes.py at a small shape: its table of mean passes per
-    query tile for the four solvers, with fewer passes certified than plain for the
-    fixed alphas (the same per head), fewer still from the tile maxima, and fewer again
-    from 4 scores kept per tile; the same output as the plain solver."""
+    query tile, the package's kernel against a plain Newton from 0 counted in float64,
+    fewer for every normaliser, their ratio, and the kernel's output within float32's
+    rounding of the float64 reference."""
     import re
     import runpy
     from pathlib import Path
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention_passes.py"
     monkeypatch.setattr("sys.argv", [str(bench), "--lengths", "48", "--heads", "2", "--head-dim", "16",
-                                     "--tiles", "16", "16", "--kept", "4,16"])
+                                     "--tiles", "16", "16"])
     runpy.run_path(str(bench), run_name="__main__")
     number = r"\d+(?:\.\d+)?(?:e[-+]\d+)?"
     rows = {line[8:32].strip(): [float(x) for x in re.findall(number, line[32:])]
             for line in capsys.readouterr().out.splitlines()[2:]}
     assert set(rows) == {"sparsemax", "1.5-entmax", "alpha-entmax per head"}, rows
-    for name, (plain, _, certified, _, tile_start, _, kept, _, ratio, difference) in rows.items():
-        if name == "alpha-entmax per head":
-            assert certified == plain, rows
-        else:
-            assert certified < plain, rows
-        assert kept < tile_start < certified and ratio == pytest.approx(kept / plain, abs=0.01), rows
+    for name, (plain, _, package, _, ratio, difference) in rows.items():
+        assert package < plain and ratio == pytest.approx(package / plain, abs=0.01), rows
         assert difference < 1e-5, rows
 
 

@@ -28,12 +28,6 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     rows = {line[:58].strip(): [int(n) for n in line[58:].split()] for line in proc.stdout.splitlines()[2:]}
     kernels = {f"attention_{k} {a} bf16" for k in ("forward", "dkdv", "dq")
                for a in ("alpha per head", "1.5-entmax", "sparsemax")}
-    import runpy
-
-    # The start the benchmarks time against ours.
-    KEPT_CANDIDATE = runpy.run_path(str(REPO / "benchmarks" / "kernel_variants.py"))["KEPT_CANDIDATE"]
-    kernels |= {f"attention_forward {a} bf16 kept {KEPT_CANDIDATE[0]},{KEPT_CANDIDATE[1]}"
-                for a in ("alpha per head", "1.5-entmax", "sparsemax")}
     kernels |= {f"attention_{k} {a} bf16 D128" for k in ("forward", "dkdv", "dq")
                 for a in ("alpha per head", "1.5-entmax")}
     kernels |= {f"attention_forward {a} bf16{d} one tile of 64" for a in ("alpha per head", "1.5-entmax")
