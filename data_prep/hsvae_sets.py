@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 # The package's reader checks the files the way the sentence_vae task reads them.
-from fairseq_sparse.experiments import at_least
+from fairseq_sparse.configs import at_least
 from fairseq_sparse.sentence_vae.corpus import read_corpus
 from fairseq_sparse.text import read_lines
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from fairseq_sparse.experiments import at_least
+from fairseq_sparse.configs import at_least
 
 
 def check_parallel(raw, split, src, tgt):

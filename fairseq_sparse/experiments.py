@@ -2,14 +2,11 @@
 them, and reading fairseq's logs and output.  (Corpora are their line's: the APE triplets'
 in :mod:`fairseq_sparse.ape.triplets`.)"""
 
-import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-
-from .configs import at_least, data_path  # noqa: F401  (at_least: the scripts' argparse type)
 
 # The package itself, as fairseq's --user-dir.
 PLUGIN_DIR = Path(__file__).resolve().parent
@@ -19,19 +16,12 @@ FAIRSEQ_TRAIN = [sys.executable, "-m", "fairseq_cli.train"]
 FAIRSEQ_GENERATE = [sys.executable, "-m", "fairseq_cli.generate"]
 FAIRSEQ_VALIDATE = [sys.executable, "-m", "fairseq_cli.validate"]
 FAIRSEQ_PREPROCESS = [sys.executable, "-m", "fairseq_cli.preprocess"]
-# The full official MNIST (IDX files) in the shared data (configs.data_path).
-FULL_MNIST = data_path("images", "mnist-full")
 # glibc's malloc tunables (read at a process's start; other C libraries ignore them): keep up to
 # 1 GiB of freed memory rather than trimming the heap or unmapping large blocks, so that a
 # step that allocates and frees tensors of tens of MB does not fault them back in every time
 # (docs/results/latent.md measured it on the signaling game).
 MALLOC_KEEP = {"MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
                "MALLOC_TOP_PAD_": str(1 << 28)}
-
-
-def bits_per_pixel(nats, images, pixels):
-    """A total in nats over ``images`` images of ``pixels`` pixels, as bits per pixel."""
-    return nats / images / pixels / math.log(2)
 
 
 def threads_each(jobs):

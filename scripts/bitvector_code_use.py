@@ -29,7 +29,7 @@ with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on
 import argparse
 from pathlib import Path
 
-from fairseq_sparse.experiments import FULL_MNIST
+from fairseq_sparse.latent.images import FULL_MNIST
 from fairseq_sparse.latent.code_use import code_use_table
 from fairseq_sparse.latent.images import load_images
 

@@ -7,7 +7,8 @@ fairseq_sparse.latent.sparsemap_support.
 import argparse
 from pathlib import Path
 
-from fairseq_sparse.experiments import FULL_MNIST, at_least
+from fairseq_sparse.configs import at_least
+from fairseq_sparse.latent.images import FULL_MNIST
 from fairseq_sparse.latent import sparsemap_support
 
 

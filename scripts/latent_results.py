@@ -11,7 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from fairseq_sparse.experiments import FULL_MNIST, at_least
+from fairseq_sparse.configs import at_least
+from fairseq_sparse.latent.images import FULL_MNIST
 from fairseq_sparse.latent import results
 
 

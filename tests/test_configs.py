@@ -9,7 +9,7 @@ from typing import Optional
 import pytest
 
 from fairseq_sparse import configs
-from fairseq_sparse.experiments import at_least
+from fairseq_sparse.configs import at_least
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from fairseq_sparse.experiments import (MALLOC_KEEP, at_least, device_name, epoch_metrics, interval_metrics, job_env,
-                                        run_logged, training_env)
+from fairseq_sparse.configs import at_least
+from fairseq_sparse.experiments import (MALLOC_KEEP, device_name, epoch_metrics, interval_metrics, job_env, run_logged,
+                                        training_env)
 from tests.conftest import run_script
 
 

@@ -8,7 +8,7 @@ import math
 import torch
 from fairseq import checkpoint_utils
 
-from ..experiments import bits_per_pixel
+from .images import bits_per_pixel
 from ..markdown import table as markdown_table
 
 HISTOGRAM_SMOOTHING = 0.1

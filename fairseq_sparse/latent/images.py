@@ -16,6 +16,7 @@ a seed) into train / valid / test, 80 / 10 / 10%.
 """
 
 import gzip
+import math
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -23,7 +24,16 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
+from ..configs import data_path
+
 OFFICIAL_VALID = 10_000
+# The full official MNIST (IDX files) in the shared data (configs.data_path).
+FULL_MNIST = data_path("images", "mnist-full")
+
+
+def bits_per_pixel(nats, images, pixels):
+    """A total in nats over ``images`` images of ``pixels`` pixels, as bits per pixel."""
+    return nats / images / pixels / math.log(2)
 
 
 class Images(NamedTuple):

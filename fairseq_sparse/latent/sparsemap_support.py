@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from ..experiments import bits_per_pixel
+from .images import bits_per_pixel
 from . import BitVector
 from .bitvector_vae_model import BitVectorVAEModel
 from .estimators import build_estimator
