@@ -149,7 +149,7 @@ vae)
             began=$SECONDS
             timeout "$left" python3 scripts/sentence_vae_stability.py .carry/vae/yahoo_big --out /tmp/vae --gpu \
                 --seeds 3 --epochs "$epochs" --batch-size 64 --hsvae-settings "10,1" --hsvae-weights 0.01,0.001 \
-                --mat-vae-settings "" --baselines "vae,0.01" --analyse --jobs 6 || break
+                --mat-vae-settings "" --baselines "elbo,0.01" --analyse --jobs 6 || break
             cp /tmp/vae/table.md "$OUT/table_e$epochs.md"
             last=$((SECONDS - began))
             echo "== epoch $epochs: $last s, $((SECONDS - start)) s in all"

@@ -7,7 +7,8 @@
 import argparse
 from pathlib import Path
 
-from fairseq_sparse.experiments import at_least
+from fairseq_sparse.compat.checkpoints import RENAMED_CRITERIA
+from fairseq_sparse.configs import at_least
 from fairseq_sparse.sentence_vae import stability
 from fairseq_sparse.sentence_vae.stability import KNOBS
 
@@ -43,13 +44,15 @@ def probability(high_included):
 
 
 def baselines(text):
-    """"vae,1 vae_l1,0.01,0.1" -> [("vae", (1.0,)), ("vae_l1", (0.01, 0.1))]"""
+    """"elbo,1 elbo_l1,0.01,0.1" -> [("elbo", (1.0,)), ("elbo_l1", (0.01, 0.1))]"""
     runs = []
     for item in text.split():
         objective, *values = item.split(",")
-        if objective not in ("vae", "vae_l1", "vae_l2") or not 1 <= len(values) <= len(KNOBS[objective]):
+        if objective in RENAMED_CRITERIA:
+            raise argparse.ArgumentTypeError(f"{item!r}: {objective} is now {RENAMED_CRITERIA[objective]}")
+        if objective not in ("elbo", "elbo_l1", "elbo_l2") or not 1 <= len(values) <= len(KNOBS[objective]):
             raise argparse.ArgumentTypeError(
-                f"{item!r}: a baseline is vae,PSI or vae_l1,PSI[,PENALTY] or vae_l2,PSI[,PENALTY]")
+                f"{item!r}: a baseline is elbo,PSI or elbo_l1,PSI[,PENALTY] or elbo_l2,PSI[,PENALTY]")
         try:
             runs.append((objective, tuple(float(v) for v in values)))
         except ValueError:
@@ -77,7 +80,7 @@ def main(argv=None):
     parser.add_argument("--mat-vae-settings", type=settings, default=settings("1,1 1,10 0.1,10"),
                         help="MAT-VAE (psi, lambda) pairs; '' for none (default: '1,1 1,10 0.1,10')")
     parser.add_argument("--baselines", type=baselines, default=[],
-                        help="e.g. 'vae,0.01 vae,1 vae_l1,0.01 vae_l2,0.01' (default: none)")
+                        help="e.g. 'elbo,0.01 elbo,1 elbo_l1,0.01 elbo_l2,0.01' (default: none)")
     parser.add_argument("--latent-dim", type=at_least(1), default=32,
                         help="latent code dimensions (default: %(default)s)")
     parser.add_argument("--embed-dim", type=at_least(1), default=256,

@@ -59,3 +59,17 @@ def test_one_spelling_per_word():
         found = subprocess.run(["git", "grep", "-n", "-i", other, "--", ".", ":!docs/results", ":!docs/notes",
                                 ":!tests/test_docs.py"], cwd=REPO, capture_output=True, text=True).stdout
         assert not found, f"spell it {kept!r}:\n{found}"
+
+
+def test_vae_names_models_and_objectives_are_named_for_what_they_compute():
+    """"vae" names models: no criterion is a bare VAE name but the refusals of the objectives'
+    former names, and the only criteria that carry "vae" are the papers' sparse VAEs,
+    whose objectives are theirs."""
+    import fairseq_sparse  # noqa: F401  (registers the plugin)
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    from fairseq_sparse.compat.checkpoints import RENAMED_CRITERIA
+
+    with_vae = {name for name in CRITERION_REGISTRY if "vae" in name}
+    assert with_vae == set(RENAMED_CRITERIA) | {"hsvae", "mat_vae"}, with_vae
+    assert all(CRITERION_REGISTRY[name].__name__.startswith("Former") for name in RENAMED_CRITERIA)

@@ -19,7 +19,10 @@ declared them: ``--classification-weight`` (``ssvae``) and ``--nll-samples``
 (``bitvector_vae``) were options of the ``latent_marginalization`` criterion and
 are now the models' own.  fairseq rebuilds a criterion from a checkpoint's config
 (``fairseq-validate``), which would fail on the unknown keys, so on loading they are
-moved to the model's config (or dropped, for a model that has no such option).
+moved to the model's config (or dropped, for a model that has no such option).  The
+sentence VAE's objectives ``vae``, ``vae_l1`` and ``vae_l2`` are now ``elbo``,
+``elbo_l1`` and ``elbo_l2`` ("vae" names models): a checkpoint's criterion is renamed
+on loading.
 """
 
 import argparse
@@ -30,6 +33,8 @@ import torch
 
 # {criterion option that moved to a model: the model that owns it now}
 MOVED_TO_MODEL = {"classification_weight": "ssvae", "nll_samples": "bitvector_vae"}
+# {criterion's former name: its name now}
+RENAMED_CRITERIA = {"vae": "elbo", "vae_l1": "elbo_l1", "vae_l2": "elbo_l2"}
 
 
 def _numpy_scalar_globals():
@@ -46,11 +51,18 @@ FAIRSEQ_CHECKPOINT_GLOBALS = [argparse.Namespace, *_numpy_scalar_globals()]
 
 
 def move_options(state):
-    """Move the options of MOVED_TO_MODEL from a checkpoint's criterion config to its model's."""
+    """Move the options of MOVED_TO_MODEL from a checkpoint's criterion config to its model's,
+    and give a criterion of RENAMED_CRITERIA its name now."""
     from omegaconf import open_dict
 
     cfg = state.get("cfg")
     criterion = cfg.get("criterion") if cfg is not None else None
+    if criterion is not None and criterion.get("_name") in RENAMED_CRITERIA:
+        with open_dict(criterion):
+            criterion["_name"] = RENAMED_CRITERIA[criterion["_name"]]
+    args = state.get("args")
+    if getattr(args, "criterion", None) in RENAMED_CRITERIA:
+        args.criterion = RENAMED_CRITERIA[args.criterion]
     if criterion is None or not any(option in criterion for option in MOVED_TO_MODEL):
         return state
     model = cfg.get("model")

@@ -1,5 +1,5 @@
 """Sparse sentence VAEs (Prokhorov, Li, Shareghi & Collier 2021): the ``sentence_vae``
-task, the GRU and BERT-encoder models, the objectives (``vae``, ``vae_l1``, ``vae_l2``,
+task, the GRU and BERT-encoder models, the objectives (``elbo``, ``elbo_l1``, ``elbo_l2``,
 ``mat_vae``, ``hsvae``) and the average Hoyer measure of code sparsity."""
 
 from .. import load_plugin

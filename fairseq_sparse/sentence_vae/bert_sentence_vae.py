@@ -3,7 +3,7 @@ Hugging Face BERT checkpoint replaces the GRU encoder of ``sentence_vae``; the
 posterior reads the mean of BERT's last layer over the sentence's WordPieces
 (``[CLS]`` and ``[SEP]`` included, padding excluded); the GRU decoder is kept.
 
-The objective is the criterion, as for ``sentence_vae``: ``--criterion vae`` is
+The objective is the criterion, as for ``sentence_vae``: ``--criterion elbo`` is
 B-VAE, ``--criterion hsvae`` B-HSVAE.  The task gives the WordPiece ids when it
 has ``--bert-model`` (the same option configures both).
 """

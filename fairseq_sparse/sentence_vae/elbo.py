@@ -1,4 +1,4 @@
-"""``vae``: the ELBO of a sentence VAE with a KL weight (beta-VAE; Higgins et al. 2017),
+"""``elbo``: the ELBO of a sentence VAE with a KL weight (beta-VAE; Higgins et al. 2017),
 
     loss = -log p(x | z) + kl_weight * KL(q(z | x) || N(0, I)),   z ~ q(z | x),
 
@@ -11,7 +11,11 @@ sentence and ``average_hoyer_mean`` of the posterior means
 
 The other objectives subclass it: ``latent`` draws z and returns its prior terms
 (already weighted) and its KL terms by name (unweighted), ``regularizer`` adds a
-penalty.
+penalty.  "vae" names models (``sentence_vae``, and the papers' ``hsvae`` and
+``mat_vae``, whose objectives carry their names), never a bare objective: ``vae``,
+``vae_l1`` and ``vae_l2``, the former names of ``elbo``, ``elbo_l1`` and ``elbo_l2``,
+are refused with their names now (``refuse_former_name``); checkpoints that hold them
+load renamed (``compat.checkpoints``).
 """
 
 import math
@@ -33,7 +37,17 @@ class VAEConfig(FairseqDataclass):
     kl_weight: float = field(default=1.0, metadata={"help": "weight of the KL term (1: the ELBO)"})
 
 
-@register_criterion("vae", dataclass=VAEConfig)
+def refuse_former_name(former, now, dataclass):
+    """Register criterion ``former`` (with the options of ``now``, so that a command that
+    names it parses) as an error naming ``now``."""
+    def refuse(self, cfg, task):
+        raise ValueError(f"--criterion {former} is now --criterion {now}")
+
+    name = "Former" + "".join(part.title() for part in former.split("_")) + "Criterion"
+    register_criterion(former, dataclass=dataclass)(type(name, (FairseqCriterion,), {"__init__": refuse}))
+
+
+@register_criterion("elbo", dataclass=VAEConfig)
 class VAECriterion(FairseqCriterion):
     def __init__(self, cfg, task):
         super().__init__(task)
@@ -90,3 +104,6 @@ class VAECriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return False  # the codes of a validation pass are gathered, not summed
+
+
+refuse_former_name("vae", "elbo", VAEConfig)

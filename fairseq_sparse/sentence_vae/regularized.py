@@ -1,5 +1,5 @@
-"""``vae_l1`` and ``vae_l2``: the ELBO plus ``--regularization-weight`` times the L1
-norms (``vae_l1``) or the squared L2 norms (``vae_l2``) of the posterior's mean and
+"""``elbo_l1`` and ``elbo_l2``: the ELBO plus ``--regularization-weight`` times the L1
+norms (``elbo_l1``) or the squared L2 norms (``elbo_l2``) of the posterior's mean and
 standard deviation, baselines that encourage sparse codes by a penalty rather than
 a prior (Prokhorov et al. 2021, Sec. 5)."""
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from fairseq.criterions import register_criterion
 
-from .elbo import VAEConfig, VAECriterion
+from .elbo import VAEConfig, VAECriterion, refuse_former_name
 
 
 @dataclass
@@ -15,14 +15,18 @@ class RegularizedVAEConfig(VAEConfig):
     regularization_weight: float = field(default=1.0, metadata={"help": "weight of the norm penalty"})
 
 
-@register_criterion("vae_l1", dataclass=RegularizedVAEConfig)
+@register_criterion("elbo_l1", dataclass=RegularizedVAEConfig)
 class L1RegularizedVAECriterion(VAECriterion):
     def regularizer(self, posterior):
         std = (0.5 * posterior["log_var"]).exp()
         return self.cfg.regularization_weight * (posterior["mean"].abs() + std).sum(-1)
 
 
-@register_criterion("vae_l2", dataclass=RegularizedVAEConfig)
+@register_criterion("elbo_l2", dataclass=RegularizedVAEConfig)
 class L2RegularizedVAECriterion(VAECriterion):
     def regularizer(self, posterior):
         return self.cfg.regularization_weight * (posterior["mean"].pow(2) + posterior["log_var"].exp()).sum(-1)
+
+
+refuse_former_name("vae_l1", "elbo_l1", RegularizedVAEConfig)
+refuse_former_name("vae_l2", "elbo_l2", RegularizedVAEConfig)

@@ -8,8 +8,8 @@ Runs:
   (psi, lambda) of ``--hsvae-weights``: the authors' 0.01, 0.01 (VictorProkhorov/HSVAE),
   without which the posterior collapses;
 - MAT-VAE over (psi, lambda) (``--mat-vae-settings``);
-- baselines (``--baselines``): ``vae``, ``vae_l1``, ``vae_l2`` with their KL weight psi
-  and, for the penalties, the penalty's weight (``vae_l1,0.01,0.1``).
+- baselines (``--baselines``): ``elbo``, ``elbo_l1``, ``elbo_l2`` with their KL weight psi
+  and, for the penalties, the penalty's weight (``elbo_l1,0.01,0.1``).
 Every run has the authors' optimiser unless told otherwise: Adam, ``--lr`` 8e-4,
 ``--batch-size`` 256; and, as in their code, no dropout unless ``--dropout`` or ``--word-dropout``
 (every run's).
@@ -43,9 +43,9 @@ from ..markdown import table as markdown_table
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
 KNOBS = {"hsvae": (("alpha", "--prior-alpha"), ("beta", "--prior-beta")),
          "mat_vae": (("psi", "--kl-weight"), ("lambda", "--mmd-weight")),
-         "vae": (("psi", "--kl-weight"),),
-         "vae_l1": (("psi", "--kl-weight"), ("penalty", "--regularization-weight")),
-         "vae_l2": (("psi", "--kl-weight"), ("penalty", "--regularization-weight"))}
+         "elbo": (("psi", "--kl-weight"),),
+         "elbo_l1": (("psi", "--kl-weight"), ("penalty", "--regularization-weight")),
+         "elbo_l2": (("psi", "--kl-weight"), ("penalty", "--regularization-weight"))}
 
 
 def knob_names(objective):

@@ -112,6 +112,24 @@ def test_options_that_moved_from_the_criterion_to_a_model_move_when_an_older_che
     assert set(game.model) == {"_name", "hidden_dim"} and set(game.criterion) == {"_name", "estimator"}
 
 
+def test_a_sentence_vae_checkpoint_of_a_former_objective_name_loads_renamed():
+    """The objectives vae, vae_l1 and vae_l2 are elbo, elbo_l1 and elbo_l2 now: a checkpoint's
+    criterion (config or legacy args) is renamed on loading, its options kept."""
+    import argparse
+
+    from omegaconf import OmegaConf
+
+    from fairseq_sparse.compat.checkpoints import move_options
+
+    for former, now in (("vae", "elbo"), ("vae_l1", "elbo_l1"), ("vae_l2", "elbo_l2")):
+        cfg = OmegaConf.create({"model": {"_name": "sentence_vae"}, "criterion": {"_name": former, "kl_weight": 0.5}})
+        OmegaConf.set_struct(cfg, True)
+        state = move_options({"cfg": cfg, "args": argparse.Namespace(criterion=former)})
+        assert state["cfg"].criterion == {"_name": now, "kl_weight": 0.5} and state["args"].criterion == now
+    kept = move_options({"cfg": OmegaConf.create({"criterion": {"_name": "hsvae"}}), "args": None})
+    assert kept["cfg"].criterion._name == "hsvae"
+
+
 def test_an_ape_checkpoint_with_the_removed_risk_gate_option_loads(ape_trained, tmp_path):
     """Checkpoints of the ape task saved while it had --keep-mt-risk keep that key in their
     task config: the task no longer has it, and such a checkpoint still loads and post-edits

@@ -134,18 +134,20 @@ def test_baselines_and_their_commands(tmp_path):
     args = argparse.Namespace(
         data=tmp_path, hsvae_weights=(0.01, 0.01), hsvae_options="--hard-slab", latent_dim=6, embed_dim=16,
         hidden_dim=32, dropout=0.3, word_dropout=1.0, lr=1e-3, batch_size=32, epochs=2, cpu=True)
-    runs = baselines("vae,1 vae_l1,0.01,0.1 vae_l2,0.5")
-    assert runs == [("vae", (1.0,)), ("vae_l1", (0.01, 0.1)), ("vae_l2", (0.5,))]
+    runs = baselines("elbo,1 elbo_l1,0.01,0.1 elbo_l2,0.5")
+    assert runs == [("elbo", (1.0,)), ("elbo_l1", (0.01, 0.1)), ("elbo_l2", (0.5,))]
     cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
     assert "--cpu" in cmd
     assert "--cpu" not in stability.train_command(argparse.Namespace(**dict(vars(args), cpu=False)),
                                                   *runs[1], 1, tmp_path / "ckpt")  # --gpu
-    assert cmd[cmd.index("--criterion") + 1] == "vae_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
+    assert cmd[cmd.index("--criterion") + 1] == "elbo_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
     assert cmd[cmd.index("--kl-weight") + 1] == "0.01" and cmd[cmd.index("--regularization-weight") + 1] == "0.1"
     assert cmd[cmd.index("--dropout") + 1] == "0.3"  # every run's, baselines' too
     assert cmd[cmd.index("--word-dropout") + 1] == "1.0"
-    assert stability.run_name(*runs[1], 2) == "vae_l1/0.01_0.1_seed2"
-    assert stability.knob_names("vae_l1") == "(psi, penalty)"
-    for bad in ("hsvae,1", "vae", "vae_l1,1,2,3", "vae,x"):
+    assert stability.run_name(*runs[1], 2) == "elbo_l1/0.01_0.1_seed2"
+    assert stability.knob_names("elbo_l1") == "(psi, penalty)"
+    for bad in ("hsvae,1", "elbo", "elbo_l1,1,2,3", "elbo,x"):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             baselines(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="vae_l1 is now elbo_l1"):  # the former name
+        baselines("vae_l1,0.01")

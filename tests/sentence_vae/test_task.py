@@ -15,7 +15,7 @@ def yelp_dir(tmp_path):
     return yelp_corpus(tmp_path / "yelp", 400, 80, 80)
 
 
-@pytest.mark.parametrize("criterion", ["vae", "vae_l1", "vae_l2", "mat_vae", "hsvae"])
+@pytest.mark.parametrize("criterion", ["elbo", "elbo_l1", "elbo_l2", "mat_vae", "hsvae"])
 def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path):
     proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", criterion, "--latent-dim", "8",
                    "--max-update", "6", cwd=tmp_path)
@@ -27,6 +27,13 @@ def test_every_objective_trains_and_logs_sparsity(criterion, yelp_dir, tmp_path)
         assert abs(metrics["kl_z"] + metrics["kl_gamma"] - metrics["kl"]) < 0.01
     else:
         assert "kl_z" not in metrics
+
+
+def test_former_objective_names_are_refused_by_their_names_now(yelp_dir, tmp_path):
+    """vae_l1 is elbo_l1 now ("vae" names models): the command line is told so, options and all."""
+    proc = run_cli("fairseq-train", yelp_dir, *COMMON, "--criterion", "vae_l1", "--regularization-weight", "0.1",
+                   "--max-update", "1", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "--criterion vae_l1 is now --criterion elbo_l1" in proc.stderr
 
 
 def test_hsvae_prior_near_one_gives_sparser_codes_than_near_zero(yelp_dir, tmp_path):
@@ -52,7 +59,7 @@ def test_unlabelled_text_and_errors_name_file_and_line(tmp_path):
     (tmp_path / "long.txt").write_text("a b c\n" + " ".join(["w"] * 30) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"long.txt:2: 30 tokens, more than --max-sentence-tokens 20"):
         read_corpus(tmp_path / "long.txt", 20)
-    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "vae", "--max-update", "1", cwd=tmp_path,
+    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "elbo", "--max-update", "1", cwd=tmp_path,
                    check=False)
     assert proc.returncode != 0 and "train.txt is missing" in proc.stderr
 
@@ -100,7 +107,7 @@ def test_model_options_are_checked_before_training(tmp_path, option, value, mess
     0 or negative gave raw tracebacks."""
     for split in ("train", "valid", "test"):
         (tmp_path / f"{split}.txt").write_text("a b c\nb c d\n", encoding="utf-8")
-    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "vae", "--max-update", "1", option, value,
+    proc = run_cli("fairseq-train", tmp_path, *COMMON, "--criterion", "elbo", "--max-update", "1", option, value,
                    cwd=tmp_path, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
     assert "begin training epoch" not in proc.stdout + proc.stderr
