@@ -117,7 +117,8 @@ def test_solver_makes_fewer_passes_than_newton_from_zero(alpha):
         # row's is within float32's tolerance, one on the support (alpha = 2 and 1.5), the output's.
         steps = reference.newton_steps(reference.shifted_scores(scores[b, 0], alpha), alpha,
                                        reference.newton_tol(torch.float32))
-        plain = 1 + torch.nn.functional.pad(steps, (0, -Tq % block_m)).view(-1, block_m).amax(1) + (alpha in (1.5, 2.0)) + 1
+        per_tile = torch.nn.functional.pad(steps, (0, -Tq % block_m)).view(-1, block_m).amax(1)
+        plain = 1 + per_tile + (alpha in (1.5, 2.0)) + 1
         counted = stats[b, attention_kernel.STAT_PASSES, ::block_m].cpu().long()
         assert bool((counted <= plain).all()) and counted.sum() < plain.sum(), (b, counted, plain)
 
