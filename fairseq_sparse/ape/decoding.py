@@ -31,7 +31,7 @@ substitutions and shifts turning the hypothesis into the MT, on the WordPiece-me
 the model writes: :func:`word_edits`), so the MT goes before every other, and a
 hypothesis further down the beam that passes both tests is returned before it.  Why:
 the edits that repair an MT are mostly small and the ones that break it large
-(docs/results/ape.md), while the margin, a per-token confidence, cannot tell them apart in a long sentence.
+(docs/notes/ape.md#why-an-edit-limit), while the margin, a per-token confidence, cannot tell them apart in a long sentence.
 Off (the default) is the margin gate alone; it needs ``--keep-mt-margin`` (-inf to limit
 the edits alone).
 

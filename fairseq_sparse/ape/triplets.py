@@ -132,8 +132,8 @@ class MaskedMTDataset(BaseWrapperDataset):
     loss and can learn to ignore its source (scripts/ape_source_ablation.py measures how
     much it reads it).  A masked MT word can only be recovered from the source and the
     context, so the src segment has to be read.  ``[CLS]``, the src segment, both ``[SEP]``
-    and the target are never touched.  The task's default is off: docs/results/ape.md has
-    what masking cost."""
+    and the target are never touched.  The task's default is off: docs/notes/ape-runs.md
+    (masking the MT) has what masking cost."""
 
     def __init__(self, dataset, mask_index, sep_index, prob, seed):
         super().__init__(dataset)

@@ -41,7 +41,7 @@ from .triplets import read_triplets
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
 DEFAULT_MARGINS = [None, -0.5, -0.25, 0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, math.inf]
 # Word edits between a post-edit and its MT (None: no limit): repairs are mostly small edits
-# (docs/results/ape.md).
+# (docs/notes/ape.md#why-an-edit-limit).
 DEFAULT_MAX_EDITS = [None, 1, 2, 3, 5, 10]
 
 

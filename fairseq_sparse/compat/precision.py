@@ -18,7 +18,7 @@ retried and then skipped, never applied.  bfloat16 has float32's range, so the s
 rarely moves; the scaler is there for that guarantee.  Validation and generation stay in
 float32, as with ``--amp`` on CUDA.
 Why: on a CPU with bfloat16 instructions (AVX512-BF16 or AMX) its matrix products run
-faster than float32's, and so does training (docs/stack.md has the measurements).
+faster than float32's, and so does training (docs/notes/stack.md#mixed-precision-on-cpu has the measurements).
 """
 
 import functools

@@ -756,7 +756,7 @@ def _tolerance(q, fixed, config=PACKAGE):
     inputs: there it is float16's (5.5e-3, so the threshold is left within about 3e-5),
     which saves Newton passes while the outputs stay within their own rounding and the
     alpha gradient moves by under 1e-4 of itself (bfloat16's own tolerance would move dq
-    visibly; docs/sparse_transformer.md has the measurements).  The fixed alphas keep float32's:
+    visibly; docs/notes/fused-attention.md has the measurements).  The fixed alphas keep float32's:
     their closed-form threshold needs the support exact."""
     if config.tolerance is not None:
         return config.tolerance
