@@ -3,7 +3,8 @@
 Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Python
 through numpy and checks neither types nor what the GPU compiler accepts.  This
 compiles the kernels (the fused attention's forward, dk/dv, dq and r kernels for each
-kind of alpha, at bf16 causal with padding and at float32 without; the row-wise
+kind of alpha, at bf16 causal with padding and at float32 without, and at bf16 for
+1.5-entmax within a sliding window; the row-wise
 normaliser's forward and backward) for a CUDA target with Triton's own compiler and
 the ptxas it ships, which need no device, so a kernel that would not compile on a GPU
 fails here.  For each variant it prints the
@@ -98,6 +99,14 @@ def variants(tiles=None):
             yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, backward, warps)
             yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
                    dict(backward, ALPHA_GRAD=fixed == GENERIC), warps)
+            if dtype == "bf16" and fixed == ENTMAX15 and not suffix:  # a sliding window (Mistral's layers)
+                window = dict(CAUSAL=attention_kernel.WINDOWED)
+                yield (f"attention_forward {name} {dtype} window", attention_kernel._forward_kernel, dtype,
+                       dict(forward, **window), warps)
+                yield (f"attention_dkdv {name} {dtype} window", attention_kernel._dkdv_kernel, dtype,
+                       dict(backward, **window), warps)
+                yield (f"attention_dq {name} {dtype} window", attention_kernel._dq_kernel, dtype,
+                       dict(backward, ALPHA_GRAD=False, **window), warps)
         if not suffix:
             yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
     for fixed, name in ((GENERIC, "alpha per row"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):

@@ -405,3 +405,35 @@ def test_the_alpha_floor_rises_with_the_updates_and_is_saved_with_the_model(tmp_
 def test_a_wrong_floor_is_an_error_naming_the_option(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@pytest.mark.parametrize("normalizer", ["entmax15", "alpha_entmax"])
+def test_a_sliding_window_model_is_eager_attention_and_reaches_the_fused_kernel(normalizer, monkeypatch):
+    """Mistral with a sliding window of 3 keys (left-padded, grouped-query attention): the
+    sparse attention is transformers' eager attention with the entmax package's normaliser,
+    window and all; where the fused kernels run (here under Triton's interpreter) every layer
+    takes them with the window transformers names, with the same outputs."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from fairseq_sparse.entmax import fused_attention, has_triton_kernel, triton_kernel, use_backend
+
+    torch.manual_seed(0)
+    model = MistralForCausalLM(MistralConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+                                             sliding_window=3)).eval()
+    batch = inputs("llama")
+    hf.sparsify(model, normalizer, **({"alpha_init": "random"} if normalizer == "alpha_entmax" else {}))
+    want = masked_outputs("llama", output_of(model, batch), batch)
+    with softmax_swapped(model, package_normaliser(normalizer)):
+        eager = masked_outputs("llama", output_of(model, batch), batch)
+    torch.testing.assert_close(want, eager, atol=1e-5, rtol=1e-4)
+    model.set_attn_implementation(normalizer)
+    if not (has_triton_kernel() and triton_kernel.INTERPRET):
+        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
+    calls = []
+    fused = fused_attention.entmax_attention
+    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    with use_backend("triton"):
+        got = masked_outputs("llama", output_of(model, batch), batch)
+    assert len(calls) == 2 and all(k["window"] == 3 and k["causal"] for k in calls), calls
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

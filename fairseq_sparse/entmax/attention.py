@@ -14,14 +14,16 @@ does.
   asked for and the masks are a causal mask and/or key padding: the sparse normalisers
   through :func:`~.fused_attention.entmax_attention` (the (Tq, Tk) scores are never
   stored; attention dropout inside the kernels), softmax through PyTorch's SDPA.  An additive ``mask`` that is
-  exactly key padding and/or causal (as transformers builds them) is read as such.
+  exactly key padding and/or causal (as transformers builds them), or causal within the
+  sliding ``window`` the caller names, is read as such.
 - **Explicit** everywhere else: the float32 scores, the masks, the normaliser, dropout,
   the product with V; the probabilities are returned when asked for.
 
 Shapes: q (B, H, Tq, D), k and v (B, H_kv, Tk, D), H_kv dividing H (grouped-query
 attention: query head h reads key/value head h // (H / H_kv); the fused kernels read them
 without repeating them, the explicit path repeats them); query i sees keys j <= i + Tk - Tq when
-``causal`` (the last query aligned with the last key, as with cached keys).  A query that
+``causal`` (the last query aligned with the last key, as with cached keys), and with a sliding
+``window`` only the ``window`` keys up to that one.  A query that
 sees no key gets zeros from the sparse normalisers, and from softmax on the fused path.
 """
 
@@ -32,12 +34,12 @@ import torch.nn.functional as F
 
 from . import fused_attention
 from .activations import FLOAT32_ALPHA_MIN
-from .fused_attention import repeat_kv, visible
+from .fused_attention import check_window, repeat_kv, visible
 
 
 
 def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=False, key_padding_mask=None,
-           mask=None, scale=None, dropout=0.0, need_weights=False, fused=True, config=None):
+           mask=None, scale=None, dropout=0.0, need_weights=False, fused=True, config=None, window=None):
     """(output (B, H, Tq, D), probabilities (B, H, Tq, Tk) in float32 from the explicit path,
     None from the fused one; ``need_weights`` keeps the explicit path to have them).
 
@@ -46,6 +48,9 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     ``key_padding_mask``: (B, Tk) bool, True at padding.  ``mask``: any other mask,
     broadcastable to (B, H, Tq, Tk), bool (True: attend) or additive (a large negative
     value, the dtype's lowest, masks a key exactly under the sparse normalisers).
+    ``window``: a sliding window of the causal mask (with ``causal``, it masks; with a
+    ``mask``, the mask is read as causal within it where it is exactly that, and taken as
+    it is otherwise, as transformers' sliding-window layers give both).
     ``scale``: default 1 / sqrt(D).  ``dropout``: the attention dropout probability to apply
     (0 outside training).  ``fused=False`` keeps the explicit path (benchmarks compare the
     two); ``config``: the fused kernels' ``KernelConfig`` (None: the package's).  Neither
@@ -57,20 +62,21 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
         raise ValueError(f"attention: {heads} query heads cannot share {kv_heads} key/value heads")
     if normalizer.learned and alpha is None:
         raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
+    check_window(window, causal or mask is not None)
     if fused and not need_weights and fused_attention.uses_fused_kernel(q):
-        masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2])
+        masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2], window)
         if masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
-            causal, key_padding_mask = masks
+            causal, key_padding_mask, window = masks
             if normalizer.sparse:
                 heads = alpha if normalizer.learned else normalizer.alpha
                 return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
                                                         key_padding_mask=key_padding_mask, scale=scale,
-                                                        kernel=config, dropout=dropout), None
+                                                        kernel=config, dropout=dropout, window=window), None
             return _softmax_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), causal, key_padding_mask,
-                                      scale, dropout), None
+                                      scale, dropout, window), None
     k, v = repeat_kv(k, heads), repeat_kv(v, heads)
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
-    masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse)
+    masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse, window)
     if masked is not None:
         scores = scores.masked_fill(masked, float("-inf"))
     if mask is not None and not mask.dtype == torch.bool:
@@ -83,12 +89,12 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     return torch.matmul(weights, v), probs
 
 
-def _masked(scores, causal, key_padding_mask, mask, sparse):
+def _masked(scores, causal, key_padding_mask, mask, sparse, window=None):
     """True where a score is masked (-inf), broadcastable to ``scores`` (B, H, Tq, Tk), or None
     where nothing is."""
     parts = []
     if causal:
-        parts.append(~visible(*scores.shape[-2:], scores.device))
+        parts.append(~visible(*scores.shape[-2:], scores.device, window=window))
     if key_padding_mask is not None:
         parts.append(key_padding_mask[:, None, None, :])
     if mask is not None:
@@ -99,13 +105,13 @@ def _masked(scores, causal, key_padding_mask, mask, sparse):
     return functools.reduce(torch.logical_or, parts) if parts else None
 
 
-def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len):
-    """(causal, key_padding_mask) that give exactly what ``mask``, ``causal`` and
+def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len, window=None):
+    """(causal, key_padding_mask, window) that give exactly what ``mask``, ``causal`` and
     ``key_padding_mask`` mask together, as the fused kernels take them, or None where
-    ``mask`` is something else (a sliding window, packed sequences, a bias).  Reading a
-    mask compares it whole, which waits for the device once per call."""
+    ``mask`` is something else (a window other than ``window``, packed sequences, a bias).
+    Reading a mask compares it whole, which waits for the device once per call."""
     if mask is None:
-        return causal, key_padding_mask
+        return causal, key_padding_mask, (window if causal else None)
     if mask.dtype == torch.bool:
         masked = ~mask[:, 0]
     else:
@@ -115,23 +121,30 @@ def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len):
     masked = masked.expand(batch, q_len, k_len)  # a mask shared by the batch or the queries, too
     if key_padding_mask is not None:
         masked = masked | key_padding_mask[:, None, :]
+    if window is not None:
+        # Causal within the window: a key is padding where every query whose window holds it masks it.
+        outside = ~visible(q_len, k_len, masked.device, window=window)
+        padding = (masked | outside).all(1)
+        if torch.equal(masked, padding[:, None, :] | outside):
+            return True, (padding if bool(padding.any()) else None), window
     padding = masked[:, -1, :]  # the last query sees every key that is not padding
     expected = padding[:, None, :].expand(-1, q_len, -1)
     if causal or bool((masked & ~expected).any()):  # a query sees fewer keys than the last: causal, if anything
         causal, expected = True, expected | ~visible(q_len, k_len, masked.device)
     if not torch.equal(masked, expected):
         return None
-    return causal, (padding if bool(padding.any()) else None)
+    return causal, (padding if bool(padding.any()) else None), None
 
 
-def _softmax_attention(q, k, v, causal, key_padding_mask, scale, dropout=0.0):
+def _softmax_attention(q, k, v, causal, key_padding_mask, scale, dropout=0.0, window=None):
     """Softmax attention by PyTorch's SDPA (flash or memory-efficient kernels on CUDA).
     A query row with no visible key gives zeros, as the entmax kernel does (SDPA gives NaN)."""
     mask = None
     if key_padding_mask is not None:
         mask = ~key_padding_mask[:, None, None, :]
-    if causal and (mask is not None or q.size(2) != k.size(2)):  # SDPA's own causal mask is aligned at the start
-        seen = visible(q.size(2), k.size(2), q.device)
+    # SDPA's own causal mask is aligned at the start, and has no window.
+    if causal and (mask is not None or q.size(2) != k.size(2) or window is not None):
+        seen = visible(q.size(2), k.size(2), q.device, window=window)
         mask, causal = (seen if mask is None else mask & seen), False
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, dropout_p=dropout)
     if mask is not None:

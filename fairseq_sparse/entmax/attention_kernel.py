@@ -88,6 +88,8 @@ NUM_STATS = 8
 # closed form (see _forward_kernel): float32 then keeps dalpha to about 1e-4 of its size.
 SC_CLOSED = tl.constexpr(1e-2)
 SUBSET_NEWTON_STEPS = tl.constexpr(8)
+# CAUSAL's value for a causal mask within a sliding window (0: none, 1: causal).
+WINDOWED = 2
 # Tile maxima each row keeps from the maxima's pass: Newton's start, and its bounds on the
 # tiles that may hold support (``_may_hold``).
 KEPT_SLOTS = 8
@@ -132,6 +134,7 @@ class KernelConfig:
 PACKAGE = KernelConfig()
 # The same, as constexpr globals for the kernels.
 NUM_STATS_C = tl.constexpr(NUM_STATS)
+WINDOWED_C = tl.constexpr(WINDOWED)
 KEPT_SLOTS_C = tl.constexpr(KEPT_SLOTS)
 STAT_MAX_C, STAT_TAU_C, STAT_G_C, STAT_P_C, STAT_MU_C, STAT_C_C, STAT_PASSES_C, STAT_TILES_C = (
     tl.constexpr(i) for i in range(NUM_STATS))
@@ -148,25 +151,25 @@ def _dot(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
+def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
             HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     """Scaled scores of a (BLOCK_M, BLOCK_N) tile, -inf outside the rows, keys and masks."""
     kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
                  mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
     s = _dot(q, kt, PRECISION) * scale
-    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, CAUSAL)
+    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, window, CAUSAL)
 
 
 @triton.jit
-def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale,
+def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
           HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr, ONE_TILE: tl.constexpr):
     """A key tile's scores in a forward pass: with ONE_TILE (every key in the first tile) the
     ones the kernel computed once, else recomputed from q and k."""
     if ONE_TILE:
         return s_one
     else:
-        return _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                       PRECISION)
+        return _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
+                       HAS_KPM, CAUSAL, PRECISION)
 
 
 @triton.jit
@@ -179,11 +182,14 @@ def _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM: tl.constexpr):
 
 
 @triton.jit
-def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL: tl.constexpr):
-    """-inf outside the rows, the keys and (causal, aligned at the end) the past."""
+def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, window, CAUSAL: tl.constexpr):
+    """-inf outside the rows, the keys and (causal, aligned at the end) the past; with
+    CAUSAL == WINDOWED, also the keys ``window`` or more before the query's own."""
     valid = (offs_m[:, None] < Tq) & keys_ok[None, :]
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
+        if CAUSAL == WINDOWED_C:
+            valid = valid & (offs_n[None, :] > offs_m[:, None] + (Tk - Tq) - window)
     return tl.where(valid, s, float("-inf"))
 
 
@@ -361,9 +367,29 @@ def _key_end(start_m, Tq, Tk, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _key_begin(start_m, Tq, Tk, window, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """The first key tile's first key that a row of this query tile may see: the tiles wholly
+    before every row's window are never visited."""
+    if CAUSAL == WINDOWED_C:
+        return tl.maximum(start_m + (Tk - Tq) - window + 1, 0) // BLOCK_N * BLOCK_N
+    else:
+        return 0
+
+
+@triton.jit
+def _query_end(start_n, Tq, Tk, window, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """One past the last query that may see a key of the key tile at ``start_n``: later rows'
+    windows have all passed it."""
+    if CAUSAL == WINDOWED_C:
+        return tl.minimum(tl.maximum(start_n + BLOCK_N - 1 + window - (Tk - Tq), 0), Tq)
+    else:
+        return Tq
+
+
+@triton.jit
 def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                    sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles, p_drop, seed,
+                    sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles, p_drop, seed, window,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, DROPOUT: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, ONE_TILE: tl.constexpr, PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -378,6 +404,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     k_base = K + b * skb + kv * skh
     v_base = V + b * svb + kv * svh
     kpm_base = KPM + b * skpb
+    n_begin = _key_begin(start_m, Tq, Tk, window, BLOCK_N, CAUSAL)
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
     # Each key tile's largest score, from the maxima's pass; -inf once the tile is known to
     # hold no support for any row of this query tile, which later passes then skip (the
@@ -389,8 +416,8 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     # from q and k (``_tile``), so q and k are read once.
     s_one = 0.0
     if ONE_TILE:
-        s_one = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_nb, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                        PRECISION)
+        s_one = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_nb, offs_d, Tq, Tk, D, scale, window,
+                        HAS_KPM, CAUSAL, PRECISION)
 
     # 1. Row maxima, and each row's KEPT_SLOTS largest tile maxima, kept for Newton's start:
     # a tile's maximum replaces the least kept when it beats it.
@@ -398,9 +425,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     slots = tl.arange(0, KEPT_SLOTS_C)
     kept = tl.full([BLOCK_M, KEPT_SLOTS_C], float("-inf"), tl.float32)
     kept_tile = tl.full([BLOCK_M, KEPT_SLOTS_C], -1, tl.int32)  # the key tile of each kept maximum
-    for start_n in range(0, n_end, BLOCK_N):
-        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, start_n + offs_nb, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                  CAUSAL, PRECISION, ONE_TILE)
+    for start_n in range(n_begin, n_end, BLOCK_N):
+        s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, start_n + offs_nb, offs_d, Tq, Tk, D, scale, window,
+                  HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
         best = tl.max(s, axis=1)
         tl.store(blocks + start_n // BLOCK_N, tl.max(best, axis=0))
         visits += 1
@@ -431,11 +458,11 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
         n_on = tl.zeros([BLOCK_M], tl.float32)
         least_gap = tl.full([BLOCK_M], 2.0, tl.float32)
         cut = _cut(row_max, tau, am1, live)
-        for start_n in range(0, n_end, BLOCK_N):
+        for start_n in range(n_begin, n_end, BLOCK_N):
             if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                 offs_n = start_n + offs_nb
-                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                          CAUSAL, PRECISION, ONE_TILE)
+                s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
+                          HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
                 gap = _gap(s, row_max, tau, am1)
                 visits += 1
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
@@ -469,11 +496,11 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
             z_sum = tl.zeros([BLOCK_M], tl.float32)
             z_sq = tl.zeros([BLOCK_M], tl.float32)
             cut = _cut(row_max, tau, am1, live)
-            for start_n in range(0, n_end, BLOCK_N):
+            for start_n in range(n_begin, n_end, BLOCK_N):
                 if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                     offs_n = start_n + offs_nb
-                    s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                              CAUSAL, PRECISION, ONE_TILE)
+                    s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
+                              HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
                     z = am1 * (s - row_max[:, None]) + 1.0
                     on = z > tau[:, None]
                     # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
@@ -501,12 +528,12 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     plogp = tl.zeros([BLOCK_M], tl.float32)
     n_on = tl.zeros([BLOCK_M], tl.float32)
     cut = _cut(row_max, tau, am1, live)
-    for start_n in range(0, n_end, BLOCK_N):
+    for start_n in range(n_begin, n_end, BLOCK_N):
         support = False
         if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
             offs_n = start_n + offs_nb
-            s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                      PRECISION, ONE_TILE)
+            s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
+                      HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
             gap = _gap(s, row_max, tau, am1)
             visits += 1
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
@@ -552,11 +579,11 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
         small = live & (n_on > 1.0) & (sc < SC_CLOSED)
         if tl.max(small.to(tl.int32), axis=0) > 0:
             acc_c = tl.zeros([BLOCK_M], tl.float32)
-            for start_n in range(0, n_end, BLOCK_N):
+            for start_n in range(n_begin, n_end, BLOCK_N):
                 if tl.load(blocks + start_n // BLOCK_N) > float("-inf"):  # the tiles that hold support
                     offs_n = start_n + offs_nb
-                    s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM,
-                              CAUSAL, PRECISION, ONE_TILE)
+                    s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
+                              HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
                     gap = _gap(s, row_max, tau, am1)
                     p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                     u = log_p - mu[:, None]
@@ -575,7 +602,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
 @triton.jit
 def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-                 sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles, p_drop, seed,
+                 sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles, p_drop, seed, window,
                  HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, USE_BLOCKS: tl.constexpr,
                  DROPOUT: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -600,12 +627,13 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
     m_begin = 0
     if CAUSAL:  # rows before this one see none of these keys
         m_begin = tl.maximum(start_n - (Tk - Tq), 0) // BLOCK_M * BLOCK_M
+    m_end = _query_end(start_n, Tq, Tk, window, BLOCK_N, CAUSAL)
     for member in range(0, groups):
         h = kv * groups + member
         bh = b * H + h
         alpha, am1, k = _alpha(ALPHA, h)
         stats = STATS + (bh * NUM_STATS_C) * Tq
-        for start_m in range(m_begin, Tq, BLOCK_M):
+        for start_m in range(m_begin, m_end, BLOCK_M):
             # The forward's block mask: a (query tile, key tile) pair without support adds nothing.
             held = True
             if USE_BLOCKS:
@@ -619,7 +647,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                 do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
                              other=0.0)
                 row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
-                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, CAUSAL)
+                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, window, CAUSAL)
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -637,7 +665,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
 @triton.jit
 def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-               sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles, p_drop, seed,
+               sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles, p_drop, seed, window,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
                USE_BLOCKS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -662,16 +690,17 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
         c = tl.load(stats + STAT_C_C * Tq + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dalpha = tl.zeros([BLOCK_M], tl.float32)
+    n_begin = _key_begin(start_m, Tq, Tk, window, BLOCK_N, CAUSAL)
     n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
     blocks = BLOCKS + (bh * tl.num_programs(0) + pid_m) * n_tiles
-    for start_n in range(0, n_end, BLOCK_N):
+    for start_n in range(n_begin, n_end, BLOCK_N):
         held = True
         if USE_BLOCKS:  # the forward's block mask: a key tile without support adds nothing
             held = tl.load(blocks + start_n // BLOCK_N) > float("-inf")
         if held:
             offs_n = start_n + offs_nb
-            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, HAS_KPM, CAUSAL,
-                        PRECISION)
+            s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
+                        HAS_KPM, CAUSAL, PRECISION)
             gap = _gap(s, row_max, tau, am1)
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                 p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -784,7 +813,7 @@ def _padding_arg(key_padding_mask, q):
 
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
-            config=PACKAGE, dropout=0.0, seed=0):
+            config=PACKAGE, dropout=0.0, seed=0, window=None):
     """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
     query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
     key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward``
@@ -793,7 +822,9 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     holds no support (or lies past the causal diagonal), else the tile's largest score: the
     backward kernels visit only the pairs that hold support (4 bytes a pair: 1 / 1,024 of the
     scores' size at 64 x 64 tiles).  ``dropout``: attention dropout's probability, its
-    pattern drawn from ``seed`` (:func:`kept_weights`), which the backward must be given too."""
+    pattern drawn from ``seed`` (:func:`kept_weights`), which the backward must be given too.
+    ``window`` (with ``causal``): query i sees only the ``window`` keys up to its own, i + Tk - Tq
+    (a sliding window); the key tiles before a query tile's windows are never visited."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
@@ -807,14 +838,22 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, *q.stride(), *k.stride(), *v.stride(),
         *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
-        n_tiles, float(dropout), int(seed), DROPOUT=dropout > 0,
-        HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, ALPHA_STATS=alpha_stats, WRITE_OG=backward,
+        n_tiles, float(dropout), int(seed), int(window or 0), DROPOUT=dropout > 0,
+        HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), FIXED=fixed, ALPHA_STATS=alpha_stats,
+        WRITE_OG=backward,
         ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats, blocks
 
 
+def _causal(causal, window):
+    """The kernels' CAUSAL: 0, 1 (causal) or WINDOWED (causal within a sliding window)."""
+    if window is not None and not causal:
+        raise ValueError("attention: a sliding window is causal here; give causal=True with window")
+    return WINDOWED if window is not None else int(bool(causal))
+
+
 def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
-             config=PACKAGE, dropout=0.0, seed=0):
+             config=PACKAGE, dropout=0.0, seed=0, window=None):
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None); ``blocks`` is the forward's.  Its
     block mask is used where the backward's tiles are the forward's (they differ only where
     the forward took every key in one wider tile)."""
@@ -836,7 +875,8 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     n_m_tiles, n_tiles = triton.cdiv(Tq, block_m), triton.cdiv(Tk, block_n)
     # Tiles of two powers of two give the same counts only when one tile holds every key.
     use_blocks = tuple(blocks.shape[1:]) == (n_m_tiles, n_tiles)
-    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=causal, FIXED=fixed, USE_BLOCKS=use_blocks,
+    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), FIXED=fixed,
+                  USE_BLOCKS=use_blocks,
                   DROPOUT=dropout > 0, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                   **launch)
     # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
@@ -845,11 +885,11 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     _dkdv_kernel[(n_tiles, B * kv_heads)](
         q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, float(dropout), int(seed),
-        **common)
+        int(window or 0), **common)
     _dq_kernel[(n_m_tiles, B * H)](
         q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, float(dropout), int(seed),
-        ALPHA_GRAD=alpha_grad, **common)
+        int(window or 0), ALPHA_GRAD=alpha_grad, **common)
     return dq, dk, dv, (dalpha if alpha_grad else None)
 
 

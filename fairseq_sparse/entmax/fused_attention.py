@@ -76,7 +76,8 @@ def uses_fused_kernel(q):
     return activations.current_backend() == "triton"  # CPU tensors: only under the interpreter, when asked
 
 
-def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None, dropout=0.0):
+def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None, dropout=0.0,
+                     window=None):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H_kv, Tk, D); returns (B, H, Tq, D).
 
     With H_kv < H (grouped-query attention; H_kv divides H) query head h reads key/value head
@@ -91,10 +92,13 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     ``attention_kernel.KernelConfig`` (None: the package's); it never changes the result.
     ``dropout``: attention dropout's probability (training): the fused kernels draw its
     pattern from a seed taken from torch's generator and regenerate it in the backward, so
-    that the (Tq, Tk) weights are still never stored.
+    that the (Tq, Tk) weights are still never stored.  ``window`` (with ``causal``): a sliding
+    window, query i sees only the ``window`` keys up to its own (as transformers' Mistral,
+    Qwen2 and Gemma's local layers do); the fused kernels never visit the key tiles outside it.
     """
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"entmax_attention: dropout must lie in [0, 1), got {dropout}")
+    check_window(window, causal)
     near_one = _check(q, k, v, alpha, key_padding_mask, scale)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
@@ -106,23 +110,36 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
         # The seed from torch's CPU generator: seeded by torch.manual_seed, and no wait for a GPU.
         seed = int(torch.randint(0, 2**31 - 1, ())) if dropout > 0 else 0
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config, dropout,
-                                          seed)
-    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout)
+                                          seed, window)
+    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout, window)
 
 
-def visible(q_len, k_len, device, rows=None):
+def check_window(window, causal):
+    """Refuse a sliding window that is not a positive whole number of keys, or without ``causal``."""
+    if window is None:
+        return
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"attention: window must be a positive number of keys, got {window!r}")
+    if not causal:
+        raise ValueError("attention: a sliding window is causal here; give causal=True with window")
+
+
+def visible(q_len, k_len, device, rows=None, window=None):
     """(Tq, Tk) bool: query i sees key j <= i + Tk - Tq, the causal mask of every attention of
-    the package (the last query sees every key, as with cached keys); with ``rows`` (query
-    indices), only those rows, so that a chunk of queries never builds the whole mask."""
+    the package (the last query sees every key, as with cached keys), and with ``window`` only
+    j > i + Tk - Tq - window (a sliding window); with ``rows`` (query indices), only those
+    rows, so that a chunk of queries never builds the whole mask."""
     rows = torch.arange(q_len, device=device) if rows is None else rows
-    return torch.arange(k_len, device=device)[None, :] <= rows[:, None] + (k_len - q_len)
+    keys, last = torch.arange(k_len, device=device)[None, :], rows[:, None] + (k_len - q_len)
+    seen = keys <= last
+    return seen if window is None else seen & (keys > last - window)
 
 
-def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device):
+def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device, window=None):
     """True where a score is masked, broadcastable to (B, H, len(rows), Tk)."""
     mask = torch.zeros((1, 1, len(rows), Tk), dtype=torch.bool, device=device)
     if causal:
-        mask = mask | ~visible(Tq, Tk, device, rows)[None, None]
+        mask = mask | ~visible(Tq, Tk, device, rows, window)[None, None]
     if key_padding_mask is not None:
         mask = mask | key_padding_mask[:, None, None, :]
     return mask
@@ -137,7 +154,7 @@ def repeat_kv(states, heads):
     return states[:, :, None].expand(B, H_kv, heads // H_kv, T, D).reshape(B, heads, T, D)
 
 
-def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, dropout=0.0):
+def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, dropout=0.0, window=None):
     """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
     normalised by :func:`entmax_alpha` (float32 for half inputs), attention dropout applied
     to the weights by ``F.dropout``; any device."""
@@ -152,7 +169,8 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
     for start in range(0, Tq, REFERENCE_CHUNK):
         rows = torch.arange(start, min(start + REFERENCE_CHUNK, Tq), device=q.device)
         scores = torch.matmul(q[:, :, start:start + len(rows)].to(compute), k.to(compute).transpose(-1, -2)) * scale
-        scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device), float("-inf"))
+        scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device, window),
+                                    float("-inf"))
         probs = fixed(scores, dim=-1) if fixed else activations.entmax_alpha(scores, alpha, dim=-1)
         if dropout > 0:
             probs = torch.nn.functional.dropout(probs, p=dropout)
@@ -165,7 +183,8 @@ class FusedEntmaxAttention(Function):
     ``config`` an ``attention_kernel.KernelConfig``."""
 
     @staticmethod
-    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config, dropout=0.0, seed=0):
+    def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config, dropout=0.0, seed=0,
+                window=None):
         q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
@@ -174,10 +193,10 @@ class FusedEntmaxAttention(Function):
         o, og, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale,
                                                         alpha_stats=alpha_grad,
                                                         backward=any(ctx.needs_input_grad[:4]), config=config,
-                                                        dropout=dropout, seed=seed)
+                                                        dropout=dropout, seed=seed, window=window)
         ctx.save_for_backward(q, k, v, og, stats, blocks, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
-        ctx.dropout, ctx.seed = dropout, seed
+        ctx.dropout, ctx.seed, ctx.window = dropout, seed, window
         return o
 
     @staticmethod
@@ -192,9 +211,9 @@ class FusedEntmaxAttention(Function):
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
             q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config,
-            dropout=ctx.dropout, seed=ctx.seed)
+            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]
             dalpha = dalpha_rows.view(B, H, -1).sum(dim=(0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None, None, None, None

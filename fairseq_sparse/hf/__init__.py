@@ -94,11 +94,13 @@ def attention_function(name):
         mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
         causal = (mask is None and query.shape[2] > 1
                   and bool(kwargs.get("is_causal", getattr(module, "is_causal", False))))
+        # Sliding-window layers (Mistral, Qwen2, Gemma's local layers) name their window beside
+        # the mask that applies it, so that the fused kernels can skip the keys outside it.
         output, probs = attend(
             query, key, value, normalizer, alpha=head_alpha() if normalizer.learned else None,
             alpha_min=head_alpha.alpha_min if normalizer.learned else ALPHA_MIN, causal=causal, mask=mask,
             scale=scaling, dropout=dropout if module.training else 0.0,
-            need_weights=_wants_weights(module, kwargs))
+            need_weights=_wants_weights(module, kwargs), window=kwargs.get("sliding_window"))
         return output.transpose(1, 2).contiguous(), probs
 
     attend_in_transformers.__name__ = f"{name}_attention_forward"

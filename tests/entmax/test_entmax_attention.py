@@ -435,3 +435,49 @@ def test_attention_dropout_in_the_kernel_is_the_reference_with_the_same_pattern(
             a.grad if torch.is_tensor(a) else None]):
         if ref is not None:
             assert_close(got, ref, 2e-4 if name == "dalpha" else 2e-5, name)
+
+
+@pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.3, 1.7])], ids=["entmax15", "per_head"])
+def test_sliding_window_matches_the_entmax_package_and_skips_the_tiles_outside(alpha):
+    """causal=True with window=W: query i sees the W keys up to i + Tk - Tq, as transformers'
+    sliding-window layers.  Output and every gradient against the entmax package on the
+    scores masked by a mask built here, key by key (Tq != Tk, key padding, 16 x 16 tiles);
+    the forward visits fewer key tiles than causal attention without the window, and the block
+    mask holds no pair wholly outside the windows."""
+    B, H, Tq, Tk, D, W = 2, 2, 37, 45, 16, 9
+    q, k, v, do = inputs(B, H, Tq, Tk, D, seed=41)
+    mask = torch.zeros(B, Tk, dtype=torch.bool)
+    mask[1, :5] = True
+    allowed = torch.tensor([[i + Tk - Tq - W < j <= i + Tk - Tq for j in range(Tk)] for i in range(Tq)])
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    a = alpha.double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
+    scores = (leaves[0] @ leaves[1].transpose(-1, -2) * D ** -0.5).masked_fill(~allowed | mask[:, None, None, :], -1e6)
+    if torch.is_tensor(alpha):
+        probs = reference_package.entmax_bisect(scores, a.view(1, H, 1, 1).expand(B, H, Tq, 1), dim=-1, n_iter=100)
+    else:
+        probs = reference_package.entmax15(scores, dim=-1)
+    o_ref = probs @ leaves[2]
+    (o_ref * do).sum().backward()
+    grads_ref = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
+    config = attention_kernel.KernelConfig(tiles=(16, 16, 1))
+    o, grads = fused(q, k, v, do, alpha, causal=True, key_padding_mask=mask, window=W, kernel=config)
+    assert_close(o, o_ref.detach(), 2e-5, "output")
+    for name, got, want in zip(("dq", "dk", "dv", "dalpha"), grads, grads_ref):
+        if want is not None:
+            assert_close(got, want, 2e-4 if name == "dalpha" else 2e-5, name)
+    q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
+    heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
+    kind, kpm = triton_kernel.fixed_kind(alpha), mask.to(DEVICE).view(torch.int8)
+    tiles = {}
+    for window in (None, W):
+        _, _, stats, blocks = attention_kernel.forward(q32, k32, v32, heads, kind, True, kpm, D ** -0.5,
+                                                       alpha_stats=torch.is_tensor(alpha), config=config,
+                                                       window=window)
+        tiles[window] = stats[:, attention_kernel.STAT_TILES, ::16].sum().item()
+    assert tiles[W] < tiles[None], tiles
+    pairs = torch.nn.functional.pad(allowed, (0, 48 - Tk, 0, 48 - Tq)).view(3, 16, 3, 16).any(3).any(1)
+    assert not bool(torch.isfinite(blocks.cpu()).view(B * H, 3, 3)[:, ~pairs].any())
+    with pytest.raises(ValueError, match="a sliding window is causal here"):
+        fused(q, k, v, do, alpha, window=W)
+    with pytest.raises(ValueError, match="window must be a positive number of keys, got 0"):
+        fused(q, k, v, do, alpha, causal=True, window=0)
