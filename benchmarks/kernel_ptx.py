@@ -4,7 +4,7 @@ Triton's interpreter (how CI runs the kernels on CPU) executes the kernels' Pyth
 through numpy and checks neither types nor what the GPU compiler accepts.  This
 compiles the kernels (the fused attention's forward, dk/dv, dq and r kernels for each
 kind of alpha, at bf16 causal with padding and at float32 without, and at bf16 for
-1.5-entmax within a sliding window; the row-wise
+1.5-entmax within a sliding window and over packed sequences; the row-wise
 normaliser's forward and backward) for a CUDA target with Triton's own compiler and
 the ptxas it ships, which need no device, so a kernel that would not compile on a GPU
 fails here.  For each variant it prints the
@@ -48,6 +48,7 @@ from timing import tiles_setting  # noqa: E402
 
 # Pointer arguments whose element type is not the inputs' dtype.
 POINTERS_FP32 = {"ALPHA", "STATS", "BLOCKS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
+POINTERS_I32 = {"SEG", "BOUNDS"}
 POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
 FLOATS = {"scale", "tol", "p_drop"}
 
@@ -61,6 +62,8 @@ def signature(kernel, dtype, constexprs):
             sig[name] = "*i8"
         elif name in POINTERS_FP32:
             sig[name] = "*fp32"
+        elif name in POINTERS_I32:
+            sig[name] = "*i32"
         elif name in POINTERS_DATA:
             sig[name] = "*" + dtype
         elif name in FLOATS:
@@ -85,7 +88,7 @@ def variants(tiles=None):
         for fixed, name in fixed_alphas if head_dim == 64 else fixed_alphas[:2]:
             tile = dict(PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
             # Causal with padding at bf16 (a decoder's self-attention in training), neither at float32.
-            masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16")
+            masks = dict(HAS_KPM=dtype == "bf16", CAUSAL=dtype == "bf16", PACKED=False)
             # Attention dropout at bf16 (BERT-family fine-tuning), none at float32.
             common = dict(FIXED=fixed, **masks, **tile, DROPOUT=dtype == "bf16")
             backward = dict(common, USE_BLOCKS=True)
@@ -99,14 +102,15 @@ def variants(tiles=None):
             yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, backward, warps)
             yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
                    dict(backward, ALPHA_GRAD=fixed == GENERIC), warps)
-            if dtype == "bf16" and fixed == ENTMAX15 and not suffix:  # a sliding window (Mistral's layers)
-                window = dict(CAUSAL=attention_kernel.WINDOWED)
-                yield (f"attention_forward {name} {dtype} window", attention_kernel._forward_kernel, dtype,
-                       dict(forward, **window), warps)
-                yield (f"attention_dkdv {name} {dtype} window", attention_kernel._dkdv_kernel, dtype,
-                       dict(backward, **window), warps)
-                yield (f"attention_dq {name} {dtype} window", attention_kernel._dq_kernel, dtype,
-                       dict(backward, ALPHA_GRAD=False, **window), warps)
+            # A sliding window (Mistral's layers), and packed sequences (cu_seqlens).
+            for mask, given in (("window", dict(CAUSAL=attention_kernel.WINDOWED)), ("packed", dict(PACKED=True))):
+                if dtype == "bf16" and fixed == ENTMAX15 and not suffix:
+                    yield (f"attention_forward {name} {dtype} {mask}", attention_kernel._forward_kernel, dtype,
+                           dict(forward, **given), warps)
+                    yield (f"attention_dkdv {name} {dtype} {mask}", attention_kernel._dkdv_kernel, dtype,
+                           dict(backward, **given), warps)
+                    yield (f"attention_dq {name} {dtype} {mask}", attention_kernel._dq_kernel, dtype,
+                           dict(backward, ALPHA_GRAD=False, **given), warps)
         if not suffix:
             yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
     for fixed, name in ((GENERIC, "alpha per row"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):

@@ -437,3 +437,30 @@ def test_a_sliding_window_model_is_eager_attention_and_reaches_the_fused_kernel(
         got = masked_outputs("llama", output_of(model, batch), batch)
     assert len(calls) == 2 and all(k["window"] == 3 and k["causal"] for k in calls), calls
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("normalizer", ["entmax15", "alpha_entmax"])
+def test_packed_sequences_are_each_sequence_alone_and_reach_the_fused_kernel(normalizer, monkeypatch):
+    """Three sequences packed into one row, as transformers' DataCollatorWithFlattening gives them
+    (position_ids restarting at 0, no cache): the logits are each sequence's run alone; where the
+    fused kernels run (here under Triton's interpreter) every layer takes them with the
+    sequences' offsets (cu_seqlens), with the same logits."""
+    from fairseq_sparse.entmax import fused_attention, has_triton_kernel, triton_kernel, use_backend
+
+    model = build("llama")
+    hf.sparsify(model, normalizer, **({"alpha_init": "random"} if normalizer == "alpha_entmax" else {}))
+    ids = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(4))
+    bounds = ((0, 5), (5, 8), (8, 12))
+    position_ids = torch.cat([torch.arange(b - a) for a, b in bounds])[None]
+    packed = model(input_ids=ids, position_ids=position_ids, use_cache=False).logits
+    alone = torch.cat([model(input_ids=ids[:, a:b], use_cache=False).logits for a, b in bounds], 1)
+    torch.testing.assert_close(packed, alone, atol=1e-5, rtol=1e-4)
+    if not (has_triton_kernel() and triton_kernel.INTERPRET):
+        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
+    calls = []
+    fused = fused_attention.entmax_attention
+    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    with use_backend("triton"):
+        got = model(input_ids=ids, position_ids=position_ids, use_cache=False).logits
+    assert len(calls) == 2 and all(k["cu_seqlens"].tolist() == [0, 5, 8, 12] and k["causal"] for k in calls)
+    torch.testing.assert_close(got, alone, atol=1e-5, rtol=1e-4)

@@ -15,7 +15,8 @@ does.
   through :func:`~.fused_attention.entmax_attention` (the (Tq, Tk) scores are never
   stored; attention dropout inside the kernels), softmax through PyTorch's SDPA.  An additive ``mask`` that is
   exactly key padding and/or causal (as transformers builds them), or causal within the
-  sliding ``window`` the caller names, is read as such.
+  sliding ``window`` the caller names, or packed sequences (one batch row of sequences that
+  see only themselves, causal or not), is read as such.
 - **Explicit** everywhere else: the float32 scores, the masks, the normaliser, dropout,
   the product with V; the probabilities are returned when asked for.
 
@@ -34,12 +35,13 @@ import torch.nn.functional as F
 
 from . import fused_attention
 from .activations import FLOAT32_ALPHA_MIN
-from .fused_attention import check_window, repeat_kv, visible
+from .fused_attention import check_window, repeat_kv, sequence_ids, visible
 
 
 
 def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=False, key_padding_mask=None,
-           mask=None, scale=None, dropout=0.0, need_weights=False, fused=True, config=None, window=None):
+           mask=None, scale=None, dropout=0.0, need_weights=False, fused=True, config=None, window=None,
+           cu_seqlens=None):
     """(output (B, H, Tq, D), probabilities (B, H, Tq, Tk) in float32 from the explicit path,
     None from the fused one; ``need_weights`` keeps the explicit path to have them).
 
@@ -50,7 +52,9 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     value, the dtype's lowest, masks a key exactly under the sparse normalisers).
     ``window``: a sliding window of the causal mask (with ``causal``, it masks; with a
     ``mask``, the mask is read as causal within it where it is exactly that, and taken as
-    it is otherwise, as transformers' sliding-window layers give both).
+    it is otherwise, as transformers' sliding-window layers give both).  ``cu_seqlens``:
+    packed sequences, (S + 1,) offsets into one batch row of as many queries as keys
+    (:func:`~.fused_attention.entmax_attention`).
     ``scale``: default 1 / sqrt(D).  ``dropout``: the attention dropout probability to apply
     (0 outside training).  ``fused=False`` keeps the explicit path (benchmarks compare the
     two); ``config``: the fused kernels' ``KernelConfig`` (None: the package's).  Neither
@@ -64,19 +68,21 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
         raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
     check_window(window, causal or mask is not None)
     if fused and not need_weights and fused_attention.uses_fused_kernel(q):
-        masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2], window)
+        masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2], window, cu_seqlens)
         if masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
-            causal, key_padding_mask, window = masks
+            causal, key_padding_mask, window, cu_seqlens = masks
             if normalizer.sparse:
                 heads = alpha if normalizer.learned else normalizer.alpha
                 return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
                                                         key_padding_mask=key_padding_mask, scale=scale,
-                                                        kernel=config, dropout=dropout, window=window), None
+                                                        kernel=config, dropout=dropout, window=window,
+                                                        cu_seqlens=cu_seqlens), None
             return _softmax_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), causal, key_padding_mask,
-                                      scale, dropout, window), None
+                                      scale, dropout, window, sequence_ids(cu_seqlens, q, k)), None
+    segments = sequence_ids(cu_seqlens, q, k)
     k, v = repeat_kv(k, heads), repeat_kv(v, heads)
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
-    masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse, window)
+    masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse, window, segments)
     if masked is not None:
         scores = scores.masked_fill(masked, float("-inf"))
     if mask is not None and not mask.dtype == torch.bool:
@@ -89,10 +95,12 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     return torch.matmul(weights, v), probs
 
 
-def _masked(scores, causal, key_padding_mask, mask, sparse, window=None):
+def _masked(scores, causal, key_padding_mask, mask, sparse, window=None, segments=None):
     """True where a score is masked (-inf), broadcastable to ``scores`` (B, H, Tq, Tk), or None
     where nothing is."""
     parts = []
+    if segments is not None:
+        parts.append(segments[:, None, :, None] != segments[:, None, None, :])
     if causal:
         parts.append(~visible(*scores.shape[-2:], scores.device, window=window))
     if key_padding_mask is not None:
@@ -105,13 +113,15 @@ def _masked(scores, causal, key_padding_mask, mask, sparse, window=None):
     return functools.reduce(torch.logical_or, parts) if parts else None
 
 
-def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len, window=None):
-    """(causal, key_padding_mask, window) that give exactly what ``mask``, ``causal`` and
-    ``key_padding_mask`` mask together, as the fused kernels take them, or None where
-    ``mask`` is something else (a window other than ``window``, packed sequences, a bias).
+def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len, window=None, cu_seqlens=None):
+    """(causal, key_padding_mask, window, cu_seqlens) that give exactly what ``mask``,
+    ``causal``, ``key_padding_mask`` and ``cu_seqlens`` mask together, as the fused kernels take
+    them, or None where ``mask`` is something else (a window other than ``window``, a bias).
     Reading a mask compares it whole, which waits for the device once per call."""
     if mask is None:
-        return causal, key_padding_mask, (window if causal else None)
+        return causal, key_padding_mask, (window if causal else None), cu_seqlens
+    if cu_seqlens is not None:  # a mask beside packed sequences is left to the explicit path
+        return None
     if mask.dtype == torch.bool:
         masked = ~mask[:, 0]
     else:
@@ -126,22 +136,46 @@ def fused_masks(mask, causal, key_padding_mask, batch, q_len, k_len, window=None
         outside = ~visible(q_len, k_len, masked.device, window=window)
         padding = (masked | outside).all(1)
         if torch.equal(masked, padding[:, None, :] | outside):
-            return True, (padding if bool(padding.any()) else None), window
+            return True, (padding if bool(padding.any()) else None), window, None
     padding = masked[:, -1, :]  # the last query sees every key that is not padding
     expected = padding[:, None, :].expand(-1, q_len, -1)
     if causal or bool((masked & ~expected).any()):  # a query sees fewer keys than the last: causal, if anything
         causal, expected = True, expected | ~visible(q_len, k_len, masked.device)
     if not torch.equal(masked, expected):
+        return _packed(masked, window)
+    return causal, (padding if bool(padding.any()) else None), None, None
+
+
+def _packed(masked, window):
+    """(causal, None, window, cu_seqlens) where ``masked`` (1, T, T) is packed sequences, each
+    query seeing its own sequence's keys (all of them, or causally, within ``window`` where
+    that is named), else None.  A sequence starts where a query's first visible key is itself."""
+    if masked.shape[0] != 1 or masked.shape[1] != masked.shape[2]:
         return None
-    return causal, (padding if bool(padding.any()) else None), None
+    seen = ~masked[0]
+    T = seen.shape[0]
+    if not bool(seen.any(1).all()):  # a query that sees nothing: padding, not packing
+        return None
+    positions = torch.arange(T, device=seen.device)
+    starts = seen.to(torch.uint8).argmax(1) == positions
+    segments = starts.cumsum(0)
+    same = segments[:, None] == segments[None, :]
+    for causal, shape in ((False, same), (True, same & visible(T, T, seen.device, window=window))):
+        if torch.equal(seen, shape):
+            cu_seqlens = torch.cat([positions[starts], positions.new_tensor([T])])
+            return causal, None, (window if causal else None), cu_seqlens
+    return None
 
 
-def _softmax_attention(q, k, v, causal, key_padding_mask, scale, dropout=0.0, window=None):
+def _softmax_attention(q, k, v, causal, key_padding_mask, scale, dropout=0.0, window=None, segments=None):
     """Softmax attention by PyTorch's SDPA (flash or memory-efficient kernels on CUDA).
     A query row with no visible key gives zeros, as the entmax kernel does (SDPA gives NaN)."""
     mask = None
     if key_padding_mask is not None:
         mask = ~key_padding_mask[:, None, None, :]
+    if segments is not None:
+        same = segments[:, None, :, None] == segments[:, None, None, :]
+        mask = same if mask is None else mask & same
     # SDPA's own causal mask is aligned at the start, and has no window.
     if causal and (mask is not None or q.size(2) != k.size(2) or window is not None):
         seen = visible(q.size(2), k.size(2), q.device, window=window)

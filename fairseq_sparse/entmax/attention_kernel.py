@@ -151,25 +151,26 @@ def _dot(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-            HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window, seg_ptr,
+            HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, PRECISION: tl.constexpr):
     """Scaled scores of a (BLOCK_M, BLOCK_N) tile, -inf outside the rows, keys and masks."""
     kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
                  mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
     s = _dot(q, kt, PRECISION) * scale
-    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, window, CAUSAL)
+    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, window, seg_ptr, CAUSAL, PACKED)
 
 
 @triton.jit
-def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-          HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr, ONE_TILE: tl.constexpr):
+def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window, seg_ptr,
+          HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, PRECISION: tl.constexpr,
+          ONE_TILE: tl.constexpr):
     """A key tile's scores in a forward pass: with ONE_TILE (every key in the first tile) the
     ones the kernel computed once, else recomputed from q and k."""
     if ONE_TILE:
         return s_one
     else:
         return _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                       HAS_KPM, CAUSAL, PRECISION)
+                       seg_ptr, HAS_KPM, CAUSAL, PACKED, PRECISION)
 
 
 @triton.jit
@@ -182,10 +183,15 @@ def _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM: tl.constexpr):
 
 
 @triton.jit
-def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, window, CAUSAL: tl.constexpr):
+def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, window, seg_ptr, CAUSAL: tl.constexpr, PACKED: tl.constexpr):
     """-inf outside the rows, the keys and (causal, aligned at the end) the past; with
-    CAUSAL == WINDOWED, also the keys ``window`` or more before the query's own."""
+    CAUSAL == WINDOWED, also the keys ``window`` or more before the query's own; with
+    PACKED, the keys of other sequences (``seg_ptr``: each position's sequence, Tq = Tk)."""
     valid = (offs_m[:, None] < Tq) & keys_ok[None, :]
+    if PACKED:
+        rows = tl.load(seg_ptr + offs_m, mask=offs_m < Tq, other=-1)
+        keys = tl.load(seg_ptr + offs_n, mask=offs_n < Tk, other=-2)
+        valid = valid & (rows[:, None] == keys[None, :])
     if CAUSAL:
         valid = valid & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
         if CAUSAL == WINDOWED_C:
@@ -377,6 +383,20 @@ def _key_begin(start_m, Tq, Tk, window, BLOCK_N: tl.constexpr, CAUSAL: tl.conste
 
 
 @triton.jit
+def _key_range(start_m, Tq, Tk, window, bounds, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+               PACKED: tl.constexpr):
+    """(first key tile's first key, one past the last key) that a row of this query tile may
+    see: with PACKED, within the sequences its rows belong to (``bounds``: their first key and
+    one past their last, from the host)."""
+    n_begin = _key_begin(start_m, Tq, Tk, window, BLOCK_N, CAUSAL)
+    n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    if PACKED:
+        n_begin = tl.maximum(n_begin, tl.load(bounds) // BLOCK_N * BLOCK_N)
+        n_end = tl.minimum(n_end, tl.load(bounds + 1))
+    return n_begin, n_end
+
+
+@triton.jit
 def _query_end(start_n, Tq, Tk, window, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """One past the last query that may see a key of the key tile at ``start_n``: later rows'
     windows have all passed it."""
@@ -387,10 +407,11 @@ def _query_end(start_n, Tq, Tk, window, BLOCK_N: tl.constexpr, CAUSAL: tl.conste
 
 
 @triton.jit
-def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
+def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                     sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles, p_drop, seed, window,
-                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, DROPOUT: tl.constexpr,
+                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, FIXED: tl.constexpr,
+                    DROPOUT: tl.constexpr,
                     ALPHA_STATS: tl.constexpr, WRITE_OG: tl.constexpr, ONE_TILE: tl.constexpr, PRECISION: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -404,8 +425,9 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     k_base = K + b * skb + kv * skh
     v_base = V + b * svb + kv * svh
     kpm_base = KPM + b * skpb
-    n_begin = _key_begin(start_m, Tq, Tk, window, BLOCK_N, CAUSAL)
-    n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    seg_base = SEG + b * Tk
+    n_begin, n_end = _key_range(start_m, Tq, Tk, window, BOUNDS + (b * tl.num_programs(0) + pid_m) * 2, BLOCK_M,
+                                BLOCK_N, CAUSAL, PACKED)
     # Each key tile's largest score, from the maxima's pass; -inf once the tile is known to
     # hold no support for any row of this query tile, which later passes then skip (the
     # output pass leaves -inf exactly where the tile has no support: the backward's block mask).
@@ -417,7 +439,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     s_one = 0.0
     if ONE_TILE:
         s_one = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_nb, offs_d, Tq, Tk, D, scale, window,
-                        HAS_KPM, CAUSAL, PRECISION)
+                        seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION)
 
     # 1. Row maxima, and each row's KEPT_SLOTS largest tile maxima, kept for Newton's start:
     # a tile's maximum replaces the least kept when it beats it.
@@ -427,7 +449,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
     kept_tile = tl.full([BLOCK_M, KEPT_SLOTS_C], -1, tl.int32)  # the key tile of each kept maximum
     for start_n in range(n_begin, n_end, BLOCK_N):
         s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, start_n + offs_nb, offs_d, Tq, Tk, D, scale, window,
-                  HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
+                  seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
         best = tl.max(s, axis=1)
         tl.store(blocks + start_n // BLOCK_N, tl.max(best, axis=0))
         visits += 1
@@ -462,7 +484,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
             if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                 offs_n = start_n + offs_nb
                 s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                          HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
+                          seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
                 gap = _gap(s, row_max, tau, am1)
                 visits += 1
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
@@ -500,7 +522,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                 if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                     offs_n = start_n + offs_nb
                     s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                              HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
+                              seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
                     z = am1 * (s - row_max[:, None]) + 1.0
                     on = z > tau[:, None]
                     # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
@@ -533,7 +555,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
         if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
             offs_n = start_n + offs_nb
             s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                      HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
+                      seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
             gap = _gap(s, row_max, tau, am1)
             visits += 1
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
@@ -583,7 +605,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
                 if tl.load(blocks + start_n // BLOCK_N) > float("-inf"):  # the tiles that hold support
                     offs_n = start_n + offs_nb
                     s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                              HAS_KPM, CAUSAL, PRECISION, ONE_TILE)
+                              seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
                     gap = _gap(s, row_max, tau, am1)
                     p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                     u = log_p - mu[:, None]
@@ -600,10 +622,11 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS,
 
 
 @triton.jit
-def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
+def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS, SEG, BOUNDS,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                  sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles, p_drop, seed, window,
-                 HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, USE_BLOCKS: tl.constexpr,
+                 HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, FIXED: tl.constexpr,
+                 USE_BLOCKS: tl.constexpr,
                  DROPOUT: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """dk and dv of one key tile of one key/value head, summed over the query heads that
@@ -628,6 +651,11 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
     if CAUSAL:  # rows before this one see none of these keys
         m_begin = tl.maximum(start_n - (Tk - Tq), 0) // BLOCK_M * BLOCK_M
     m_end = _query_end(start_n, Tq, Tk, window, BLOCK_N, CAUSAL)
+    seg_base = SEG + b * Tk
+    if PACKED:  # only the rows of the sequences this key tile belongs to
+        bounds = BOUNDS + (b * tl.num_programs(0) + pid_n) * 2
+        m_begin = tl.maximum(m_begin, tl.load(bounds) // BLOCK_M * BLOCK_M)
+        m_end = tl.minimum(m_end, tl.load(bounds + 1))
     for member in range(0, groups):
         h = kv * groups + member
         bh = b * H + h
@@ -647,7 +675,8 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
                 do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
                              other=0.0)
                 row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
-                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, window, CAUSAL)
+                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, window, seg_base, CAUSAL,
+                          PACKED)
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -663,10 +692,11 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS,
 
 
 @triton.jit
-def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
+def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS, SEG, BOUNDS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles, p_drop, seed, window,
-               HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, FIXED: tl.constexpr, ALPHA_GRAD: tl.constexpr,
+               HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, FIXED: tl.constexpr,
+               ALPHA_GRAD: tl.constexpr,
                USE_BLOCKS: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
@@ -690,8 +720,9 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
         c = tl.load(stats + STAT_C_C * Tq + offs_m, mask=row_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     dalpha = tl.zeros([BLOCK_M], tl.float32)
-    n_begin = _key_begin(start_m, Tq, Tk, window, BLOCK_N, CAUSAL)
-    n_end = _key_end(start_m, Tq, Tk, BLOCK_M, CAUSAL)
+    seg_base = SEG + b * Tk
+    n_begin, n_end = _key_range(start_m, Tq, Tk, window, BOUNDS + (b * tl.num_programs(0) + pid_m) * 2, BLOCK_M,
+                                BLOCK_N, CAUSAL, PACKED)
     blocks = BLOCKS + (bh * tl.num_programs(0) + pid_m) * n_tiles
     for start_n in range(n_begin, n_end, BLOCK_N):
         held = True
@@ -700,7 +731,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS,
         if held:
             offs_n = start_n + offs_nb
             s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                        HAS_KPM, CAUSAL, PRECISION)
+                        seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION)
             gap = _gap(s, row_max, tau, am1)
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                 p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -813,7 +844,7 @@ def _padding_arg(key_padding_mask, q):
 
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
-            config=PACKAGE, dropout=0.0, seed=0, window=None):
+            config=PACKAGE, dropout=0.0, seed=0, window=None, segments=None):
     """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
     query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
     key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward``
@@ -824,7 +855,10 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     scores' size at 64 x 64 tiles).  ``dropout``: attention dropout's probability, its
     pattern drawn from ``seed`` (:func:`kept_weights`), which the backward must be given too.
     ``window`` (with ``causal``): query i sees only the ``window`` keys up to its own, i + Tk - Tq
-    (a sliding window); the key tiles before a query tile's windows are never visited."""
+    (a sliding window); the key tiles before a query tile's windows are never visited.
+    ``segments`` (B, T) int32 (Tq = Tk = T): packed sequences, each position's sequence (the
+    same number along a sequence, which is contiguous); a query sees only its own sequence's
+    keys, and the key tiles outside its sequences are never visited."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
@@ -835,14 +869,37 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     grid = (triton.cdiv(Tq, block_m), B * H)
     n_tiles = triton.cdiv(Tk, block_n)
     blocks = torch.full((B * H, grid[0], n_tiles), float("-inf"), dtype=torch.float32, device=q.device)
+    seg, bounds = _packing(segments, block_m, q)
     _forward_kernel[grid](
-        q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, *q.stride(), *k.stride(), *v.stride(),
+        q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, seg, bounds, *q.stride(), *k.stride(),
+        *v.stride(),
         *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
         n_tiles, float(dropout), int(seed), int(window or 0), DROPOUT=dropout > 0,
-        HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), FIXED=fixed, ALPHA_STATS=alpha_stats,
-        WRITE_OG=backward,
+        HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), PACKED=segments is not None, FIXED=fixed,
+        ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats, blocks
+
+
+def _packing(segments, block, q):
+    """(SEG, BOUNDS) for the kernels: ``segments`` (B, T) as int32, and for each tile of
+    ``block`` positions the first position of its first position's sequence and one past the
+    last of its last one's, (B, tiles, 2) int32; without packing, q in their stead (never read)."""
+    if segments is None:
+        return q, q
+    B, T = segments.shape
+    position = torch.arange(T, device=segments.device).expand(B, T)
+    new = torch.ones_like(segments, dtype=torch.bool)
+    new[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    first = torch.where(new, position, 0).cummax(1).values  # each position's sequence's first position
+    last = torch.zeros_like(new)
+    last[:, -1] = True
+    last[:, :-1] = new[:, 1:]
+    end = T - torch.where(last, T - 1 - position, 0).flip(1).cummax(1).values.flip(1)  # one past its last
+    starts = torch.arange(0, T, block, device=segments.device)
+    ends = (starts + block).clamp(max=T) - 1
+    bounds = torch.stack([first[:, starts], end[:, ends]], -1)
+    return segments.to(torch.int32).contiguous(), bounds.to(torch.int32).contiguous()
 
 
 def _causal(causal, window):
@@ -853,7 +910,7 @@ def _causal(causal, window):
 
 
 def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
-             config=PACKAGE, dropout=0.0, seed=0, window=None):
+             config=PACKAGE, dropout=0.0, seed=0, window=None, segments=None):
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None); ``blocks`` is the forward's.  Its
     block mask is used where the backward's tiles are the forward's (they differ only where
     the forward took every key in one wider tile)."""
@@ -875,19 +932,21 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     n_m_tiles, n_tiles = triton.cdiv(Tq, block_m), triton.cdiv(Tk, block_n)
     # Tiles of two powers of two give the same counts only when one tile holds every key.
     use_blocks = tuple(blocks.shape[1:]) == (n_m_tiles, n_tiles)
-    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), FIXED=fixed,
-                  USE_BLOCKS=use_blocks,
+    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), PACKED=segments is not None,
+                  FIXED=fixed, USE_BLOCKS=use_blocks,
                   DROPOUT=dropout > 0, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                   **launch)
     # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
     # dO is read in whatever layout autograd gives it.
     kv_heads = k.shape[1]
+    seg, key_bounds = _packing(segments, block_n, q)
     _dkdv_kernel[(n_tiles, B * kv_heads)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, *q.stride(), *k.stride(), *v.stride(),
+        q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, seg, key_bounds, *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, float(dropout), int(seed),
         int(window or 0), **common)
     _dq_kernel[(n_m_tiles, B * H)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, *q.stride(), *k.stride(), *v.stride(),
+        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, seg, _packing(segments, block_m, q)[1],
+        *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, float(dropout), int(seed),
         int(window or 0), ALPHA_GRAD=alpha_grad, **common)
     return dq, dk, dv, (dalpha if alpha_grad else None)

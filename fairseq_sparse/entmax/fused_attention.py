@@ -77,7 +77,7 @@ def uses_fused_kernel(q):
 
 
 def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None, dropout=0.0,
-                     window=None):
+                     window=None, cu_seqlens=None):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H_kv, Tk, D); returns (B, H, Tq, D).
 
     With H_kv < H (grouped-query attention; H_kv divides H) query head h reads key/value head
@@ -85,8 +85,8 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
 
     ``alpha``: a float in (1, 2] (2 is sparsemax), or a tensor of shape (H,), one per
     head, which may require grad; below ``FLOAT32_ALPHA_MIN`` the reference path runs
-    in float64 (except for a CUDA tensor, whose values are not read).  ``key_padding_mask``: (B, Tk) bool, True at padding
-    (fairseq's convention).  ``causal``: query i sees keys j <= i + Tk - Tq (the last
+    in float64 (except for a CUDA tensor, whose values are not read).  ``key_padding_mask``:
+    (B, Tk) bool, True at padding (fairseq's convention).  ``causal``: query i sees keys j <= i + Tk - Tq (the last
     query is aligned with the last key).  ``scale``: default 1 / sqrt(D).  A query that
     sees no key gets zeros (and zero gradients).  ``kernel``: how the fused kernels run, an
     ``attention_kernel.KernelConfig`` (None: the package's); it never changes the result.
@@ -95,10 +95,15 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     that the (Tq, Tk) weights are still never stored.  ``window`` (with ``causal``): a sliding
     window, query i sees only the ``window`` keys up to its own (as transformers' Mistral,
     Qwen2 and Gemma's local layers do); the fused kernels never visit the key tiles outside it.
+    ``cu_seqlens``: packed sequences (FlashAttention's varlen form): one batch row (B = 1) of
+    T = Tq = Tk positions holding sequences cu_seqlens[s]:cu_seqlens[s + 1], (S + 1,) integers
+    from 0 to T; a query sees only its own sequence's keys (causal within it with ``causal``),
+    and the fused kernels never visit the key tiles of other sequences.
     """
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"entmax_attention: dropout must lie in [0, 1), got {dropout}")
     check_window(window, causal)
+    segments = sequence_ids(cu_seqlens, q, k)
     near_one = _check(q, k, v, alpha, key_padding_mask, scale)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
@@ -110,8 +115,26 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
         # The seed from torch's CPU generator: seeded by torch.manual_seed, and no wait for a GPU.
         seed = int(torch.randint(0, 2**31 - 1, ())) if dropout > 0 else 0
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config, dropout,
-                                          seed, window)
-    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout, window)
+                                          seed, window, segments)
+    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout, window, cu_seqlens)
+
+
+def sequence_ids(cu_seqlens, q, k):
+    """(1, T) each position's sequence from ``cu_seqlens`` (None without it), refusing what
+    does not describe packed sequences of q and k."""
+    if cu_seqlens is None:
+        return None
+    T = q.shape[2]
+    if q.shape[0] != 1 or k.shape[2] != T:
+        raise ValueError(f"attention: cu_seqlens packs sequences into one batch row of as many queries as keys, got "
+                         f"q {tuple(q.shape)} and k {tuple(k.shape)}")
+    cu = cu_seqlens.to(q.device, torch.long)
+    if cu.dim() != 1 or len(cu) < 2 or cu.dtype.is_floating_point:
+        raise ValueError(f"attention: cu_seqlens must be (S + 1,) integers, got {tuple(cu_seqlens.shape)}")
+    if int(cu[0]) != 0 or int(cu[-1]) != T or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"attention: cu_seqlens must rise from 0 to T = {T}, got {cu_seqlens.tolist()}")
+    lengths = cu[1:] - cu[:-1]
+    return torch.repeat_interleave(torch.arange(len(lengths), device=q.device), lengths)[None]
 
 
 def check_window(window, causal):
@@ -135,9 +158,11 @@ def visible(q_len, k_len, device, rows=None, window=None):
     return seen if window is None else seen & (keys > last - window)
 
 
-def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device, window=None):
+def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device, window=None, segments=None):
     """True where a score is masked, broadcastable to (B, H, len(rows), Tk)."""
     mask = torch.zeros((1, 1, len(rows), Tk), dtype=torch.bool, device=device)
+    if segments is not None:
+        mask = mask | (segments[:, None, rows, None] != segments[:, None, None, :])
     if causal:
         mask = mask | ~visible(Tq, Tk, device, rows, window)[None, None]
     if key_padding_mask is not None:
@@ -154,11 +179,13 @@ def repeat_kv(states, heads):
     return states[:, :, None].expand(B, H_kv, heads // H_kv, T, D).reshape(B, heads, T, D)
 
 
-def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, dropout=0.0, window=None):
+def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, dropout=0.0, window=None,
+                        cu_seqlens=None):
     """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
     normalised by :func:`entmax_alpha` (float32 for half inputs), attention dropout applied
     to the weights by ``F.dropout``; any device."""
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
+    segments = sequence_ids(cu_seqlens, q, k)
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
     Tq, Tk = q.shape[2], k.shape[2]
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -169,7 +196,7 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
     for start in range(0, Tq, REFERENCE_CHUNK):
         rows = torch.arange(start, min(start + REFERENCE_CHUNK, Tq), device=q.device)
         scores = torch.matmul(q[:, :, start:start + len(rows)].to(compute), k.to(compute).transpose(-1, -2)) * scale
-        scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device, window),
+        scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device, window, segments),
                                     float("-inf"))
         probs = fixed(scores, dim=-1) if fixed else activations.entmax_alpha(scores, alpha, dim=-1)
         if dropout > 0:
@@ -184,7 +211,7 @@ class FusedEntmaxAttention(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config, dropout=0.0, seed=0,
-                window=None):
+                window=None, segments=None):
         q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
@@ -193,10 +220,11 @@ class FusedEntmaxAttention(Function):
         o, og, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed, causal, kpm, scale,
                                                         alpha_stats=alpha_grad,
                                                         backward=any(ctx.needs_input_grad[:4]), config=config,
-                                                        dropout=dropout, seed=seed, window=window)
+                                                        dropout=dropout, seed=seed, window=window,
+                                                        segments=segments)
         ctx.save_for_backward(q, k, v, og, stats, blocks, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
-        ctx.dropout, ctx.seed, ctx.window = dropout, seed, window
+        ctx.dropout, ctx.seed, ctx.window, ctx.segments = dropout, seed, window, segments
         return o
 
     @staticmethod
@@ -211,9 +239,9 @@ class FusedEntmaxAttention(Function):
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
             q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config,
-            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window)
+            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window, segments=ctx.segments)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]
             dalpha = dalpha_rows.view(B, H, -1).sum(dim=(0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None, None, None, None, None

@@ -62,25 +62,37 @@ def test_learned_alphas_per_head_and_a_query_that_sees_no_key():
 def test_masks_read_as_causal_and_padding_or_not():
     """transformers' additive 4-D masks: padding and/or causal are the fused kernels' own
     masks, and so is a sliding window where the caller names it (transformers passes
-    ``sliding_window``); another window, or a bias, is not."""
+    ``sliding_window``), and so are packed sequences (one batch row whose sequences see only
+    themselves, causal or not: read as cu_seqlens); another window, or a bias, is not."""
     B, T = 2, 5
     low = torch.finfo(torch.float32).min
     padding = torch.tensor([[False] * 5, [True, True, False, False, False]])  # left-padded
     allowed = visible(T, T, "cpu")[None] & ~padding[:, None, :]
     hf_mask = torch.zeros(B, 1, T, T).masked_fill(~allowed[:, None], low)
-    causal, kpm, window = fused_masks(hf_mask, False, None, B, T, T)
+    causal, kpm, window, _ = fused_masks(hf_mask, False, None, B, T, T)
     assert causal and torch.equal(kpm, padding) and window is None
     bidirectional = torch.zeros(B, 1, 1, T).masked_fill(padding[:, None, None], low)
     assert fused_masks(bidirectional, False, None, B, T, T)[0] is False
-    assert fused_masks(torch.zeros(B, 1, T, T), False, None, B, T, T) == (False, None, None)
+    assert fused_masks(torch.zeros(B, 1, T, T), False, None, B, T, T) == (False, None, None, None)
     in_window = allowed & torch.ones(T, T, dtype=torch.bool).triu(-1)  # each query and the key before it
     windowed = torch.zeros(B, 1, T, T).masked_fill(~in_window[:, None], low)
     assert fused_masks(windowed, False, None, B, T, T) is None
     assert fused_masks(windowed, False, None, B, T, T, window=3) is None
-    causal, kpm, window = fused_masks(windowed, False, None, B, T, T, window=2)
+    causal, kpm, window, _ = fused_masks(windowed, False, None, B, T, T, window=2)
     assert causal and torch.equal(kpm, padding) and window == 2
-    causal, kpm, window = fused_masks(hf_mask, False, None, B, T, T, window=T)  # a window over every key
+    causal, kpm, window, _ = fused_masks(hf_mask, False, None, B, T, T, window=T)  # a window over every key
     assert causal and torch.equal(kpm, padding) and window == T
     assert fused_masks(torch.randn(B, 1, T, T), False, None, B, T, T) is None  # a bias
-    assert fused_masks(None, True, padding, B, T, T) == (True, padding, None)
-    assert fused_masks(None, True, padding, B, T, T, window=2) == (True, padding, 2)
+    assert fused_masks(None, True, padding, B, T, T) == (True, padding, None, None)
+    assert fused_masks(None, True, padding, B, T, T, window=2) == (True, padding, 2, None)
+    segments = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
+    same = segments[:, None] == segments[None, :]
+    for causal in (False, True):
+        allowed = same & visible(8, 8, "cpu") if causal else same
+        packed = torch.zeros(1, 1, 8, 8).masked_fill(~allowed, low)
+        got = fused_masks(packed, False, None, 1, 8, 8)
+        assert got[:3] == (causal, None, None) and got[3].tolist() == [0, 3, 5, 8], got
+        assert fused_masks(packed.expand(2, 1, 8, 8), False, None, 2, 8, 8) is None  # packing is one batch row
+    holed = allowed.clone()
+    holed[6, 5] = False
+    assert fused_masks(torch.zeros(1, 1, 8, 8).masked_fill(~holed, low), False, None, 1, 8, 8) is None

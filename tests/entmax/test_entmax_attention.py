@@ -481,3 +481,54 @@ def test_sliding_window_matches_the_entmax_package_and_skips_the_tiles_outside(a
         fused(q, k, v, do, alpha, window=W)
     with pytest.raises(ValueError, match="window must be a positive number of keys, got 0"):
         fused(q, k, v, do, alpha, causal=True, window=0)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.3, 1.7])], ids=["entmax15", "per_head"])
+def test_packed_sequences_match_the_entmax_package_and_skip_other_sequences(alpha, causal):
+    """cu_seqlens: sequences of 5, 26, 2 and 37 positions packed into one row, each query seeing
+    only its own sequence (causal within it or not).  Output and every gradient against the
+    entmax package on the scores masked by a mask built here, key by key; the forward visits
+    fewer key tiles than one sequence of 70 would, and the block mask holds no pair of tiles
+    that share no sequence.  Bad offsets are refused by name."""
+    H, T, D = 2, 70, 16
+    cu_seqlens = torch.tensor([0, 5, 31, 33, 70])
+    q, k, v, do = inputs(1, H, T, T, D, seed=43)
+    sequence = [s for s in range(4) for _ in range(int(cu_seqlens[s + 1] - cu_seqlens[s]))]
+    allowed = torch.tensor([[sequence[i] == sequence[j] and (j <= i or not causal) for j in range(T)]
+                            for i in range(T)])
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    a = alpha.double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
+    scores = (leaves[0] @ leaves[1].transpose(-1, -2) * D ** -0.5).masked_fill(~allowed, -1e6)
+    if torch.is_tensor(alpha):
+        probs = reference_package.entmax_bisect(scores, a.view(1, H, 1, 1).expand(1, H, T, 1), dim=-1, n_iter=100)
+    else:
+        probs = reference_package.entmax15(scores, dim=-1)
+    o_ref = probs @ leaves[2]
+    (o_ref * do).sum().backward()
+    grads_ref = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
+    config = attention_kernel.KernelConfig(tiles=(16, 16, 1))
+    o, grads = fused(q, k, v, do, alpha, causal=causal, cu_seqlens=cu_seqlens, kernel=config)
+    assert_close(o, o_ref.detach(), 2e-5, "output")
+    for name, got, want in zip(("dq", "dk", "dv", "dalpha"), grads, grads_ref):
+        if want is not None:
+            assert_close(got, want, 2e-4 if name == "dalpha" else 2e-5, name)
+    q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
+    heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
+    tiles = {}
+    for segments in (None, torch.tensor([sequence], device=DEVICE)):
+        _, _, stats, blocks = attention_kernel.forward(q32, k32, v32, heads, triton_kernel.fixed_kind(alpha), causal,
+                                                       None, D ** -0.5, alpha_stats=torch.is_tensor(alpha),
+                                                       config=config, segments=segments)
+        tiles[segments is None] = stats[:, attention_kernel.STAT_TILES, ::16].sum().item()
+    assert tiles[False] < tiles[True], tiles
+    pairs = torch.nn.functional.pad(allowed, (0, 80 - T, 0, 80 - T)).view(5, 16, 5, 16).any(3).any(1)
+    assert not bool(torch.isfinite(blocks.cpu()).view(H, 5, 5)[:, ~pairs].any())
+    for bad, message in ((torch.tensor([0, 5, 60]), r"rise from 0 to T = 70"),
+                         (torch.tensor([0, 40, 30, 70]), r"rise from 0 to T = 70"),
+                         (torch.tensor([[0, 70]]), r"\(S \+ 1,\) integers")):
+        with pytest.raises(ValueError, match=message):
+            fused(q, k, v, do, alpha, causal=causal, cu_seqlens=bad)
+    with pytest.raises(ValueError, match="one batch row of as many queries as keys"):
+        fused(q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), do.expand(2, -1, -1, -1),
+              alpha, cu_seqlens=cu_seqlens)

@@ -28,7 +28,8 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     rows = {line[:58].strip(): [int(n) for n in line[58:].split()] for line in proc.stdout.splitlines()[2:]}
     kernels = {f"attention_{k} {a} bf16" for k in ("forward", "dkdv", "dq")
                for a in ("alpha per head", "1.5-entmax", "sparsemax")}
-    kernels |= {f"attention_{k} 1.5-entmax bf16 window" for k in ("forward", "dkdv", "dq")}
+    kernels |= {f"attention_{k} 1.5-entmax bf16 {mask}" for k in ("forward", "dkdv", "dq")
+                for mask in ("window", "packed")}
     kernels |= {f"attention_{k} {a} bf16 D128" for k in ("forward", "dkdv", "dq")
                 for a in ("alpha per head", "1.5-entmax")}
     kernels |= {f"attention_forward {a} bf16{d} one tile of 64" for a in ("alpha per head", "1.5-entmax")
