@@ -32,19 +32,24 @@ if not torch.cuda.is_available():  # before the kernels are defined
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from fairseq_sparse.entmax import attention_inputs, attention_kernel  # noqa: E402
+from fairseq_sparse.entmax.fused_attention import sequence_ids  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 
 
-def visits(q, k, v, alpha, causal, tiles, scale=None):
+def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None):
     """(forward visits, forward visits if every tile were visited in every pass, backward
-    visits, backward visits of every pair, block density) of one forward and its backward."""
+    visits, backward visits of every pair, block density) of one forward and its backward.
+    With ``cu_seqlens`` (packed sequences) the kernel keeps to the tiles that share a sequence;
+    the baseline stays every tile in reach, what a kernel without packing visits."""
     device = q.device
     H = q.shape[1]
     heads = alpha.float().to(device) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=device)
     config = attention_kernel.KernelConfig(tiles=(*tiles, 4, None))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    segments = None if cu_seqlens is None else sequence_ids(cu_seqlens.to(device), q, k)
     _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None, scale,
-                                                   alpha_stats=torch.is_tensor(alpha), config=config)
+                                                   alpha_stats=torch.is_tensor(alpha), config=config,
+                                                   segments=segments)
     block_m, block_n = tiles
     Tq, Tk = q.shape[2], k.shape[2]
     starts = torch.arange(0, Tq, block_m, device=device)
@@ -67,14 +72,16 @@ def inputs(family, batch, heads, length, head_dim, density, tiles, causal):
                                        seed=length)[:3]
 
 
-def count(rows, args, q, k, v, alpha, tiles, scale=None, **row):
-    """Count one setting's visits, print its table row and keep it in ``rows`` (and --json)."""
-    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, args.causal, tiles, scale)
+def count(rows, args, q, k, v, alpha, tiles, scale=None, causal=None, cu_seqlens=None, **row):
+    """Count one setting's visits, print its table row and keep it in ``rows`` (and --json);
+    ``causal`` (None: --causal's) and ``cu_seqlens`` are a capture's own."""
+    causal = args.causal if causal is None else causal
+    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, causal, tiles, scale, cu_seqlens)
     total = (fwd + bwd) / (fwd_all + bwd_all)
     print(f"| {row['T']} | {row['input']} | {held:.2f} | {row['normaliser']} | {fwd / fwd_all:.2f}x | "
           f"{bwd / bwd_all:.2f}x | {total:.2f}x |", flush=True)
-    rows.append(dict(row, density=held, causal=args.causal, forward=fwd / fwd_all, backward=bwd / bwd_all,
-                     total=total))
+    rows.append(dict(row, density=held, causal=causal, packed=cu_seqlens is not None, forward=fwd / fwd_all,
+                     backward=bwd / bwd_all, total=total))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -122,11 +129,13 @@ def main():
                                      ("alpha per head", torch.linspace(1.25, 1.75, args.heads))):
                     count(rows, args, q, k, v, alpha, tiles, T=T, input=name, family=family, normaliser=label)
     for path in args.captured:
-        for q, k, v, alphas, scale, module in attention_inputs.captured(path):
-            q, k, v = q.to(device), k.to(device), v.to(device)
-            for label, alpha in (("learned alphas", alphas), ("1.5-entmax", 1.5)):
-                count(rows, args, q, k, v, alpha, tiles, scale, T=q.shape[2], input=f"captured {module}",
-                      family="captured", module=module, normaliser=label)
+        for layer in attention_inputs.captured(path):
+            q, k, v = layer.q.to(device), layer.k.to(device), layer.v.to(device)
+            packed = "" if layer.cu_seqlens is None else f", {len(layer.cu_seqlens) - 1} sentences packed"
+            for label, alpha in (("learned alphas", layer.alpha), ("1.5-entmax", 1.5)):
+                count(rows, args, q, k, v, alpha, tiles, layer.scale, layer.causal, layer.cu_seqlens, T=q.shape[2],
+                      input=f"captured {layer.module}{packed}", family="captured", module=layer.module,
+                      normaliser=label)
     if args.plot:
         plot(rows, args.plot)
 

@@ -1,27 +1,44 @@
-"""Capture the q, k and v of a trained Hugging Face model's attention over packed sentences,
-for bench_attention_tiles.py --captured (fairseq_sparse.hf.capture).
+"""Capture the q, k and v of a trained model's attention, for bench_attention_tiles.py --captured:
+a Hugging Face model's over sentences packed into one sequence (fairseq_sparse.hf.capture),
+or a fairseq transformer's self-attention over a split's sentences packed with their offsets
+(fairseq_sparse.sparse_transformer.capture).
 
     python benchmarks/capture_attention.py --model outputs/hf/models/recipe_seed1 \\
         --text ../shared/data/text/hsvae-dbpedia14/test.txt --out outputs/captured_dbpedia.pt
+    python benchmarks/capture_attention.py --checkpoint ckpt/checkpoint_best.pt --data m30k/bin \\
+        --out outputs/captured_m30k.pt
 """
 
 import argparse
 
 import torch
 
-from fairseq_sparse.hf.capture import capture
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a save_pretrained directory with its tokenizer")
-    parser.add_argument("--text", required=True, help="sentences, one per line, packed into one sequence")
-    parser.add_argument("--length", type=int, default=512, help="tokens of the packed sequence (default: %(default)s)")
+    parser.add_argument("--model", help="a Hugging Face save_pretrained directory with its tokenizer")
+    parser.add_argument("--text", help="with --model: sentences, one per line, packed into one sequence")
+    parser.add_argument("--checkpoint", help="a fairseq transformer's checkpoint (entmax_transformer, ...)")
+    parser.add_argument("--data", help="with --checkpoint: its binarized data directory")
+    parser.add_argument("--split", default="test", help="with --checkpoint: the split whose sentences are packed "
+                                                         "(default: %(default)s)")
+    parser.add_argument("--length", type=int, default=512, help="positions of the packed row (default: %(default)s)")
     parser.add_argument("--out", required=True, help="the capture, for torch.load")
     args = parser.parse_args()
-    result = capture(args.model, args.text, args.length)
+    if (args.model is None) == (args.checkpoint is None):
+        parser.error("give --model (with --text) or --checkpoint (with --data)")
+    if args.model is not None:
+        if args.text is None:
+            parser.error("--model needs --text")
+        from fairseq_sparse.hf.capture import capture
+        result, source = capture(args.model, args.text, args.length), args.model
+    else:
+        if args.data is None:
+            parser.error("--checkpoint needs --data")
+        from fairseq_sparse.sparse_transformer.capture import capture
+        result, source = capture(args.checkpoint, args.data, args.split, args.length), args.checkpoint
     torch.save(result, args.out)
-    print(f"captured {len(result['layers'])} attention modules of {args.model} over {args.length} tokens: {args.out}")
+    print(f"captured {len(result['layers'])} attention modules of {source} over {args.length} positions: {args.out}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
   position, a few global keys every query attends to, a diffuse rest), with the *block
   density*, the share of (query tile, key tile) pairs that hold support, as the parameter.
 - ``captured``: the q, k and v a trained model's attention saw, with its heads' alphas
-  (:func:`fairseq_sparse.hf.capture.capture` writes them; :func:`captured` reads them).
+  (:func:`fairseq_sparse.hf.capture.capture` writes them for a Hugging Face model,
+  :func:`fairseq_sparse.sparse_transformer.capture.capture` for a fairseq transformer's
+  packed sentences; :func:`captured` reads them).
 
 The scores come from q and k, since the kernels compute them: with random Fourier features
 phi of the positions (Rahimi & Recht, 2007), phi(i).phi(j) ~ exp(-(i - j)^2 / (2 w^2)), and
@@ -21,6 +23,7 @@ density asked for, measured on the attention itself (:func:`block_density`).
 """
 
 import math
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -37,12 +40,27 @@ def gaussian(batch, heads, length, head_dim, seed=0):
     return tuple(torch.randn(shape, generator=g) for _ in range(3))
 
 
+class Capture(NamedTuple):
+    """One attention module's captured inputs: q, k, v (B, H, T, D) float32, its heads' alphas,
+    its scale, its name, whether it is causal, and the packed sequences' offsets (None: one
+    sequence, every query sees every key the mask leaves)."""
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    alpha: torch.Tensor
+    scale: float
+    module: str
+    causal: bool = False
+    cu_seqlens: Optional[torch.Tensor] = None
+
+
 def captured(path):
-    """[(q, k, v, alpha per head, scale, module name)] per attention module of a capture
-    saved with ``torch.save(fairseq_sparse.hf.capture.capture(...), path)``, in float32."""
+    """[:class:`Capture`] per attention module of a capture saved with ``torch.save(capture(...),
+    path)`` (either module's ``capture``)."""
     saved = torch.load(path, map_location="cpu")
-    return [(layer["q"].float(), layer["k"].float(), layer["v"].float(), layer["alpha"], saved["scale"],
-             layer["module"]) for layer in saved["layers"]]
+    return [Capture(layer["q"].float(), layer["k"].float(), layer["v"].float(), layer["alpha"], saved["scale"],
+                    layer["module"], layer.get("causal", False), layer.get("cu_seqlens"))
+            for layer in saved["layers"]]
 
 
 def banded(batch, heads, length, head_dim, width, strength=8.0, global_keys=2, global_strength=7.0, noise=1.0,
