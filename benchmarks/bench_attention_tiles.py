@@ -17,6 +17,7 @@ kernels run under Triton's interpreter on CPU tensors, at the GPU's tiles (64 x 
     python benchmarks/bench_attention_tiles.py                       # T 1024, gaussian and structured
     python benchmarks/bench_attention_tiles.py --lengths 1024 4096 --densities 0.1 0.3 0.5 --causal
     python benchmarks/bench_attention_tiles.py ... --json tiles.json --plot tiles.png
+    python benchmarks/bench_attention_tiles.py --fit captured_m30k.pt --captured captured_m30k.pt --lengths 512
 
 ``--plot`` draws the forward + backward visits against the block density, one line per
 length and normaliser (several ``--json`` files of earlier runs, causal or not, with ``--from``).
@@ -64,12 +65,13 @@ def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None):
     return forward_new, forward_all, 2 * held, 2 * pairs, held / pairs
 
 
-def inputs(family, batch, heads, length, head_dim, density, tiles, causal):
-    """(q, k, v) of an input family."""
+def inputs(family, batch, heads, length, head_dim, density, tiles, causal, shape=None):
+    """(q, k, v) of an input family; ``shape``: structured inputs' (width, global keys)."""
     if family == "gaussian":
         return attention_inputs.gaussian(batch, heads, length, head_dim, seed=length)
+    width, global_keys = shape or (16.0, 2)
     return attention_inputs.structured(batch, heads, length, head_dim, density, tiles=tiles, causal=causal,
-                                       seed=length)[:3]
+                                       seed=length, width=width, global_keys=global_keys)[:3]
 
 
 def count(rows, args, q, k, v, alpha, tiles, scale=None, causal=None, cu_seqlens=None, **row):
@@ -102,6 +104,8 @@ def main():
     parser.add_argument("--captured", nargs="+", default=[],
                         help="captures of a trained model's q, k, v (benchmarks/capture_attention.py): each "
                              "attention module at its own heads' alphas and at 1.5, after the other families")
+    parser.add_argument("--fit", help="a capture whose band width and global keys the structured inputs take "
+                                      "(attention_inputs.fit), its own block density added to --densities")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--plot", help="draw visits against block density to this PNG")
     parser.add_argument("--from", dest="sources", nargs="+", default=[],
@@ -119,11 +123,18 @@ def main():
     print("| T | input | block density | normaliser | forward | backward | forward + backward |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     rows = []
+    shape, densities = None, list(args.densities)
+    if args.fit:
+        fitted = attention_inputs.fit(attention_inputs.captured(args.fit), tiles)
+        shape, densities = (fitted.width, fitted.global_keys), sorted({*densities, round(fitted.density, 3)})
+        print(f"structured inputs fitted to {args.fit}: band width {fitted.width:.1f}, {fitted.global_keys} global "
+              f"keys (mean distance {fitted.fitted_distance:.1f} against the capture's {fitted.distance:.1f}; "
+              f"its block density {fitted.density:.2f})")
     for T in args.lengths:
         for family in args.families:
-            for density in ([None] if family == "gaussian" else args.densities):
+            for density in ([None] if family == "gaussian" else densities):
                 q, k, v = (t.to(device) for t in inputs(family, args.batch, args.heads, T, args.head_dim, density,
-                                                        tiles, args.causal))
+                                                        tiles, args.causal, shape))
                 name = family if density is None else f"{family} ({density:g} asked)"
                 for label, alpha in (("1.5-entmax", 1.5),
                                      ("alpha per head", torch.linspace(1.25, 1.75, args.heads))):

@@ -19,7 +19,8 @@ the score is a kernel of width w around the diagonal, g on the global keys and n
 spread sigma (the diffuse rest; the features' own error adds some).  More noise lets more
 scattered keys into the support, so the block density rises with sigma from what the band
 and the global keys hold alone; :func:`structured` finds the sigma that gives the block
-density asked for, measured on the attention itself (:func:`block_density`).
+density asked for, measured on the attention itself (:func:`block_density`).  The band's
+width and the number of global keys are read off captured attention by :func:`fit`.
 """
 
 import math
@@ -117,21 +118,90 @@ def block_density(q, k, alpha, tiles=(64, 64), causal=False):
     return tiles_held, weights
 
 
+class Fit(NamedTuple):
+    """:func:`fit`'s result: the band's width (positions) and the global keys (per head) with
+    which :func:`structured` draws attention like a capture's, the block density it was fitted
+    at, and the capture's mean local distance with the generated one's."""
+    width: float
+    global_keys: int
+    density: float
+    distance: float
+    fitted_distance: float
+
+
+def _weights(q, k, alpha, causal=False, scale=None, cu_seqlens=None):
+    """(H, T, T) float64 attention weights of batch row 0."""
+    T = q.shape[2]
+    eye = torch.eye(T, dtype=torch.float64).expand(*q.shape[:2], T, T)
+    alpha = alpha.double() if torch.is_tensor(alpha) else alpha
+    return reference_attention(q.double(), k.double(), eye, alpha, causal=causal, scale=scale,
+                               cu_seqlens=cu_seqlens)[0]
+
+
+def _shape(p, global_share):
+    """([global keys per head], [mean distance per head]) of weights p (H, T, T): a head's
+    global keys draw at least ``global_share`` of all its weight (a diffuse key draws 1 / T of
+    it); its distance is the mean |i - j| over its other keys, weighted by the attention."""
+    T = p.shape[-1]
+    is_global = p.sum(1) / T >= global_share  # (H, Tk)
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs().double()
+    local = p.masked_fill(is_global[:, None, :], 0.0)
+    return is_global.sum(-1).tolist(), ((local * distance).sum((1, 2)) / local.sum((1, 2)).clamp_min(1e-12)).tolist()
+
+
+@torch.no_grad()
+def fit(layers, tiles=(64, 64), global_share=0.05, steps=8):
+    """The :class:`Fit` of captured attention (``captured``'s records, each module at its own
+    heads' alphas, one sequence each): the global keys are the median head's; the width is
+    found by bisection (on its logarithm) so that :func:`structured` inputs at the capture's
+    median block density have the capture's median distance between query and key (the
+    band's, the diffuse rest's and the packing's together), at 1.5-entmax."""
+    globals_, distances, densities = [], [], []
+    for layer in layers:
+        p = _weights(layer.q, layer.k, layer.alpha, layer.causal, layer.scale, layer.cu_seqlens)
+        heads_globals, heads_distances = _shape(p, global_share)
+        globals_ += heads_globals
+        distances += heads_distances
+        T = p.shape[-1]
+        bm, bn = tiles
+        nm, nn = math.ceil(T / bm), math.ceil(T / bn)
+        held = torch.nn.functional.pad((p > 0).double(), (0, nn * bn - T, 0, nm * bm - T))
+        held = held.view(-1, nm, bm, nn, bn).amax((2, 4))
+        reach = torch.ones(nm, nn, dtype=torch.bool).tril() if layer.causal and bm == bn else torch.ones(nm, nn)
+        densities += (held.sum((1, 2)) / reach.sum()).tolist()
+    g = int(torch.tensor(globals_).median())
+    distance, density = float(torch.tensor(distances).median()), float(torch.tensor(densities).median())
+    first = layers[0]
+    T, D = first.q.shape[2], first.q.shape[3]
+    low, high = 0.0, math.log(T / 2)
+    best = None
+    for _ in range(steps):
+        width = math.exp((low + high) / 2)
+        q, k, _, _, _ = structured(1, 1, T, D, density, tiles=tiles, width=width, global_keys=g)
+        got = _shape(_weights(q, k, 1.5), global_share)[1][0]
+        if best is None or abs(got - distance) < abs(best[1] - distance):
+            best = (width, got)
+        low, high = (math.log(width), high) if got < distance else (low, math.log(width))
+    return Fit(best[0], g, density, distance, best[1])
+
+
 def structured(batch, heads, length, head_dim, target, alpha=1.5, tiles=(64, 64), causal=False, seed=0, steps=10,
-               width=16.0):
+               width=16.0, global_keys=2):
     """(q, k, v, measured block density, noise): :func:`banded` inputs (a band of ``width``
     positions) whose noise is found by bisection so that the block density at ``tiles`` is
     near ``target``; below what the band and the global keys hold alone (noise 0) the
     least is returned, and the density moves in steps of whole tiles.  :func:`block_density`
     measures up to 4,096 positions: longer or larger inputs take :func:`banded` with the
-    noise found on a smaller one."""
+    noise found on a smaller one.  ``width`` and ``global_keys``: the band's and the global
+    keys', by default a local band of 16 positions and two global keys; :func:`fit` reads
+    them off a capture."""
     if not 0.0 < target <= 1.0:
         raise ValueError(f"block density {target}: must lie in (0, 1]")
     low, high = 0.0, 8.0
     best = None
     for _ in range(steps):
         noise = (low + high) / 2
-        q, k, v = banded(batch, heads, length, head_dim, width, noise=noise, seed=seed)
+        q, k, v = banded(batch, heads, length, head_dim, width, global_keys=global_keys, noise=noise, seed=seed)
         density, _ = block_density(q, k, alpha, tiles, causal)
         if best is None or abs(density - target) < abs(best[3] - target):
             best = (q, k, v, density, noise)

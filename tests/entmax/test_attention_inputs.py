@@ -30,3 +30,15 @@ def test_the_tile_benchmark_counts_visits_per_family():
         ("structured (0.4 asked)", "1.5-entmax"), ("structured (0.4 asked)", "alpha per head")]
     structured = [float(r[6].strip().rstrip("x")) for r in rows[2:]]
     assert all(0 < ratio < 1 for ratio in structured)
+
+
+def test_the_fit_reads_the_global_keys_and_width_of_structured_attention():
+    """attention_inputs.fit on a stand-in capture drawn by banded() with 3 global keys and a
+    band of 6 positions: it finds the 3 global keys, and a width whose structured inputs have
+    the capture's mean distance between query and key, near the width drawn."""
+    q, k, v = attention_inputs.banded(1, 2, 128, 16, 6.0, global_keys=3, noise=0.5, seed=2)
+    stand_in = attention_inputs.Capture(q, k, v, torch.tensor([1.5, 1.5]), 16 ** -0.5, "stand-in")
+    fitted = attention_inputs.fit([stand_in], tiles=(16, 16))
+    assert fitted.global_keys == 3 and 0 < fitted.density < 1
+    assert abs(fitted.fitted_distance - fitted.distance) < 0.15 * fitted.distance, fitted
+    assert 4.0 < fitted.width < 9.0, fitted

@@ -1,6 +1,6 @@
 """Captures of a trained fairseq transformer's self-attention (fairseq_sparse.sparse_transformer.capture):
 the packed q, k and v give back, with their offsets, the attention the model computed sentence by
-sentence, and the tile benchmark counts them."""
+sentence, and the tile benchmark counts them, and structured inputs fitted to them."""
 
 import json
 
@@ -49,9 +49,15 @@ def test_packed_capture_is_the_models_attention_sentence_by_sentence(multi30k_bi
             torch.testing.assert_close(probs[0, :, a:b, a:b], own, atol=2e-3, rtol=2e-3)
             assert float(probs[0, :, a:b].sum(-1).min()) > 0.999 and float(probs[0, :, a:b, :a].abs().sum()) == 0
     proc = run_script("benchmarks/bench_attention_tiles.py", "--lengths", "32", "--tiles", "16", "16",
-                      "--families", "gaussian", "--head-dim", "16", "--captured", tmp_path / "captured.pt",
-                      "--json", tmp_path / "rows.json", timeout=600)
+                      "--families", "structured", "--densities", "0.5", "--head-dim", "16", "--captured",
+                      tmp_path / "captured.pt", "--fit", tmp_path / "captured.pt", "--json", tmp_path / "rows.json",
+                      timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "structured inputs fitted to" in proc.stdout
+    fitted = attention_inputs.fit(layers, (16, 16))
+    structured = [r for r in json.load(open(tmp_path / "rows.json")) if r["family"] == "structured"]
+    asked = {"structured (0.5 asked)", f"structured ({round(fitted.density, 3):g} asked)"}
+    assert {r["input"] for r in structured} == asked
     rows = [r for r in json.load(open(tmp_path / "rows.json")) if r["family"] == "captured"]
     assert len(rows) == 8 and all(r["packed"] for r in rows)
     assert [r["causal"] for r in rows[::2]] == [False, False, True, True]
