@@ -18,6 +18,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a Hugging Face save_pretrained directory with its tokenizer")
     parser.add_argument("--text", help="with --model: sentences, one per line, packed into one sequence")
+    parser.add_argument("--packed", action="store_true",
+                        help="with --model: run each sentence alone and pack them with their offsets (cu_seqlens), "
+                             "as a packing collator gives them, rather than as one long sequence")
     parser.add_argument("--checkpoint", help="a fairseq transformer's checkpoint (entmax_transformer, ...)")
     parser.add_argument("--data", help="with --checkpoint: its binarized data directory")
     parser.add_argument("--split", default="test", help="with --checkpoint: the split whose sentences are packed "
@@ -31,7 +34,7 @@ def main():
         if args.text is None:
             parser.error("--model needs --text")
         from fairseq_sparse.hf.capture import capture
-        result, source = capture(args.model, args.text, args.length), args.model
+        result, source = capture(args.model, args.text, args.length, args.packed), args.model
     else:
         if args.data is None:
             parser.error("--checkpoint needs --data")

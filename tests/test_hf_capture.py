@@ -6,6 +6,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 import fairseq_sparse.hf as hf
 from fairseq_sparse.entmax import attention_inputs
+from fairseq_sparse.entmax.fused_attention import reference_attention
 from fairseq_sparse.hf.capture import capture
 from tests.conftest import minilm_path, run_script, shared_data
 
@@ -48,3 +49,28 @@ def test_a_capture_holds_each_layers_projections_and_alphas_and_the_benchmark_re
     captured_rows = [line for line in proc.stdout.splitlines() if "| captured " in line]
     assert len(captured_rows) == 4  # two modules, at their learned alphas and at 1.5
     assert (tmp_path / "tiles.png").stat().st_size > 10000
+
+
+def test_a_packed_capture_is_each_sentence_run_alone(tmp_path):
+    """capture(..., packed=True): sentences run one at a time, packed with their offsets; the
+    attention over the packed row with those offsets is the model's own on each sentence."""
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    torch.manual_seed(1)
+    model = BertModel(BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=37, attention_probs_dropout_prob=0.0))
+    hf.sparsify(model, "alpha_entmax", alpha_init="random")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    text = shared_data("text", "hsvae-dbpedia14") / "test.txt"
+    layer = attention_inputs.captured_layers(capture(tmp_path / "model", text, length=256, packed=True))[1]
+    offsets = layer.cu_seqlens.tolist()
+    assert offsets[0] == 0 and offsets[-1] == layer.q.shape[2] <= 256 and len(offsets) > 2
+    first = text.read_text(encoding="utf-8").splitlines()[0]
+    ids = tokenizer(first, return_tensors="pt")
+    assert ids["input_ids"].shape[1] == offsets[1]
+    model.eval()
+    with torch.no_grad():
+        own = model(**ids, output_attentions=True).attentions[1][0]  # layer 1's weights on the first sentence
+    eye = torch.eye(layer.q.shape[2]).expand(1, 4, -1, -1)
+    probs = reference_attention(layer.q, layer.k, eye, layer.alpha, scale=layer.scale, cu_seqlens=layer.cu_seqlens)
+    torch.testing.assert_close(probs[0, :, :offsets[1], :offsets[1]], own, atol=2e-3, rtol=2e-3)

@@ -58,7 +58,11 @@ class Capture(NamedTuple):
 def captured(path):
     """[:class:`Capture`] per attention module of a capture saved with ``torch.save(capture(...),
     path)`` (either module's ``capture``)."""
-    saved = torch.load(path, map_location="cpu")
+    return captured_layers(torch.load(path, map_location="cpu"))
+
+
+def captured_layers(saved):
+    """[:class:`Capture`] per attention module of what a ``capture`` returned."""
     return [Capture(layer["q"].float(), layer["k"].float(), layer["v"].float(), layer["alpha"], saved["scale"],
                     layer["module"], layer.get("causal", False), layer.get("cu_seqlens"))
             for layer in saved["layers"]]
