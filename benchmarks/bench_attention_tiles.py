@@ -37,11 +37,12 @@ from fairseq_sparse.entmax.fused_attention import sequence_ids  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 
 
-def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None):
+def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None, window=None):
     """(forward visits, forward visits if every tile were visited in every pass, backward
     visits, backward visits of every pair, block density) of one forward and its backward.
-    With ``cu_seqlens`` (packed sequences) the kernel keeps to the tiles that share a sequence;
-    the baseline stays every tile in reach, what a kernel without packing visits."""
+    With ``cu_seqlens`` (packed sequences) or ``window`` (a sliding window) the kernel keeps to
+    the tiles that share a sequence or the window; the baseline stays every tile in (causal)
+    reach, what a kernel without them visits."""
     device = q.device
     H = q.shape[1]
     heads = alpha.float().to(device) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=device)
@@ -50,7 +51,7 @@ def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None):
     segments = None if cu_seqlens is None else sequence_ids(cu_seqlens.to(device), q, k)
     _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None, scale,
                                                    alpha_stats=torch.is_tensor(alpha), config=config,
-                                                   segments=segments)
+                                                   segments=segments, window=window)
     block_m, block_n = tiles
     Tq, Tk = q.shape[2], k.shape[2]
     starts = torch.arange(0, Tq, block_m, device=device)
@@ -78,11 +79,12 @@ def count(rows, args, q, k, v, alpha, tiles, scale=None, causal=None, cu_seqlens
     """Count one setting's visits, print its table row and keep it in ``rows`` (and --json);
     ``causal`` (None: --causal's) and ``cu_seqlens`` are a capture's own."""
     causal = args.causal if causal is None else causal
-    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, causal, tiles, scale, cu_seqlens)
+    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, causal, tiles, scale, cu_seqlens, args.window)
     total = (fwd + bwd) / (fwd_all + bwd_all)
     print(f"| {row['T']} | {row['input']} | {held:.2f} | {row['normaliser']} | {fwd / fwd_all:.2f}x | "
           f"{bwd / bwd_all:.2f}x | {total:.2f}x |", flush=True)
-    rows.append(dict(row, density=held, causal=causal, packed=cu_seqlens is not None, forward=fwd / fwd_all,
+    rows.append(dict(row, density=held, causal=causal, packed=cu_seqlens is not None, window=args.window,
+                     forward=fwd / fwd_all,
                      backward=bwd / bwd_all, total=total))
     if args.json:
         with open(args.json, "w") as f:
@@ -100,6 +102,7 @@ def main():
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--window", type=int, help="with --causal: a sliding window of this many keys")
     parser.add_argument("--tiles", type=int, nargs=2, default=[64, 64], metavar=("BLOCK_M", "BLOCK_N"))
     parser.add_argument("--captured", nargs="+", default=[],
                         help="captures of a trained model's q, k, v (benchmarks/capture_attention.py): each "
@@ -111,6 +114,8 @@ def main():
     parser.add_argument("--from", dest="sources", nargs="+", default=[],
                         help="with --plot: draw the rows of these --json files instead of counting")
     args = parser.parse_args()
+    if args.window is not None and not args.causal:
+        parser.error("--window needs --causal (a sliding window is causal)")
     if args.sources:
         rows = [row for path in args.sources for row in json.load(open(path))]
         plot(rows, args.plot)
@@ -118,7 +123,8 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tiles = tuple(args.tiles)
     print(f"{torch.cuda.get_device_name() if device == 'cuda' else 'CPU, Triton interpreter'}; float32, "
-          f"B={args.batch} H={args.heads} head_dim={args.head_dim}; {'causal' if args.causal else 'not causal'}; "
+          f"B={args.batch} H={args.heads} head_dim={args.head_dim}; {'causal' if args.causal else 'not causal'}"
+          f"{'' if args.window is None else f' within a window of {args.window} keys'}; "
           f"tiles {tiles[0]} x {tiles[1]}; visits as ratios to visiting every tile in every pass")
     print("| T | input | block density | normaliser | forward | backward | forward + backward |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

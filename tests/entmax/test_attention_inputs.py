@@ -32,6 +32,19 @@ def test_the_tile_benchmark_counts_visits_per_family():
     assert all(0 < ratio < 1 for ratio in structured)
 
 
+def test_the_tile_benchmark_counts_a_sliding_window():
+    """--causal --window: N(0, 1) inputs, which leave no tile empty in causal reach, leave the
+    tiles outside a window of 16 keys unvisited; --window without --causal is refused."""
+    common = ("--lengths", "64", "--tiles", "16", "16", "--heads", "1", "--head-dim", "16", "--families", "gaussian")
+    proc = run_script("benchmarks/bench_attention_tiles.py", *common, "--causal", "--window", "16", timeout=600)
+    assert proc.returncode == 0 and "within a window of 16 keys" in proc.stdout, proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| 64 |")]
+    # 7 of the 10 tile pairs in causal reach meet a window of 16 keys (the diagonal and the one before).
+    assert [float(r[6].strip().rstrip("x")) for r in rows] == [pytest.approx(0.7, abs=0.02)] * 2
+    refused = run_script("benchmarks/bench_attention_tiles.py", *common, "--window", "16", timeout=600)
+    assert refused.returncode != 0 and "--window needs --causal" in refused.stderr
+
+
 def test_the_fit_reads_the_global_keys_and_width_of_structured_attention():
     """attention_inputs.fit on a stand-in capture drawn by banded() with 3 global keys and a
     band of 6 positions: it finds the 3 global keys, and a width whose structured inputs have
