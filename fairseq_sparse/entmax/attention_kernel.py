@@ -42,8 +42,11 @@ of the query tile may still have support in it (``_may_hold``: the row's kept ma
 tile, or its least kept maximum for a tile left out, above the row's cut at the current
 iterate); a tile found without support is marked in ``BLOCKS`` and never visited again, and
 the output pass leaves ``BLOCKS`` as the block mask of the pairs that hold support, which
-the backward kernels read.  Grouped-query attention reads key/value head h // (H / H_kv)
-for query head h, never repeated.  Attention dropout (``DROPOUT``) drops weights drawn by
+the backward kernels read.  A sliding window (``CAUSAL == WINDOWED``) and packed sequences
+(``PACKED``: each position's sequence in ``SEG``, each tile's reach in ``BOUNDS``, from the
+host) narrow the key tiles a query tile walks, and the query tiles dk/dv walk for a key
+tile, to those within reach; the tiles outside are never visited.  Grouped-query attention
+reads key/value head h // (H / H_kv) for query head h, never repeated.  Attention dropout (``DROPOUT``) drops weights drawn by
 Philox from a seed and the weight's position (``_kept``) in the output pass and again in
 the backward kernels, as FlashAttention does.
 
