@@ -31,23 +31,33 @@ AdaSplash's.
 
 ``--inputs structured`` draws q and k with the structure of trained attention (a local band,
 a few global keys, a diffuse rest: ``fairseq_sparse.entmax.attention_inputs``), its noise
-found on one head of up to 2,048 positions for ``--block-density``; the block density our
-kernel then finds at each length is printed.
+found on one head of up to 2,048 positions for ``--block-density``, its band and global keys
+those ``--fit CAPTURE`` reads off a capture; the block density our kernel then finds at each
+length is printed.  ``--inputs captured --captured CAPTURE`` times a capture's q, k and v
+themselves (benchmarks/capture_attention.py; one sequence, its modules as the batch), at
+its own length.
+
+``--device cpu`` runs every step on CPU tensors, the kernels under Triton's interpreter:
+the times and memory mean nothing there, but the step is the GPU's, so the tests run it.
 """
 
 import argparse
 import math
+import os
 import statistics
 
 import entmax as reference_package
 import torch
 import torch.nn.functional as F
 
+if not torch.cuda.is_available():  # before the kernels are defined: --device cpu runs them interpreted
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from fairseq_sparse.entmax import (attention_inputs, attention_kernel, entmax15, entmax_alpha, entmax_attention,
                                    has_triton_kernel, sparsemax, support_size, use_backend)
 from timing import describe, interleaved_ms, paired_ratio
 
-DEVICE = "cuda"
+DEVICE = "cuda"  # --device sets it
 
 try:
     from adasplash import adasplash
@@ -92,6 +102,10 @@ def variants(heads, causal, lengths_pow2):
 
 
 def peak_extra_bytes(fn):
+    """The extra memory one call of ``fn`` allocates at its peak (None on CPU, which keeps no count)."""
+    if DEVICE != "cuda":
+        fn()
+        return None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
@@ -113,26 +127,54 @@ def main():
     parser.add_argument("--no-reference", action="store_true", help="skip the torch reference and entmax package")
     parser.add_argument("--no-unfused-entmax", action="store_true",
                         help="skip the unfused Triton normalisers (they hold the (T, T) scores)")
-    parser.add_argument("--inputs", default="gaussian", choices=["gaussian", "structured"],
-                        help="q, k, v ~ N(0, 1), or with trained attention's structure (default: %(default)s)")
+    parser.add_argument("--inputs", default="gaussian", choices=["gaussian", "structured", "captured"],
+                        help="q, k, v ~ N(0, 1), with trained attention's structure, or captured from a trained "
+                             "model (default: %(default)s)")
     parser.add_argument("--block-density", type=float, default=0.3,
                         help="with --inputs structured: the share of 64 x 64 tile pairs holding support to aim at")
+    parser.add_argument("--fit", help="with --inputs structured: the capture whose band width and global keys they "
+                                      "take (attention_inputs.fit)")
+    parser.add_argument("--captured", help="with --inputs captured: the capture (benchmarks/capture_attention.py)")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                        help="cpu: the kernels under Triton's interpreter, to test the step (no timing)")
     args = parser.parse_args()
-    if not (torch.cuda.is_available() and has_triton_kernel()):
-        raise SystemExit("this benchmark needs a CUDA device and Triton")
-    dtype = getattr(torch, args.dtype)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}; H={args.heads} "
+    global DEVICE
+    DEVICE = args.device
+    if not has_triton_kernel() or (DEVICE == "cuda" and not torch.cuda.is_available()):
+        raise SystemExit("this benchmark needs Triton, and a CUDA device unless --device cpu")
+    if (args.inputs == "captured") != (args.captured is not None):
+        parser.error("--inputs captured takes --captured CAPTURE, and --captured needs --inputs captured")
+    dtype = getattr(torch, args.dtype) if DEVICE == "cuda" else torch.float32
+    shape_of_band = (16.0, 2)
+    if args.fit:
+        fitted = attention_inputs.fit(attention_inputs.captured(args.fit))
+        shape_of_band = (fitted.width, fitted.global_keys)
+    layers = attention_inputs.captured(args.captured) if args.captured else None
+    if layers and any(layer.cu_seqlens is not None for layer in layers):
+        raise SystemExit(f"{args.captured}: packed sentences; bench_attention_tiles.py counts them, this times one "
+                         "sequence (capture with --model and without --packed)")
+    lengths = [layers[0].q.shape[2]] if layers else args.lengths
+    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU, Triton interpreter (not a timing)"
+    print(f"{name}, torch {torch.__version__}, {str(dtype)[6:]}; H={args.heads} "
           f"head_dim={args.head_dim}; {'causal' if args.causal else 'not causal'}; "
           f"forward+backward of attention(Q, K, V); AdaSplash {'installed' if adasplash else 'not installed'}")
 
-    for T in args.lengths:
+    for T in lengths:
         batch = max(1, args.tokens // T) if args.tokens else args.batch
         torch.manual_seed(0)
+        if layers:  # the modules as the batch; their own heads and head dim
+            drawn = [torch.cat([getattr(layer, part) for layer in layers]) for part in "qkv"]
+            batch, args.heads, _, args.head_dim = drawn[0].shape
         shape = (batch, args.heads, T, args.head_dim)
-        if args.inputs == "structured":
+        if layers:
+            q, k, v = (t.to(DEVICE, dtype).requires_grad_() for t in drawn)
+            print(f"T={T}: captured inputs, {len(layers)} modules of {args.captured}")
+        elif args.inputs == "structured":
+            width, global_keys = shape_of_band
             noise = attention_inputs.structured(1, 1, min(T, 2048), args.head_dim, args.block_density,
-                                                causal=args.causal, seed=T)[4]
-            drawn = attention_inputs.banded(batch, args.heads, T, args.head_dim, 16.0, noise=noise, seed=T)
+                                                causal=args.causal, seed=T, width=width, global_keys=global_keys)[4]
+            drawn = attention_inputs.banded(batch, args.heads, T, args.head_dim, width, global_keys=global_keys,
+                                            noise=noise, seed=T)
             q, k, v = (t.to(DEVICE, dtype).requires_grad_() for t in drawn)
             with torch.no_grad():
                 blocks = attention_kernel.forward(q.detach(), k.detach(), v.detach(),
@@ -150,6 +192,8 @@ def main():
         alphas, fns = variants(args.heads, args.causal, T & (T - 1) == 0)
 
         def step(attention, backend="auto"):
+            if DEVICE == "cpu" and backend == "auto":
+                backend = "triton"  # CPU tensors reach the kernels only when asked
             def run():
                 with use_backend(backend):
                     for t in (q, k, v, *alphas):
@@ -191,7 +235,8 @@ def main():
                     if name.startswith("fused entmax15") or name == "AdaSplash entmax15":
                         density[name] = density["entmax15 (triton)"]
                 density["fused alpha-entmax per head (ours)"] = density["alpha-entmax per head (triton)"]
-        print(f"\nT={T}, batch {batch}: SDPA {statistics.median(sdpa_ms):.3f} ms, {sdpa_mem / 2**20:.0f} MiB peak")
+        memory = "-" if sdpa_mem is None else f"{sdpa_mem / 2**20:.0f} MiB"
+        print(f"\nT={T}, batch {batch}: SDPA {statistics.median(sdpa_ms):.3f} ms, {memory} peak")
         print(f"  {'':36s} {'time/SDPA':>10s} {'(quartiles)':>13s} {'time/unfused softmax':>21s} "
               f"{'memory/SDPA':>12s}  support")
         for name, result in results.items():
@@ -202,7 +247,8 @@ def main():
             ratio, q1, q3 = paired_ratio(ms, sdpa_ms)
             support = f"{density[name]:6.1%}" if name in density else ""
             vs_unfused = f"{paired_ratio(ms, unfused_ms)[0]:20.2f}x" if unfused_ms else f"{'-':>21s}"
-            print(f"  {name:36s} {ratio:9.2f}x {f'({q1:.2f}-{q3:.2f})':>13s} {vs_unfused} {mem / sdpa_mem:11.2f}x  "
+            memory = f"{'-':>11s} " if mem is None else f"{mem / sdpa_mem:11.2f}x"
+            print(f"  {name:36s} {ratio:9.2f}x {f'({q1:.2f}-{q3:.2f})':>13s} {vs_unfused} {memory}  "
                   f"{support}", flush=True)
         ours, theirs = (results.get(name) for name in ("fused entmax15 (ours)", "AdaSplash entmax15"))
         if isinstance(ours, tuple) and isinstance(theirs, tuple):

@@ -4,8 +4,11 @@
 #
 #   bash benchmarks/gpu_session.sh fetch     # here, once: the wheels the device image lacks, into .whl/
 #   bash benchmarks/gpu_session.sh run [GROUP...]  # there: the fused attention; carry [".whl"], timeout_s 600;
-#                                            # groups: tests kernel attention causal training, and tiles
-#                                            # and sparse (only when named; `run tests sparse` fills a call)
+#                                            # groups: tests kernel attention causal training, and tiles,
+#                                            # sparse and captured (only when named; `run tests sparse` fills
+#                                            # a call)
+#   bash benchmarks/gpu_session.sh sparse-pack CAPTURE...  # here: captures (capture_attention.py, one sequence)
+#                                            # into .carry/sparse, for `run captured`; carry [".whl", ".carry/sparse"]
 #   bash benchmarks/gpu_session.sh ape-pack  # here, once: MiniLM (float16) and the pharma triplets, into .carry/
 #   bash benchmarks/gpu_session.sh ape       # there: pharma APE; carry [".whl", ".carry/ape"], timeout_s 600
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarized, into .carry/vae
@@ -126,6 +129,15 @@ ape)
     tar -C /tmp -czf "$OUT/ape-pharma.tgz" --exclude='*.pt' --exclude='ape-pharma/data' --exclude='tensorboard' \
         ape-pharma
     ;;
+sparse-pack)
+    # Captures of one sequence each (benchmarks/capture_attention.py --model, without --packed: the
+    # GPU benchmark times one sequence), into the git-ignored .carry/sparse.
+    shift
+    [ $# -ge 1 ] || { echo "usage: bash benchmarks/gpu_session.sh sparse-pack CAPTURE..." >&2; exit 2; }
+    grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
+    rm -rf .carry/sparse && mkdir -p .carry/sparse && cp "$@" .carry/sparse/ || exit 1
+    fits_carry .carry/sparse .whl
+    ;;
 vae-pack)
     # The Yahoo set with the 87,508 unlabelled Yahoo Answers sentences added (docs/results/sentence_vae.md, "ten
     # times the sentences"), binarized (5 MB), into the git-ignored .carry/vae.
@@ -220,8 +232,9 @@ run)
     shift
     groups=("$@")  # none: all of them
     for group in "${groups[@]}"; do
-        case "$group" in tests|kernel|attention|causal|training|tiles|sparse) ;;
-            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training, tiles, sparse)" >&2
+        case "$group" in tests|kernel|attention|causal|training|tiles|sparse|captured) ;;
+            *) echo "run: no step group '$group' (tests, kernel, attention, causal, training, tiles, sparse," \
+                    "captured)" >&2
                exit 2 ;;
         esac
     done
@@ -278,9 +291,22 @@ run)
         step 60 sparse.log python3 benchmarks/bench_hf_attention.py --model /tmp/bert-base --device cuda --explicit \
             --batch 16 --length 512 --repeats 10
     fi
+    # Captured attention (sparse-pack): each capture itself, then structured inputs fitted to it at
+    # block density 0.3 and at long lengths.
+    if named captured; then
+        [ -d .carry/sparse ] || { echo "run captured: no .carry/sparse (bash benchmarks/gpu_session.sh" \
+                                       "sparse-pack CAPTURE... here first)" >&2; exit 2; }
+        for capture in .carry/sparse/*.pt; do
+            step 60 captured.log python3 benchmarks/bench_attention_gpu.py --inputs captured --captured "$capture" \
+                --no-reference --no-unfused-entmax --repeats 10
+            step 120 captured.log python3 benchmarks/bench_attention_gpu.py --inputs structured --fit "$capture" \
+                --block-density 0.3 --tokens 16384 --lengths 1024 4096 16384 --no-reference --no-unfused-entmax \
+                --repeats 10
+        done
+    fi
     ;;
 *)
-    echo "usage: bash benchmarks/gpu_session.sh fetch|run|ape-pack|ape|vae-pack|vae|m30k-pack|multi30k" >&2
+    echo "usage: bash benchmarks/gpu_session.sh fetch|run|sparse-pack|ape-pack|ape|vae-pack|vae|m30k-pack|multi30k" >&2
     exit 2
     ;;
 esac
