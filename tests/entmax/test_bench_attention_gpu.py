@@ -5,11 +5,9 @@ it: each input family at a tiny size (its times mean nothing here)."""
 import re
 
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel
 
-import fairseq_sparse.hf as hf
 from fairseq_sparse.hf.capture import capture
-from tests.conftest import minilm_path, run_script, shared_data
+from tests.conftest import run_script, shared_data, sparse_bert
 
 SMALL = ("--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--repeats", "1", "--no-reference",
          "--no-unfused-entmax")
@@ -22,13 +20,7 @@ def rows(stdout):
 
 
 def test_each_input_family_runs_the_gpu_step_on_cpu(tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=37))
-    hf.sparsify(model, "alpha_entmax", alpha_init="random")
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
+    sparse_bert(tmp_path / "model")
     text = shared_data("text", "hsvae-dbpedia14") / "test.txt"
     torch.save(capture(tmp_path / "model", text, length=32), tmp_path / "captured.pt")
     # Structured inputs whose band and global keys are fitted to the capture, causal.

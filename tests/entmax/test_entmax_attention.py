@@ -437,6 +437,27 @@ def test_attention_dropout_in_the_kernel_is_the_reference_with_the_same_pattern(
             assert_close(got, ref, 2e-4 if name == "dalpha" else 2e-5, name)
 
 
+def assert_like_the_package(o, grads, q, k, v, do, alpha, allowed):
+    """The fused output and gradients against the entmax package on the float64 scores with
+    every pair outside ``allowed`` (broadcastable to (B, H, Tq, Tk)) masked, a mask the test
+    built key by key."""
+    B, H, Tq, D = q.shape
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    a = alpha.double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
+    scores = (leaves[0] @ leaves[1].transpose(-1, -2) * D ** -0.5).masked_fill(~allowed, -1e6)
+    if torch.is_tensor(alpha):
+        probs = reference_package.entmax_bisect(scores, a.view(1, H, 1, 1).expand(B, H, Tq, 1), dim=-1, n_iter=100)
+    else:
+        probs = reference_package.entmax15(scores, dim=-1)
+    o_ref = probs @ leaves[2]
+    (o_ref * do).sum().backward()
+    assert_close(o, o_ref.detach(), 2e-5, "output")
+    grads_ref = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
+    for name, got, want in zip(("dq", "dk", "dv", "dalpha"), grads, grads_ref):
+        if want is not None:
+            assert_close(got, want, 2e-4 if name == "dalpha" else 2e-5, name)
+
+
 @pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.3, 1.7])], ids=["entmax15", "per_head"])
 def test_sliding_window_matches_the_entmax_package_and_skips_the_tiles_outside(alpha):
     """causal=True with window=W: query i sees the W keys up to i + Tk - Tq, as transformers'
@@ -449,22 +470,9 @@ def test_sliding_window_matches_the_entmax_package_and_skips_the_tiles_outside(a
     mask = torch.zeros(B, Tk, dtype=torch.bool)
     mask[1, :5] = True
     allowed = torch.tensor([[i + Tk - Tq - W < j <= i + Tk - Tq for j in range(Tk)] for i in range(Tq)])
-    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    a = alpha.double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
-    scores = (leaves[0] @ leaves[1].transpose(-1, -2) * D ** -0.5).masked_fill(~allowed | mask[:, None, None, :], -1e6)
-    if torch.is_tensor(alpha):
-        probs = reference_package.entmax_bisect(scores, a.view(1, H, 1, 1).expand(B, H, Tq, 1), dim=-1, n_iter=100)
-    else:
-        probs = reference_package.entmax15(scores, dim=-1)
-    o_ref = probs @ leaves[2]
-    (o_ref * do).sum().backward()
-    grads_ref = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
     config = attention_kernel.KernelConfig(tiles=(16, 16, 1))
     o, grads = fused(q, k, v, do, alpha, causal=True, key_padding_mask=mask, window=W, kernel=config)
-    assert_close(o, o_ref.detach(), 2e-5, "output")
-    for name, got, want in zip(("dq", "dk", "dv", "dalpha"), grads, grads_ref):
-        if want is not None:
-            assert_close(got, want, 2e-4 if name == "dalpha" else 2e-5, name)
+    assert_like_the_package(o, grads, q, k, v, do, alpha, allowed & ~mask[:, None, None, :])
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
     kind, kpm = triton_kernel.fixed_kind(alpha), mask.to(DEVICE).view(torch.int8)
@@ -497,22 +505,9 @@ def test_packed_sequences_match_the_entmax_package_and_skip_other_sequences(alph
     sequence = [s for s in range(4) for _ in range(int(cu_seqlens[s + 1] - cu_seqlens[s]))]
     allowed = torch.tensor([[sequence[i] == sequence[j] and (j <= i or not causal) for j in range(T)]
                             for i in range(T)])
-    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    a = alpha.double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
-    scores = (leaves[0] @ leaves[1].transpose(-1, -2) * D ** -0.5).masked_fill(~allowed, -1e6)
-    if torch.is_tensor(alpha):
-        probs = reference_package.entmax_bisect(scores, a.view(1, H, 1, 1).expand(1, H, T, 1), dim=-1, n_iter=100)
-    else:
-        probs = reference_package.entmax15(scores, dim=-1)
-    o_ref = probs @ leaves[2]
-    (o_ref * do).sum().backward()
-    grads_ref = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
     config = attention_kernel.KernelConfig(tiles=(16, 16, 1))
     o, grads = fused(q, k, v, do, alpha, causal=causal, cu_seqlens=cu_seqlens, kernel=config)
-    assert_close(o, o_ref.detach(), 2e-5, "output")
-    for name, got, want in zip(("dq", "dk", "dv", "dalpha"), grads, grads_ref):
-        if want is not None:
-            assert_close(got, want, 2e-4 if name == "dalpha" else 2e-5, name)
+    assert_like_the_package(o, grads, q, k, v, do, alpha, allowed)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
     tiles = {}
