@@ -150,9 +150,10 @@ def main():
             q, k, v = layer.q.to(device), layer.k.to(device), layer.v.to(device)
             packed = "" if layer.cu_seqlens is None else f", {len(layer.cu_seqlens) - 1} sentences packed"
             for label, alpha in (("learned alphas", layer.alpha), ("1.5-entmax", 1.5)):
+                weights = attention_inputs.attention_density(layer, alpha)
                 count(rows, args, q, k, v, alpha, tiles, layer.scale, layer.causal, layer.cu_seqlens, T=q.shape[2],
-                      input=f"captured {layer.module}{packed}", family="captured", module=layer.module,
-                      normaliser=label)
+                      input=f"captured {layer.module}{packed} (attention density {weights:.2f})", family="captured",
+                      module=layer.module, normaliser=label, attention_density=weights)
     if args.plot:
         plot(rows, args.plot)
 

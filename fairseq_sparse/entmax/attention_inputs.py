@@ -142,6 +142,20 @@ def _weights(q, k, alpha, causal=False, scale=None, cu_seqlens=None):
                                cu_seqlens=cu_seqlens)[0]
 
 
+@torch.no_grad()
+def attention_density(layer, alpha=None):
+    """The share of the (query, key) pairs a captured module's masks leave (causal, packed
+    sequences) that hold a nonzero weight, over its heads, at ``alpha`` (default its own)."""
+    p = _weights(layer.q, layer.k, layer.alpha if alpha is None else alpha, layer.causal, layer.scale,
+                 layer.cu_seqlens)
+    T = p.shape[-1]
+    allowed = visible(T, T, p.device) if layer.causal else torch.ones(T, T, dtype=torch.bool)
+    if layer.cu_seqlens is not None:
+        segments = torch.repeat_interleave(torch.arange(len(layer.cu_seqlens) - 1), layer.cu_seqlens.diff())
+        allowed = allowed & (segments[:, None] == segments[None, :])
+    return float(((p > 0) & allowed).sum() / (allowed.sum() * p.shape[0]))
+
+
 def _shape(p, global_share):
     """([global keys per head], [mean distance per head]) of weights p (H, T, T): a head's
     global keys draw at least ``global_share`` of all its weight (a diffuse key draws 1 / T of

@@ -55,3 +55,17 @@ def test_the_fit_reads_the_global_keys_and_width_of_structured_attention():
     assert fitted.global_keys == 3 and 0 < fitted.density < 1
     assert abs(fitted.fitted_distance - fitted.distance) < 0.15 * fitted.distance, fitted
     assert 4.0 < fitted.width < 9.0, fitted
+
+
+def test_attention_density_counts_the_nonzero_weights_the_masks_leave():
+    """Two packed sequences of 3 and 5 positions, causal, 1.5-entmax on q = k = 0 (every
+    visible key weighs the same): every pair the masks leave holds weight, 1.0; sparsemax on
+    scores that single out one key per query holds one weight per query."""
+    q = torch.zeros(1, 1, 8, 4)
+    cu = torch.tensor([0, 3, 8])
+    flat = attention_inputs.Capture(q, q, q, torch.tensor([1.5]), 1.0, "flat", True, cu)
+    assert attention_inputs.attention_density(flat) == 1.0
+    one_hot = torch.eye(8)[None, None, :, :4] * 10
+    peaked = attention_inputs.Capture(one_hot, one_hot, one_hot, torch.tensor([2.0]), 1.0, "peaked")
+    # Queries 0-3 each see one key far above the rest; queries 4-7 (zeros) weigh all 8 alike.
+    assert attention_inputs.attention_density(peaked) == (4 * 1 + 4 * 8) / 64
