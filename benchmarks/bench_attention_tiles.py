@@ -161,21 +161,23 @@ def main():
 def plot(rows, path):
     """Forward + backward visits (as a share of every tile in every pass) against the block
     density: a line per length, normaliser and masking of the structured inputs, markers for
-    the N(0, 1) and captured ones."""
+    the N(0, 1) inputs and for each capture at its own alphas (packed or not)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 5.6), layout="constrained")
-    groups = sorted({(r["family"], r["T"], r["normaliser"], r["causal"]) for r in rows if r["family"] != "gaussian"})
-    for i, (family, T, label, causal) in enumerate(groups):
-        points = sorted((r["density"], r["total"]) for r in rows
-                        if (r["family"], r["T"], r["normaliser"], r["causal"]) == (family, T, label, causal))
+    def key(r):
+        return r["family"], r["T"], r["normaliser"], r["causal"], r.get("packed", False)
+
+    shown = [r for r in rows if r["family"] == "structured" or r["normaliser"] == "learned alphas"]
+    for i, (family, T, label, causal, packed) in enumerate(sorted({key(r) for r in shown})):
+        points = sorted((r["density"], r["total"]) for r in shown if key(r) == (family, T, label, causal, packed))
         captured = family == "captured"
         ax.plot(*zip(*points), marker="s" if captured else "o", color=f"C{i % 10}",
                 ls="none" if captured else "--" if causal else "-",
-                label=f"{family}, T = {T:,}, {label}{', causal' if causal else ''}")
+                label=f"{family}{', packed' if packed else ''}, T = {T:,}, {label}{', causal' if causal else ''}")
     gaussian = [(r["density"], r["total"]) for r in rows if r["family"] == "gaussian"]
     if gaussian:  # every length, normaliser and masking: the same point
         ax.plot(*zip(*gaussian), marker="x", ls="none", color="black", label="N(0, 1), every setting")
