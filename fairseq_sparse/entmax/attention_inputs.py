@@ -105,21 +105,38 @@ def block_density(q, k, alpha, tiles=(64, 64), causal=False):
     """The share of (query tile, key tile) pairs, among those the causal mask leaves, whose
     attention (normalised by entmax with ``alpha``) holds a nonzero weight; and the share of
     nonzero weights among the allowed (query, key) pairs."""
-    B, H, Tq, D = q.shape
     Tk = k.shape[2]
-    v = torch.eye(Tk, dtype=q.dtype).expand(B, H, Tk, Tk) if Tk <= 4096 else None
-    if v is None:
+    if Tk > 4096:
         raise ValueError(f"block_density: {Tk} keys; measured up to 4,096")
-    p = reference_attention(q, k, v[..., :Tk], alpha, causal=causal)  # the probabilities themselves
-    allowed = visible(Tq, Tk, q.device) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    eye = torch.eye(Tk, dtype=q.dtype).expand(*q.shape[:2], Tk, Tk)
+    p = reference_attention(q, k, eye, alpha, causal=causal)  # the probabilities themselves
+    tiles_held, weights = _held(p, causal, None, tiles)
+    return float(tiles_held.mean()), float(weights.mean())
+
+
+def _allowed(Tq, Tk, causal, cu_seqlens, device):
+    """(Tq, Tk) bool: the (query, key) pairs the causal mask and packed sequences leave."""
+    allowed = visible(Tq, Tk, device) if causal else torch.ones(Tq, Tk, dtype=torch.bool, device=device)
+    if cu_seqlens is not None:
+        lengths = cu_seqlens.diff().to(device)
+        segments = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+        allowed = allowed & (segments[:, None] == segments[None, :])
+    return allowed
+
+
+def _held(p, causal, cu_seqlens, tiles):
+    """Per (batch, head) of weights p (..., Tq, Tk): the share of the tile pairs in the causal
+    mask's reach (the kernels' block density) that hold a nonzero weight, and the share of the
+    pairs the causal mask and packed sequences leave that do."""
+    Tq, Tk = p.shape[-2:]
+    allowed = _allowed(Tq, Tk, causal, cu_seqlens, p.device)
     bm, bn = tiles
     nm, nn = math.ceil(Tq / bm), math.ceil(Tk / bn)
-    pad_q, pad_k = nm * bm - Tq, nn * bn - Tk
-    held = torch.nn.functional.pad((p > 0).float(), (0, pad_k, 0, pad_q)).view(B, H, nm, bm, nn, bn).amax((3, 5))
-    reach = torch.nn.functional.pad(allowed.float(), (0, pad_k, 0, pad_q)).view(nm, bm, nn, bn).amax((1, 3))
-    tiles_held = float(held.sum() / (reach.sum() * B * H))
-    weights = float(((p > 0) & allowed).sum() / (allowed.sum() * B * H))
-    return tiles_held, weights
+    pad = (0, nn * bn - Tk, 0, nm * bm - Tq)
+    held = torch.nn.functional.pad((p > 0).float(), pad).unflatten(-1, (nn, bn)).unflatten(-3, (nm, bm)).amax((-1, -3))
+    reach = torch.nn.functional.pad(_allowed(Tq, Tk, causal, None, p.device).float(), pad)
+    reach = reach.view(nm, bm, nn, bn).amax((1, 3))
+    return held.sum((-1, -2)) / reach.sum(), ((p > 0) & allowed).sum((-1, -2)) / allowed.sum()
 
 
 class Fit(NamedTuple):
@@ -149,11 +166,7 @@ def attention_density(layer, alpha=None):
     p = _weights(layer.q, layer.k, layer.alpha if alpha is None else alpha, layer.causal, layer.scale,
                  layer.cu_seqlens)
     T = p.shape[-1]
-    allowed = visible(T, T, p.device) if layer.causal else torch.ones(T, T, dtype=torch.bool)
-    if layer.cu_seqlens is not None:
-        segments = torch.repeat_interleave(torch.arange(len(layer.cu_seqlens) - 1), layer.cu_seqlens.diff())
-        allowed = allowed & (segments[:, None] == segments[None, :])
-    return float(((p > 0) & allowed).sum() / (allowed.sum() * p.shape[0]))
+    return float(_held(p, layer.causal, layer.cu_seqlens, (T, T))[1].mean())
 
 
 def _shape(p, global_share):
@@ -180,13 +193,7 @@ def fit(layers, tiles=(64, 64), global_share=0.05, steps=8):
         heads_globals, heads_distances = _shape(p, global_share)
         globals_ += heads_globals
         distances += heads_distances
-        T = p.shape[-1]
-        bm, bn = tiles
-        nm, nn = math.ceil(T / bm), math.ceil(T / bn)
-        held = torch.nn.functional.pad((p > 0).double(), (0, nn * bn - T, 0, nm * bm - T))
-        held = held.view(-1, nm, bm, nn, bn).amax((2, 4))
-        reach = torch.ones(nm, nn, dtype=torch.bool).tril() if layer.causal and bm == bn else torch.ones(nm, nn)
-        densities += (held.sum((1, 2)) / reach.sum()).tolist()
+        densities += _held(p, layer.causal, layer.cu_seqlens, tiles)[0].tolist()
     g = int(torch.tensor(globals_).median())
     distance, density = float(torch.tensor(distances).median()), float(torch.tensor(densities).median())
     first = layers[0]

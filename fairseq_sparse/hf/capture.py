@@ -57,9 +57,8 @@ def capture(model_dir, text, length=512, packed=False):
         for role, projection in zip("qkv", _projections(module)):
             def keep(_, __, out, name=name, role=role, heads=heads):
                 B, T, width = out.shape
-                step = out.view(B, T, heads, width // heads).transpose(1, 2).half().clone()
-                captured[(name, role)] = torch.cat([captured[(name, role)], step], 2) if (name, role) in captured \
-                    else step
+                captured.setdefault((name, role), []).append(
+                    out.view(B, T, heads, width // heads).transpose(1, 2).half().clone())
             hooks.append(projection.register_forward_hook(keep))
     try:
         for ids in rows:
@@ -69,7 +68,7 @@ def capture(model_dir, text, length=512, packed=False):
         for hook in hooks:
             hook.remove()
     offsets = torch.tensor([0, *map(len, rows)]).cumsum(0) if packed else None
-    layers = [{"q": captured[(name, "q")], "k": captured[(name, "k")], "v": captured[(name, "v")],
+    layers = [{**{role: torch.cat(captured[(name, role)], 2) for role in "qkv"},
                "alpha": alpha.float().clone(), "module": name, "cu_seqlens": offsets}
               for name, alpha in attention_alphas(model).items()]
     return {"layers": layers, "model": str(model_dir), "text": str(text), "length": length,
