@@ -35,7 +35,7 @@ def test_a_capture_holds_each_layers_projections_and_alphas_and_the_benchmark_re
     second = attention_inputs.captured(tmp_path / "captured.pt")[1]
     assert second.q.dtype == torch.float32 and second.scale == 8 ** -0.5
     assert second.module.endswith("layer.1.attention.self") and not second.causal and second.cu_seqlens is None
-    proc = run_script("benchmarks/bench_attention_tiles.py", "--lengths", "64", "--tiles", "16", "16",
+    proc = run_script("benchmarks/bench_attention_tiles.py", "--lengths", "64", "--tiles", "32", "32",
                       "--families", "gaussian", "--heads", "4", "--head-dim", "8", "--captured", tmp_path / "captured.pt",
                       "--json", tmp_path / "rows.json", "--plot", tmp_path / "tiles.png", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
