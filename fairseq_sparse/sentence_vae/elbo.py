@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from fairseq import metrics
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import CRITERION_DATACLASS_REGISTRY, FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..modules.probability import gaussian_kl, reparameterized_sample
@@ -37,14 +37,15 @@ class VAEConfig(FairseqDataclass):
     kl_weight: float = field(default=1.0, metadata={"help": "weight of the KL term (1: the ELBO)"})
 
 
-def refuse_former_name(former, now, dataclass):
-    """Register criterion ``former`` (with the options of ``now``, so that a command that
-    names it parses) as an error naming ``now``."""
+def refuse_former_name(former, now):
+    """Register criterion ``former`` (with the options of the registered ``now``, so that a
+    command that names it parses) as an error naming ``now``."""
     def refuse(self, cfg, task):
         raise ValueError(f"--criterion {former} is now --criterion {now}")
 
     name = "Former" + "".join(part.title() for part in former.split("_")) + "Criterion"
-    register_criterion(former, dataclass=dataclass)(type(name, (FairseqCriterion,), {"__init__": refuse}))
+    register_criterion(former, dataclass=CRITERION_DATACLASS_REGISTRY[now])(
+        type(name, (FairseqCriterion,), {"__init__": refuse}))
 
 
 @register_criterion("elbo", dataclass=VAEConfig)
@@ -104,6 +105,3 @@ class VAECriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return False  # the codes of a validation pass are gathered, not summed
-
-
-refuse_former_name("vae", "elbo", VAEConfig)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from fairseq.criterions import register_criterion
 
-from .elbo import VAEConfig, VAECriterion, refuse_former_name
+from .elbo import VAEConfig, VAECriterion
 
 
 @dataclass
@@ -26,7 +26,3 @@ class L1RegularizedVAECriterion(VAECriterion):
 class L2RegularizedVAECriterion(VAECriterion):
     def regularizer(self, posterior):
         return self.cfg.regularization_weight * (posterior["mean"].pow(2) + posterior["log_var"].exp()).sum(-1)
-
-
-refuse_former_name("vae_l1", "elbo_l1", RegularizedVAEConfig)
-refuse_former_name("vae_l2", "elbo_l2", RegularizedVAEConfig)
