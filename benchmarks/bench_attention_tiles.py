@@ -48,10 +48,10 @@ def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None, window=No
     heads = alpha.float().to(device) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=device)
     config = attention_kernel.KernelConfig(tiles=(*tiles, 4, None))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    segments = None if cu_seqlens is None else sequence_ids(cu_seqlens.to(device), q, k)
+    packed = None if cu_seqlens is None else attention_kernel.packing(cu_seqlens, sequence_ids(cu_seqlens, q, k))
     _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None, scale,
                                                    alpha_stats=torch.is_tensor(alpha), config=config,
-                                                   segments=segments, window=window)
+                                                   packed=packed, window=window)
     block_m, block_n = tiles
     Tq, Tk = q.shape[2], k.shape[2]
     starts = torch.arange(0, Tq, block_m, device=device)

@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .fused_attention import reference_attention, visible
+from .fused_attention import packed_ids, reference_attention, visible
 
 # The share of dimensions of q and k that carry the band, and that carry noise.
 BAND_SHARE, NOISE_SHARE = 0.75, 0.2
@@ -118,9 +118,8 @@ def _allowed(Tq, Tk, causal, cu_seqlens, device):
     """(Tq, Tk) bool: the (query, key) pairs the causal mask and packed sequences leave."""
     allowed = visible(Tq, Tk, device) if causal else torch.ones(Tq, Tk, dtype=torch.bool, device=device)
     if cu_seqlens is not None:
-        lengths = cu_seqlens.diff().to(device)
-        segments = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
-        allowed = allowed & (segments[:, None] == segments[None, :])
+        ids = packed_ids(cu_seqlens, Tk, device)[0]
+        allowed = allowed & (ids[:, None] == ids[None, :])
     return allowed
 
 

@@ -46,9 +46,9 @@ the backward kernels read.  A sliding window (``CAUSAL == WINDOWED``) and packed
 (``PACKED``: each position's sequence in ``SEG``, each tile's reach in ``BOUNDS``, from the
 host) narrow the key tiles a query tile walks, and the query tiles dk/dv walk for a key
 tile, to those within reach; the tiles outside are never visited.  Grouped-query attention
-reads key/value head h // (H / H_kv) for query head h, never repeated.  Attention dropout (``DROPOUT``) drops weights drawn by
-Philox from a seed and the weight's position (``_kept``) in the output pass and again in
-the backward kernels, as FlashAttention does.
+reads key/value head h // (H / H_kv) for query head h, never repeated.  Attention dropout
+(``DROPOUT``) drops weights drawn by Philox from a seed and the weight's position (``_kept``)
+in the output pass and again in the backward kernels, as FlashAttention does.
 
 The backward pass recomputes p and g from q, k and the stored (max, tau):
 
@@ -72,7 +72,7 @@ Newton from 0 and against richer starts (docs/notes/fused-attention.md); only it
 """
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import triton
@@ -847,7 +847,7 @@ def _padding_arg(key_padding_mask, q):
 
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
-            config=PACKAGE, dropout=0.0, seed=0, window=None, segments=None):
+            config=PACKAGE, dropout=0.0, seed=0, window=None, packed=None):
     """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
     query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
     key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward``
@@ -859,9 +859,8 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     pattern drawn from ``seed`` (:func:`kept_weights`), which the backward must be given too.
     ``window`` (with ``causal``): query i sees only the ``window`` keys up to its own, i + Tk - Tq
     (a sliding window); the key tiles before a query tile's windows are never visited.
-    ``segments`` (B, T) int32 (Tq = Tk = T): packed sequences, each position's sequence (the
-    same number along a sequence, which is contiguous); a query sees only its own sequence's
-    keys, and the key tiles outside its sequences are never visited."""
+    ``packed`` (a :class:`Packing`; B = 1, Tq = Tk): packed sequences; a query sees only its
+    own sequence's keys, and the key tiles outside its sequences are never visited."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
@@ -872,48 +871,53 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     grid = (triton.cdiv(Tq, block_m), B * H)
     n_tiles = triton.cdiv(Tk, block_n)
     blocks = torch.full((B * H, grid[0], n_tiles), float("-inf"), dtype=torch.float32, device=q.device)
-    seg, bounds = _packing(segments, block_m, q)
+    seg, bounds = _packing_args(packed, block_m, q)
     _forward_kernel[grid](
         q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, seg, bounds, *q.stride(), *k.stride(),
         *v.stride(),
         *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
         n_tiles, float(dropout), int(seed), int(window or 0), DROPOUT=dropout > 0,
-        HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), PACKED=segments is not None, FIXED=fixed,
+        HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), PACKED=packed is not None, FIXED=fixed,
         ALPHA_STATS=alpha_stats, WRITE_OG=backward,
         ONE_TILE=single, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, **launch)
     return o, og, stats, blocks
 
 
-def _packing(segments, block, q):
-    """(SEG, BOUNDS) for the kernels: ``segments`` (B, T) as int32, and for each tile of
-    ``block`` positions the first position of its first position's sequence and one past the
-    last of its last one's, (B, tiles, 2) int32; without packing, q in their stead (never read)."""
-    if segments is None:
+class Packing(NamedTuple):
+    """Packed sequences as the kernels read them, made once a call by :func:`packing`: each
+    position's sequence (1, T) int32, and that sequence's first position and one past its last."""
+    seg: torch.Tensor
+    first: torch.Tensor
+    end: torch.Tensor
+
+
+def packing(cu_seqlens, ids):
+    """The :class:`Packing` of sequences ``cu_seqlens`` (S + 1,) whose positions' ids (1, T) are
+    ``ids`` (``fused_attention.sequence_ids``, which checks them)."""
+    cu = cu_seqlens.to(ids.device, torch.long)
+    return Packing(ids.to(torch.int32).contiguous(), cu[ids], cu[ids + 1])
+
+
+def _packing_args(packed, block, q):
+    """(SEG, BOUNDS) for the kernels: the positions' sequences, and for each tile of ``block``
+    positions the first position of its first position's sequence and one past the last of
+    its last one's, (1, tiles, 2) int32; without packing, q in their stead (never read)."""
+    if packed is None:
         return q, q
-    B, T = segments.shape
-    position = torch.arange(T, device=segments.device).expand(B, T)
-    new = torch.ones_like(segments, dtype=torch.bool)
-    new[:, 1:] = segments[:, 1:] != segments[:, :-1]
-    first = torch.where(new, position, 0).cummax(1).values  # each position's sequence's first position
-    last = torch.zeros_like(new)
-    last[:, -1] = True
-    last[:, :-1] = new[:, 1:]
-    end = T - torch.where(last, T - 1 - position, 0).flip(1).cummax(1).values.flip(1)  # one past its last
-    starts = torch.arange(0, T, block, device=segments.device)
+    T = packed.seg.shape[1]
+    starts = torch.arange(0, T, block, device=q.device)
     ends = (starts + block).clamp(max=T) - 1
-    bounds = torch.stack([first[:, starts], end[:, ends]], -1)
-    return segments.to(torch.int32).contiguous(), bounds.to(torch.int32).contiguous()
+    return packed.seg, torch.stack([packed.first[:, starts], packed.end[:, ends]], -1).to(torch.int32).contiguous()
 
 
 def _causal(causal, window):
-    """The kernels' CAUSAL: 0, 1 (causal) or WINDOWED (causal within a sliding window)."""
-    if window is not None and not causal:
-        raise ValueError("attention: a sliding window is causal here; give causal=True with window")
+    """The kernels' CAUSAL: 0, 1 (causal) or WINDOWED (causal within a sliding window; the
+    callers check that ``window`` comes with ``causal``, ``fused_attention.check_window``)."""
     return WINDOWED if window is not None else int(bool(causal))
 
 
 def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
-             config=PACKAGE, dropout=0.0, seed=0, window=None, segments=None):
+             config=PACKAGE, dropout=0.0, seed=0, window=None, packed=None):
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None); ``blocks`` is the forward's.  Its
     block mask is used where the backward's tiles are the forward's (they differ only where
     the forward took every key in one wider tile)."""
@@ -935,20 +939,20 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     n_m_tiles, n_tiles = triton.cdiv(Tq, block_m), triton.cdiv(Tk, block_n)
     # Tiles of two powers of two give the same counts only when one tile holds every key.
     use_blocks = tuple(blocks.shape[1:]) == (n_m_tiles, n_tiles)
-    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), PACKED=segments is not None,
+    common = dict(HAS_KPM=key_padding_mask is not None, CAUSAL=_causal(causal, window), PACKED=packed is not None,
                   FIXED=fixed, USE_BLOCKS=use_blocks,
                   DROPOUT=dropout > 0, PRECISION=_precision(q), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
                   **launch)
     # q, k and v are dense (``dense``), so dq, dk and dv, made like them, share their strides;
     # dO is read in whatever layout autograd gives it.
     kv_heads = k.shape[1]
-    seg, key_bounds = _packing(segments, block_n, q)
+    seg, key_bounds = _packing_args(packed, block_n, q)
     _dkdv_kernel[(n_tiles, B * kv_heads)](
         q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, seg, key_bounds, *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, float(dropout), int(seed),
         int(window or 0), **common)
     _dq_kernel[(n_m_tiles, B * H)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, seg, _packing(segments, block_m, q)[1],
+        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, seg, _packing_args(packed, block_m, q)[1],
         *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, float(dropout), int(seed),
         int(window or 0), ALPHA_GRAD=alpha_grad, **common)

@@ -114,8 +114,9 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
         config = attention_kernel.PACKAGE if kernel is None else kernel
         # The seed from torch's CPU generator: seeded by torch.manual_seed, and no wait for a GPU.
         seed = int(torch.randint(0, 2**31 - 1, ())) if dropout > 0 else 0
+        packed = None if segments is None else attention_kernel.packing(cu_seqlens, segments)
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config, dropout,
-                                          seed, window, segments)
+                                          seed, window, packed)
     return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout, window, cu_seqlens)
 
 
@@ -124,17 +125,21 @@ def sequence_ids(cu_seqlens, q, k):
     does not describe packed sequences of q and k."""
     if cu_seqlens is None:
         return None
-    T = q.shape[2]
-    if q.shape[0] != 1 or k.shape[2] != T:
+    if q.shape[0] != 1 or k.shape[2] != q.shape[2]:
         raise ValueError(f"attention: cu_seqlens packs sequences into one batch row of as many queries as keys, got "
                          f"q {tuple(q.shape)} and k {tuple(k.shape)}")
-    cu = cu_seqlens.to(q.device, torch.long)
-    if cu.dim() != 1 or len(cu) < 2 or cu.dtype.is_floating_point:
+    return packed_ids(cu_seqlens, q.shape[2], q.device)
+
+
+def packed_ids(cu_seqlens, length, device):
+    """(1, length) each position's sequence: positions cu_seqlens[s]:cu_seqlens[s + 1] are
+    sequence s; offsets that do not rise from 0 to ``length`` are refused."""
+    cu = cu_seqlens.to(device, torch.long)
+    if cu.dim() != 1 or len(cu) < 2 or cu_seqlens.dtype.is_floating_point:
         raise ValueError(f"attention: cu_seqlens must be (S + 1,) integers, got {tuple(cu_seqlens.shape)}")
-    if int(cu[0]) != 0 or int(cu[-1]) != T or bool((cu[1:] < cu[:-1]).any()):
-        raise ValueError(f"attention: cu_seqlens must rise from 0 to T = {T}, got {cu_seqlens.tolist()}")
-    lengths = cu[1:] - cu[:-1]
-    return torch.repeat_interleave(torch.arange(len(lengths), device=q.device), lengths)[None]
+    if int(cu[0]) != 0 or int(cu[-1]) != length or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"attention: cu_seqlens must rise from 0 to T = {length}, got {cu_seqlens.tolist()}")
+    return torch.repeat_interleave(torch.arange(len(cu) - 1, device=device), cu.diff())[None]
 
 
 def check_window(window, causal):
@@ -207,11 +212,12 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
 
 class FusedEntmaxAttention(Function):
     """The Triton kernels as an autograd Function; ``alpha_heads`` is (H,), float32 or not;
-    ``config`` an ``attention_kernel.KernelConfig``."""
+    ``config`` an ``attention_kernel.KernelConfig``; ``packed`` an ``attention_kernel.Packing``,
+    made once for the forward and the backward."""
 
     @staticmethod
     def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config, dropout=0.0, seed=0,
-                window=None, segments=None):
+                window=None, packed=None):
         q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
@@ -221,10 +227,10 @@ class FusedEntmaxAttention(Function):
                                                         alpha_stats=alpha_grad,
                                                         backward=any(ctx.needs_input_grad[:4]), config=config,
                                                         dropout=dropout, seed=seed, window=window,
-                                                        segments=segments)
+                                                        packed=packed)
         ctx.save_for_backward(q, k, v, og, stats, blocks, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
-        ctx.dropout, ctx.seed, ctx.window, ctx.segments = dropout, seed, window, segments
+        ctx.dropout, ctx.seed, ctx.window, ctx.packed = dropout, seed, window, packed
         return o
 
     @staticmethod
@@ -239,7 +245,7 @@ class FusedEntmaxAttention(Function):
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
             q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config,
-            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window, segments=ctx.segments)
+            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window, packed=ctx.packed)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]

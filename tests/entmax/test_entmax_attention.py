@@ -511,11 +511,11 @@ def test_packed_sequences_match_the_entmax_package_and_skip_other_sequences(alph
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
     tiles = {}
-    for segments in (None, torch.tensor([sequence], device=DEVICE)):
+    for packed in (None, attention_kernel.packing(cu_seqlens, torch.tensor([sequence], device=DEVICE))):
         _, _, stats, blocks = attention_kernel.forward(q32, k32, v32, heads, triton_kernel.fixed_kind(alpha), causal,
                                                        None, D ** -0.5, alpha_stats=torch.is_tensor(alpha),
-                                                       config=config, segments=segments)
-        tiles[segments is None] = stats[:, attention_kernel.STAT_TILES, ::16].sum().item()
+                                                       config=config, packed=packed)
+        tiles[packed is None] = stats[:, attention_kernel.STAT_TILES, ::16].sum().item()
     assert tiles[False] < tiles[True], tiles
     pairs = torch.nn.functional.pad(allowed, (0, 80 - T, 0, 80 - T)).view(5, 16, 5, 16).any(3).any(1)
     assert not bool(torch.isfinite(blocks.cpu()).view(H, 5, 5)[:, ~pairs].any())
