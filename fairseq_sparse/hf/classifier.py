@@ -16,7 +16,10 @@ model's own behaviour), ``alpha_random`` (uniform in (1.01, 2)) and ``recipe`` (
 updates: :class:`~fairseq_sparse.entmax.AlphaFloor`; its checkpoint is chosen among the
 evaluations at the floor's target).  The learned alphas take their own learning rate
 (``--alpha-lr``).  Each run is repeated for every ``--seeds``; a run already in
-``results.json`` is kept, so an interrupted experiment resumes where it stopped.  Writes
+``results.json`` is kept, and a run under way saves its state at every evaluation
+(``checkpoints/<run>_seed<N>.pt``, removed once the run is in ``results.json``), so an
+interrupted experiment resumes at its last evaluation with the same batches, dropout and
+results as if it had not stopped.  Writes
 ``results.md`` (test accuracy as mean and spread over seeds, attention density per layer,
 time per training step relative to softmax, mean alpha and its change),
 ``alphas_<run>_seed<N>.png`` (every head's alpha and its change) and ``results.json``.
@@ -170,42 +173,63 @@ def build(run, config, seed, num_labels):
     return model
 
 
-def train(run, config, seed, tokenizer, train_pairs, dev_pairs, num_labels):
+def train(run, config, seed, tokenizer, train_pairs, dev_pairs, num_labels, state_path=None):
     """(the model at its best dev evaluation, that accuracy, seconds of each step, the log,
-    training WordPieces).  The recipe's checkpoint is chosen among the evaluations at its
-    floor's target, where the floor no longer changes the model."""
+    training WordPieces, wall seconds of earlier processes).  The recipe's checkpoint is
+    chosen among the evaluations at its floor's target, where the floor no longer changes the
+    model.  With ``state_path``, everything the loop holds is saved there at every evaluation
+    and read back from it when it exists: a run resumed so makes the same updates."""
     model = build(run, config, seed, num_labels).train()
     optimizer = torch.optim.AdamW(hf.parameter_groups(model, config.lr, config.alpha_lr, weight_decay=0.01))
     settled = min(config.alpha_floor_updates, config.updates) if run == "recipe" else 0
     order = torch.Generator().manual_seed(seed)
     best, best_state, step_seconds, log = -1.0, None, [], []
-    update = tokens = 0
+    update = tokens = start = 0
+    permutation, earlier, began_run = None, 0.0, time.time()
+    if state_path is not None and state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        order.set_state(state["order"])
+        torch.set_rng_state(state["rng"])
+        best, best_state, step_seconds, log = state["best"], state["best_state"], state["step_seconds"], state["log"]
+        update, tokens, start, permutation, earlier = (state[k] for k in ("update", "tokens", "start", "permutation",
+                                                                           "wall_seconds"))
+        print(f"[{run} seed {seed}] resumed at update {update} from {state_path}", flush=True)
     while update < config.updates:
-        permutation = torch.randperm(len(train_pairs), generator=order).tolist()
-        for start in range(0, len(permutation) - config.batch_size + 1, config.batch_size):
-            batch = encode(tokenizer, [train_pairs[i] for i in permutation[start:start + config.batch_size]],
-                           config.max_length)
-            tokens += int(batch["attention_mask"].sum())
-            began = time.perf_counter()
+        if permutation is None or start + config.batch_size > len(permutation):  # a new epoch
+            permutation, start = torch.randperm(len(train_pairs), generator=order).tolist(), 0
+        batch = encode(tokenizer, [train_pairs[i] for i in permutation[start:start + config.batch_size]],
+                       config.max_length)
+        start += config.batch_size
+        tokens += int(batch["attention_mask"].sum())
+        began = time.perf_counter()
+        hf.set_num_updates(model, update)
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        step_seconds.append(time.perf_counter() - began)
+        update += 1
+        if update % config.eval_every == 0 or update == config.updates:
             hf.set_num_updates(model, update)
-            loss = model(**batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step_seconds.append(time.perf_counter() - began)
-            update += 1
-            if update % config.eval_every == 0 or update == config.updates:
-                hf.set_num_updates(model, update)
-                accuracy, _ = evaluate(model, tokenizer, dev_pairs, config.max_length)
-                log.append({"update": update, "loss": loss.item(), "dev_accuracy": accuracy})
-                print(f"[{run} seed {seed}] update {update}: loss {loss.item():.3f}, dev accuracy {accuracy:.2f}",
-                      flush=True)
-                if accuracy > best and update >= settled:
-                    best, best_state = accuracy, {k: v.detach().clone() for k, v in model.state_dict().items()}
-            if update == config.updates:
-                break
+            accuracy, _ = evaluate(model, tokenizer, dev_pairs, config.max_length)
+            log.append({"update": update, "loss": loss.item(), "dev_accuracy": accuracy})
+            print(f"[{run} seed {seed}] update {update}: loss {loss.item():.3f}, dev accuracy {accuracy:.2f}",
+                  flush=True)
+            if accuracy > best and update >= settled:
+                best, best_state = accuracy, {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if state_path is not None:
+                state_path.parent.mkdir(parents=True, exist_ok=True)
+                partial = state_path.with_suffix(".partial")
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "order": order.get_state(), "rng": torch.get_rng_state(), "best": best,
+                            "best_state": best_state, "step_seconds": step_seconds, "log": log, "update": update,
+                            "tokens": tokens, "start": start, "permutation": permutation,
+                            "wall_seconds": earlier + time.time() - began_run}, partial)
+                partial.replace(state_path)  # whole or not at all
     model.load_state_dict(best_state)
-    return model, best, step_seconds, log, tokens
+    return model, best, step_seconds, log, tokens, earlier
 
 
 def plot_alphas(model, path, title):
@@ -274,12 +298,13 @@ def run(config):
                 print(f"[{run} seed {seed}] in {saved} already", flush=True)
                 continue
             began = time.time()
-            model, dev, step_seconds, log, tokens = train(run, config, seed, tokenizer, train_pairs, dev_pairs,
-                                                          num_labels)
+            state_path = config.out / "checkpoints" / f"{run}_seed{seed}.pt"
+            model, dev, step_seconds, log, tokens, earlier = train(run, config, seed, tokenizer, train_pairs,
+                                                                   dev_pairs, num_labels, state_path)
             accuracy, density = evaluate(model, tokenizer, test_pairs, config.max_length, densities=True)
             entry = {"dev_accuracy": dev, "test_accuracy": accuracy, "density": density, "log": log,
                      "seconds_per_step": statistics.median(step_seconds), "tokens": tokens,
-                     "wall_seconds": time.time() - began, "threads": torch.get_num_threads()}
+                     "wall_seconds": earlier + time.time() - began, "threads": torch.get_num_threads()}
             if run != "softmax" and run != "entmax15":
                 learned, change = plot_alphas(model, config.out / f"alphas_{run}_seed{seed}.png",
                                               f"{run}, seed {seed}: learned alpha per head")
@@ -289,6 +314,7 @@ def run(config):
                 tokenizer.save_pretrained(config.out / "models" / f"{run}_seed{seed}")
             runs.setdefault(run, {})[str(seed)] = entry
             saved.write_text(json.dumps(results, indent=1))
+            state_path.unlink(missing_ok=True)
             print(f"[{run} seed {seed}] test accuracy {accuracy:.2f}, density {[round(d, 3) for d in density]}",
                   flush=True)
     write_table(config, results, len(train_pairs), len(dev_pairs), len(test_pairs))

@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from tests.conftest import run_script, shared_data
 
@@ -47,7 +48,6 @@ def test_the_comparison_writes_its_table_and_alpha_figures_and_resumes(tmp_path,
     again = json.loads((out / "results.json").read_text())["runs"]
     assert again["softmax"]["1"] == results["softmax"] and list(again["recipe"]) == ["1", "2"]
     # The saved model is the one scored: its alphas, its floor, with its tokenizer.
-    import torch
     from transformers import BertForSequenceClassification
 
     import fairseq_sparse.hf as hf
@@ -103,3 +103,43 @@ def test_the_benchmark_keeps_a_saved_models_alphas_and_reads_real_sentences(tmp_
     density = dict(re.findall(r"^\| (\w+) \|.*\| ([0-9.]+) \|$", proc.stdout, re.M))
     assert float(density["sdpa"]) == 1.0 and float(density["alpha_entmax"]) < 0.9
     assert abs(float(density["alpha_entmax"]) - float(density["sparsemax"])) < 0.25, "alpha 1.9 is near sparsemax"
+
+
+def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stopped(tmp_path, tiny_bert,
+                                                                                    monkeypatch):
+    """A run stopped after its second evaluation (a killed process) restarts from the state it
+    saved there and ends with the same log, accuracies and alphas as a run never stopped:
+    the same batches (an epoch is 7 batches here, so the stop falls inside the second), the
+    same dropout, the same optimizer."""
+    from fairseq_sparse import configs
+    from fairseq_sparse.hf import classifier
+
+    def options(out):
+        return configs.parse(classifier.ClassifierConfig, "", [
+            "--out", str(out), "--data", str(shared_data("text", "hsvae-dbpedia14")), "--bert-model", str(tiny_bert),
+            "--runs", "recipe", "--train-per-class", "2", "--dev-per-class", "1", "--updates", "12",
+            "--eval-every", "4", "--batch-size", "4", "--max-test", "14", "--alpha-floor", "1.6",
+            "--alpha-floor-updates", "4"])
+
+    classifier.run(options(tmp_path / "straight"))
+    evaluate, calls = classifier.evaluate, []
+
+    def stopping(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # after the second evaluation's state was saved
+            raise KeyboardInterrupt
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(classifier, "evaluate", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        classifier.run(options(tmp_path / "stopped"))
+    state = torch.load(tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt", weights_only=False)
+    assert state["update"] == 8 and [e["update"] for e in state["log"]] == [4, 8]
+    monkeypatch.setattr(classifier, "evaluate", evaluate)
+    classifier.run(options(tmp_path / "stopped"))
+    assert not (tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt").exists()
+    straight, resumed = (json.loads((tmp_path / d / "results.json").read_text())["runs"]["recipe"]["1"]
+                         for d in ("straight", "stopped"))
+    for key in ("log", "dev_accuracy", "test_accuracy", "density", "alpha", "tokens"):
+        assert resumed[key] == straight[key], key
+    assert len(resumed["log"]) == 3 and resumed["wall_seconds"] > 0
