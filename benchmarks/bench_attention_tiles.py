@@ -39,7 +39,11 @@ from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 
 def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None, window=None):
     """(forward visits, forward visits if every tile were visited in every pass, backward
-    visits, backward visits of every pair, block density) of one forward and its backward.
+    visits, backward visits of every pair, block density, forward visits if none were
+    wasted) of one forward and its backward.  A visit is wasted when a pass after the
+    maxima's computes a tile without support: the least the forward can make at its own
+    passes is every tile in reach once and the tiles with support in every later pass
+    (None with ``cu_seqlens`` or ``window``, whose first pass keeps to fewer tiles).
     With ``cu_seqlens`` (packed sequences) or ``window`` (a sliding window) the kernel keeps to
     the tiles that share a sequence or the window; the baseline stays every tile in (causal)
     reach, what a kernel without them visits."""
@@ -63,7 +67,9 @@ def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None, window=No
     forward_new = float(stats[:, attention_kernel.STAT_TILES, ::block_m].sum())
     pairs = float(reach.sum()) * stats.shape[0]
     held = float(torch.isfinite(blocks).sum())
-    return forward_new, forward_all, 2 * held, 2 * pairs, held / pairs
+    support = torch.isfinite(blocks).sum(-1)  # (B * H, query tiles)
+    least = None if packed is not None or window is not None else float((reach[None, :] + (passes - 1) * support).sum())
+    return forward_new, forward_all, 2 * held, 2 * pairs, held / pairs, least
 
 
 def inputs(family, batch, heads, length, head_dim, density, tiles, causal, shape=None):
@@ -79,13 +85,13 @@ def count(rows, args, q, k, v, alpha, tiles, scale=None, causal=None, cu_seqlens
     """Count one setting's visits, print its table row and keep it in ``rows`` (and --json);
     ``causal`` (None: --causal's) and ``cu_seqlens`` are a capture's own."""
     causal = args.causal if causal is None else causal
-    fwd, fwd_all, bwd, bwd_all, held = visits(q, k, v, alpha, causal, tiles, scale, cu_seqlens, args.window)
+    fwd, fwd_all, bwd, bwd_all, held, least = visits(q, k, v, alpha, causal, tiles, scale, cu_seqlens, args.window)
     total = (fwd + bwd) / (fwd_all + bwd_all)
+    floor = None if least is None else (least + bwd) / (fwd_all + bwd_all)
     print(f"| {row['T']} | {row['input']} | {held:.2f} | {row['normaliser']} | {fwd / fwd_all:.2f}x | "
-          f"{bwd / bwd_all:.2f}x | {total:.2f}x |", flush=True)
+          f"{bwd / bwd_all:.2f}x | {total:.3f}x | {'-' if floor is None else f'{floor:.3f}x'} |", flush=True)
     rows.append(dict(row, density=held, causal=causal, packed=cu_seqlens is not None, window=args.window,
-                     forward=fwd / fwd_all,
-                     backward=bwd / bwd_all, total=total))
+                     forward=fwd / fwd_all, backward=bwd / bwd_all, total=total, least=floor))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -126,8 +132,8 @@ def main():
           f"B={args.batch} H={args.heads} head_dim={args.head_dim}; {'causal' if args.causal else 'not causal'}"
           f"{'' if args.window is None else f' within a window of {args.window} keys'}; "
           f"tiles {tiles[0]} x {tiles[1]}; visits as ratios to visiting every tile in every pass")
-    print("| T | input | block density | normaliser | forward | backward | forward + backward |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| T | input | block density | normaliser | forward | backward | forward + backward | with no visit wasted |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     rows = []
     shape, densities = None, list(args.densities)
     if args.fit:

@@ -30,6 +30,10 @@ def test_the_tile_benchmark_counts_visits_per_family():
         ("structured (0.4 asked)", "1.5-entmax"), ("structured (0.4 asked)", "alpha per head")]
     structured = [float(r[6].strip().rstrip("x")) for r in rows[2:]]
     assert all(0 < ratio < 1 for ratio in structured)
+    # With no visit wasted: never more than the kernel makes (fewer would mean a tile with
+    # support skipped), and every tile visited once at least.
+    least = [float(r[7].strip().rstrip("x")) for r in rows]
+    assert all(0 < floor <= ratio for floor, ratio in zip(least[2:], structured)), (least, structured)
 
 
 def test_the_tile_benchmark_counts_a_sliding_window():
@@ -41,6 +45,7 @@ def test_the_tile_benchmark_counts_a_sliding_window():
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| 64 |")]
     # 7 of the 10 tile pairs in causal reach meet a window of 16 keys (the diagonal and the one before).
     assert [float(r[6].strip().rstrip("x")) for r in rows] == [pytest.approx(0.7, abs=0.02)] * 2
+    assert [r[7].strip() for r in rows] == ["-", "-"]  # the window's first pass keeps to fewer tiles
     refused = run_script("benchmarks/bench_attention_tiles.py", *common, "--window", "16", timeout=600)
     assert refused.returncode != 0 and "--window needs --causal" in refused.stderr
 
