@@ -292,6 +292,7 @@ def run(config):
         raise SystemExit(f"{saved}: written with other options ({', '.join(changed)}); give another --out")
     results["config"] = setting
     runs = results.setdefault("runs", {})
+    saved.write_text(json.dumps(results, indent=1))  # before any run: a run's saved state is of these options
     for run in config.runs:
         for seed in config.seeds:
             if str(seed) in runs.get(run, {}):

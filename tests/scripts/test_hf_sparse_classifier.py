@@ -1,6 +1,7 @@
 """The Hugging Face classifier comparison and its benchmark end to end, at toy size (a tiny
 random BERT, a few DBpedia-14 sentences of each class)."""
 
+import dataclasses
 import json
 import re
 
@@ -135,6 +136,9 @@ def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stop
         classifier.run(options(tmp_path / "stopped"))
     state = torch.load(tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt", weights_only=False)
     assert state["update"] == 8 and [e["update"] for e in state["log"]] == [4, 8]
+    # The saved state is of these options: others in the same directory are refused, not resumed.
+    with pytest.raises(SystemExit, match=r"options \(lr\)"):
+        classifier.run(dataclasses.replace(options(tmp_path / "stopped"), lr=1e-3))
     monkeypatch.setattr(classifier, "evaluate", evaluate)
     classifier.run(options(tmp_path / "stopped"))
     assert not (tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt").exists()
