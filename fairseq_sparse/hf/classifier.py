@@ -20,8 +20,9 @@ evaluations at the floor's target).  The learned alphas take their own learning 
 (``checkpoints/<run>_seed<N>.pt``, removed once the run is in ``results.json``), so an
 interrupted experiment resumes at its last evaluation with the same batches, dropout and
 results as if it had not stopped.  Writes
-``results.md`` (test accuracy as mean and spread over seeds, attention density per layer,
-time per training step relative to softmax, mean alpha and its change),
+``results.md`` (test accuracy as mean and spread over seeds, attention density per layer on
+test and its mean on dev, which a choice of options may read without seeing test, time per
+training step relative to softmax, mean alpha and its change),
 ``alphas_<run>_seed<N>.png`` (every head's alpha and its change) and ``results.json``.
 """
 
@@ -303,7 +304,9 @@ def run(config):
             model, dev, step_seconds, log, tokens, earlier = train(run, config, seed, tokenizer, train_pairs,
                                                                    dev_pairs, num_labels, state_path)
             accuracy, density = evaluate(model, tokenizer, test_pairs, config.max_length, densities=True)
-            entry = {"dev_accuracy": dev, "test_accuracy": accuracy, "density": density, "log": log,
+            _, dev_density = evaluate(model, tokenizer, dev_pairs, config.max_length, densities=True)
+            entry = {"dev_accuracy": dev, "test_accuracy": accuracy, "density": density, "dev_density": dev_density,
+                     "log": log,
                      "seconds_per_step": statistics.median(step_seconds), "tokens": tokens,
                      "wall_seconds": earlier + time.time() - began, "threads": torch.get_num_threads()}
             if run != "softmax" and run != "entmax15":
@@ -348,11 +351,15 @@ def write_table(config, results, n_train, n_dev, n_test):
             flat = [a for e in entries for row in e["alpha"] for a in row]
             moved = [c for e in entries for row in e["alpha_change"] for c in row]
             alpha = f"{statistics.mean(flat):.3f} ({statistics.mean(moved):+.3f})"
+        on_dev = [statistics.mean(e["dev_density"]) for e in entries if "dev_density" in e]
         rows.append([run, ", ".join(sorted(by_seed, key=int)), _mean_spread([e["dev_accuracy"] for e in entries]),
-                     _mean_spread([e["test_accuracy"] for e in entries]), f"{statistics.mean(layers):.2f}",
+                     _mean_spread([e["test_accuracy"] for e in entries]),
+                     f"{statistics.mean(on_dev):.2f}" if len(on_dev) == len(entries) else "-",
+                     f"{statistics.mean(layers):.2f}",
                      " ".join(f"{d:.2f}" for d in layers), f"{step:.2f}{ratio}", alpha,
                      f"{statistics.mean(e['wall_seconds'] for e in entries) / 60:.1f} min"])
-    lines.append(markdown_table(["run", "seeds", "dev acc.", "test acc.", "density", "density per layer",
-                                 "s / step (/ softmax)", "mean alpha (mean change)", "wall per run"], rows))
+    lines.append(markdown_table(["run", "seeds", "dev acc.", "test acc.", "dev density", "density",
+                                 "density per layer", "s / step (/ softmax)", "mean alpha (mean change)",
+                                 "wall per run"], rows))
     (config.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -38,8 +38,10 @@ def test_the_comparison_writes_its_table_and_alpha_figures_and_resumes(tmp_path,
     assert min(a for layer in results["recipe"]["alpha"] for a in layer) >= 1.6 - 1e-6
     assert max(a for layer in results["alpha_near1"]["alpha"] for a in layer) < 1.2
     table = (out / "results.md").read_text()
-    assert re.search(r"^\| softmax \| 1 \| [0-9.]+ \| [0-9.]+ \| 1\.00 \| 1\.00 1\.00 \| [0-9.]+ \(1\.00x\) \| - \|",
-                     table, re.M)
+    assert all(len(results[run]["dev_density"]) == 2 and all(0 < d <= 1 for d in results[run]["dev_density"])
+               for run in results)
+    assert re.search(r"^\| softmax \| 1 \| [0-9.]+ \| [0-9.]+ \| 1\.00 \| 1\.00 \| 1\.00 1\.00 \| [0-9.]+ \(1\.00x\) "
+                     r"\| - \|", table, re.M)
 
     # A second seed resumes: the runs done are kept, not run again; the table has mean and spread.
     proc = run_script("hf_sparse_classifier.py", *options, "--runs", "softmax", "recipe", "--seeds", "1", "2",
@@ -144,6 +146,6 @@ def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stop
     assert not (tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt").exists()
     straight, resumed = (json.loads((tmp_path / d / "results.json").read_text())["runs"]["recipe"]["1"]
                          for d in ("straight", "stopped"))
-    for key in ("log", "dev_accuracy", "test_accuracy", "density", "alpha", "tokens"):
+    for key in ("log", "dev_accuracy", "test_accuracy", "density", "dev_density", "alpha", "tokens"):
         assert resumed[key] == straight[key], key
     assert len(resumed["log"]) == 3 and resumed["wall_seconds"] > 0
