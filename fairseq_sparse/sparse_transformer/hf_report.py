@@ -95,7 +95,8 @@ def analyse(path, text, sentence_ids, max_sentences, max_length):
     return dict(
         sites=(SITE,), alphas=alphas, initial=initial,
         change={sl: [a - i for a, i in zip(alphas[sl], initial[sl])] for sl in alphas},
-        density=report.per_head(acc, "density"),
+        density=report.per_head(acc, "density"), support=report.per_head(acc, "support"),
+        allowed={sl: a["allowed"] / a["queries"] for sl, a in acc.items()},
         diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
         previous=report.per_head(acc, "previous", "previous_queries"),
         same_word=report.per_head(acc, "same_word", "same_word_queries"),

@@ -161,6 +161,8 @@ def add_sentence(a, p, kind, pieces, words=None):
         allowed = torch.tril(allowed)
     a["queries"] += p.size(1)
     a["density"] = a["density"] + stats.density(p, allowed)
+    a["support"] = a["support"] + stats.support(p, allowed)
+    a["allowed"] += float(allowed.sum())
     a["diversity"] += float(stats.head_diversity(p))
     if kind != "cross":
         a["previous"] = a["previous"] + stats.previous_token_score(p)
@@ -232,7 +234,8 @@ def analyse(model, task, args):
         alphas={sl: a.tolist() for sl, a in model.head_alphas().items()},
         initial=initial,
         change=({sl: c.tolist() for sl, c in model.head_alpha_changes().items()} if initial is not None else None),
-        density=per_head(acc, "density"),
+        density=per_head(acc, "density"), support=per_head(acc, "support"),
+        allowed={sl: a["allowed"] / a["queries"] for sl, a in acc.items()},
         diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
         previous=per_head(acc, "previous", "previous_queries"),
         same_word=per_head(acc, "same_word", "same_word_queries"),
@@ -347,6 +350,13 @@ def markdown_report(result):
         "## Attention density per head", "",
         "Mean fraction of the keys a query may attend to that get nonzero weight (softmax: 1.000).", "",
         head_table(result["density"], sites), "", "![](density.png)", "",
+        "## Keys attended per query", "",
+        "Mean number of keys with nonzero weight per query (the support), and the mean number a query may attend "
+        "to (its sentence's length, or the prefix up to it where attention is causal). Density is a query's "
+        "support over that number, so the same support reads as a lower density in longer sentences.", "",
+        head_table(result["support"], sites, "{:.2f}"), "",
+        table(["site", "layer", "keys a query may attend to"],
+              [[s, layer, f"{result['allowed'][(s, layer)]:.2f}"] for s, layer in order]), "",
         "## Head diversity per layer", "",
         f"Generalised Jensen-Shannon divergence between the {heads} heads, mean over queries "
         f"(0: all heads alike; log {heads} = {stats.max_head_diversity(heads):.3f}: disjoint).", "",

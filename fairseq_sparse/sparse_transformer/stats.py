@@ -21,6 +21,15 @@ def density(p, allowed):
     return (nonzero / allowed.float().sum(-1).clamp_min(1)).sum(-1)
 
 
+def support(p, allowed):
+    """Per head: sum over queries of the number of keys with nonzero weight.
+
+    Density is a share of the keys a query may attend to, so at the same support it falls
+    as sentences grow; the support itself is what a head keeps, comparable across corpora of
+    other lengths."""
+    return ((p > 0) & allowed).float().sum((-2, -1))
+
+
 def head_diversity(p):
     """Generalised Jensen-Shannon divergence between the heads of a layer, per query, summed:
 

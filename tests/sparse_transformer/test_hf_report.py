@@ -27,8 +27,9 @@ def save(model, tmp_path):
     return tmp_path / "model", tokenizer
 
 
-def brute_density(model, tokenizer, lines, causal):
-    """Per layer and head: the mean over queries of the fraction of allowed keys with weight."""
+def brute_density(model, tokenizer, lines, causal, keys=False):
+    """Per layer and head: the mean over queries of the fraction of allowed keys with weight
+    (with ``keys``, of the number of keys with weight)."""
     out = []
     for line in lines:
         batch = tokenizer([line], return_tensors="pt", truncation=True, max_length=128)
@@ -39,7 +40,8 @@ def brute_density(model, tokenizer, lines, causal):
             p = p[0]
             T = p.shape[-1]
             allowed = torch.tril(torch.ones(T, T, dtype=torch.bool)) if causal else torch.ones(T, T, dtype=torch.bool)
-            per_layer.append((((p > 0) & allowed).sum(-1) / allowed.sum(-1)).sum(-1))  # (H,) summed over queries
+            kept = ((p > 0) & allowed).sum(-1)
+            per_layer.append((kept if keys else kept / allowed.sum(-1)).sum(-1))  # (H,) summed over queries
         out.append((per_layer, attentions[0].shape[-1]))
     queries = sum(T for _, T in out)
     return [[float(sum(o[0][layer][h] for o in out) / queries) for h in range(out[0][0][layer].numel())]
@@ -86,6 +88,9 @@ def test_the_report_of_a_saved_hf_model(tmp_path, sentences, kind):
     got = table_rows(text, "## Attention density per head")
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-3, rtol=0)
     assert any(d < 0.9 for layer in got for d in layer), "sparse heads: some keys get no weight"
+    want = brute_density(model, tokenizer, lines, causal=kind.startswith("llama"), keys=True)
+    got = table_rows(text, "## Keys attended per query")
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=6e-3, rtol=0)
     alphas = table_rows(text, "## Learned alpha per head")
     expected = [a.tolist() for a in hf.head_alphas(model).values()] if kind == "bert_alpha" else [[1.5] * 4] * 2
     torch.testing.assert_close(torch.tensor(alphas), torch.tensor(expected), atol=1e-3, rtol=0)
@@ -101,6 +106,11 @@ def test_a_softmax_model_reads_as_dense_and_an_encoder_decoder_is_refused(tmp_pa
     run_cli("fairseq-sparse-attention-report", "--hf", path, "--text", sentences, "--out", tmp_path / "r")
     text = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
     assert table_rows(text, "## Attention density per head") == [[1.0] * 4] * 2
+    # Softmax keeps every key: the support is the number of keys a query may attend to.
+    support = table_rows(text, "## Keys attended per query")
+    section = text.split("## Keys attended per query", 1)[1].split("##", 1)[0]
+    allowed = [float(row.split("|")[3]) for row in section.splitlines() if row.startswith("| self |")][-2:]
+    assert support == [[allowed[0]] * 4, [allowed[1]] * 4] and allowed[0] > 10
     assert table_rows(text, "## Learned alpha per head") == [[1.0] * 4] * 2
     bart, _ = save(BartModel(BartConfig(vocab_size=vocab, d_model=32, encoder_layers=1, decoder_layers=1,
                                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=37,
