@@ -306,8 +306,7 @@ def run(config):
             accuracy, density = evaluate(model, tokenizer, test_pairs, config.max_length, densities=True)
             _, dev_density = evaluate(model, tokenizer, dev_pairs, config.max_length, densities=True)
             entry = {"dev_accuracy": dev, "test_accuracy": accuracy, "density": density, "dev_density": dev_density,
-                     "log": log,
-                     "seconds_per_step": statistics.median(step_seconds), "tokens": tokens,
+                     "log": log, "seconds_per_step": statistics.median(step_seconds), "tokens": tokens,
                      "wall_seconds": earlier + time.time() - began, "threads": torch.get_num_threads()}
             if run != "softmax" and run != "entmax15":
                 learned, change = plot_alphas(model, config.out / f"alphas_{run}_seed{seed}.png",
