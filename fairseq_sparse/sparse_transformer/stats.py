@@ -17,8 +17,7 @@ def density(p, allowed):
     """Per head: sum over queries of the fraction of the keys a query may attend to
     (``allowed`` (T, S): not padding, not in the future) that get nonzero weight;
     softmax gives 1 for every query."""
-    nonzero = ((p > 0) & allowed).float().sum(-1)
-    return (nonzero / allowed.float().sum(-1).clamp_min(1)).sum(-1)
+    return (keys_kept(p, allowed) / allowed.float().sum(-1).clamp_min(1)).sum(-1)
 
 
 def support(p, allowed):
@@ -27,7 +26,12 @@ def support(p, allowed):
     Density is a share of the keys a query may attend to, so at the same support it falls
     as sentences grow; the support itself is what a head keeps, comparable across corpora of
     other lengths."""
-    return ((p > 0) & allowed).float().sum((-2, -1))
+    return keys_kept(p, allowed).sum(-1)
+
+
+def keys_kept(p, allowed):
+    """Per head and query: how many of the keys it may attend to get nonzero weight."""
+    return ((p > 0) & allowed).float().sum(-1)
 
 
 def head_diversity(p):
