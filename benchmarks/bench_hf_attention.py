@@ -90,7 +90,7 @@ def training_step(model_path, batch, length, seed=0, text=None, device="cpu"):
         model.set_attn_implementation(name.removesuffix(EXPLICIT))
         with torch.no_grad(), hf.evaluating(model, weights=True):
             attentions = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
-        nonzero, allowed = hf.attention_density_counts(attentions, mask)
+        nonzero, allowed = hf.attention_density_counts(attentions, mask, hf.attends_causally(model))
         return float((nonzero / allowed).mean())
 
     step.density = density

@@ -107,12 +107,23 @@ def test_the_documented_example_trains_logs_and_two_processes_equal_one(tmp_path
     assert set(got) == set(want) and any(".head_alpha.pre_alpha" in k for k in want)
     for name, value in want.items():
         torch.testing.assert_close(got[name], value, atol=1e-5, rtol=1e-4, msg=name)
-    from transformers import BertForSequenceClassification
+    from transformers import AutoModelForSequenceClassification, BertForSequenceClassification, pipeline
 
     loaded = hf.from_pretrained(BertForSequenceClassification, one)
     alphas = torch.cat(list(hf.head_alphas(loaded).values()))
     assert bool((alphas >= 1.5 - 1e-6).all()), "the floor reached (target 1.5 after 2 of 4 updates) is saved"
     assert loaded.config.fairseq_sparse["floor"] == {"target": 1.5, "updates": 2}
+    # The tokenizer is saved with the model, so transformers' own loaders give the sparse model's predictions.
+    texts = (shared_data("text", "hsvae-dbpedia14") / "valid.txt").read_text(encoding="utf-8").splitlines()[:8]
+    tokenizer = hf.load_tokenizer(one, "--hf")
+    assert "[UNK]" not in tokenizer.tokenize(texts[0])
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        want = loaded(**batch).logits
+        torch.testing.assert_close(AutoModelForSequenceClassification.from_pretrained(one)(**batch).logits, want,
+                                   atol=1e-6, rtol=1e-6)
+    predicted = pipeline("text-classification", model=str(one), device="cpu")(texts)
+    assert [int(p["label"].split("_")[-1]) for p in predicted] == want.argmax(-1).tolist()
 
 
 def test_the_callback_moves_the_floor_with_the_global_step_and_measures_the_probe():

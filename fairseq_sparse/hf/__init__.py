@@ -4,7 +4,7 @@
     model = AutoModel.from_pretrained(NAME, attn_implementation="entmax15")   # or "sparsemax"
     model = fairseq_sparse.hf.sparsify(model, "alpha_entmax")                 # a learnable alpha per head
     model.save_pretrained(OUT)
-    model = fairseq_sparse.hf.from_pretrained(AutoModel, OUT)                 # the same normaliser and alphas
+    model = AutoModel.from_pretrained(OUT)        # after `import fairseq_sparse.hf`: the same normaliser and alphas
 
 Importing this module registers every normaliser of :mod:`fairseq_sparse.entmax.normalizers`
 as an attention implementation of ``transformers`` (``AttentionInterface``), with the
@@ -22,16 +22,22 @@ with their exact zeros; on CUDA a mask that is padding and/or causal goes to the
 ``alpha_entmax`` learns one alpha per query head (Correia, Niculae & Martins, EMNLP 2019)
 through the :class:`~fairseq_sparse.entmax.HeadAlpha` that :func:`sparsify` adds to each
 attention module: a registered submodule, so the optimizer, ``state_dict`` and
-``save_pretrained`` see it.  The choice is recorded in the model's config
-(``fairseq_sparse``), which :func:`from_pretrained` reads back.
+``save_pretrained`` see it.  The choice is recorded in the model's config: the normaliser as
+transformers' own ``attn_implementation`` (so that transformers builds the model with it, and
+refuses it by name where this module is not imported, rather than loading softmax), and
+``fairseq_sparse`` (alpha start, bound and floor), from which every model built from that
+config gets its heads' alphas before transformers loads the weights: ``from_pretrained``,
+``pipeline(model=...)`` and ``Trainer`` checkpoints load the sparse model as it was saved.
+That is the one patch this module applies to transformers (:func:`register`): transformers
+has no public hook between building a model and loading its weights.  Under PEFT the alphas
+train when the adapter's config names ``modules_to_save=["head_alpha"]`` (``PEFT_MODULES``).
 
 Imports torch and transformers, never fairseq.
 """
 
 import contextlib
-import contextvars
 import functools
-import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -52,10 +58,20 @@ CONFIG_KEY = "fairseq_sparse"
 # sparsify()'s start for learned alphas: near softmax, the start that keeps a pretrained
 # model's accuracy (docs/results/sparse_transformer.md#sparse-attention-in-hugging-face-models).
 ALPHA_INIT = 1.05
-# The saved names of the learned alphas (HeadAlpha's parameter and buffer).
-HEAD_ALPHA_KEY = ".head_alpha."
-# Set while from_pretrained() loads a model whose alphas it loads itself, after sparsify().
-_loading_alphas = contextvars.ContextVar("fairseq_sparse_loading_alphas", default=False)
+# The attribute of an attention module that holds its heads' alphas; PEFT's
+# ``modules_to_save`` names it so that LoRA trains and saves them with the adapters.
+HEAD_ALPHA = "head_alpha"
+PEFT_MODULES = [HEAD_ALPHA]
+
+
+def head_alpha_of(module):
+    """The learned alphas of an attention module: its :class:`~fairseq_sparse.entmax.HeadAlpha`,
+    or the wrapper that computes with one (PEFT's ``modules_to_save``, which forwards calls
+    and attributes to its trained copy); None for a head of a fixed normaliser."""
+    alpha = getattr(module, HEAD_ALPHA, None)
+    if isinstance(alpha, nn.Module) and any(isinstance(m, HeadAlpha) for m in alpha.modules()):
+        return alpha
+    return None
 
 
 def _wants_weights(module, kwargs):
@@ -85,10 +101,11 @@ def attention_function(name):
         if query.shape[1] % key.shape[1]:
             raise ValueError(f"{type(module).__name__}: {query.shape[1]} query heads cannot share {key.shape[1]} "
                              "key/value heads")
-        head_alpha = getattr(module, "head_alpha", None)
+        head_alpha = head_alpha_of(module)
         if normalizer.learned and head_alpha is None:
             raise ValueError(f"attn_implementation {name!r}: {type(module).__name__} has no learned alpha; "
-                             f"call fairseq_sparse.hf.sparsify(model, {name!r}) first")
+                             f"call fairseq_sparse.hf.sparsify(model, {name!r}) to add them (a model saved "
+                             "after sparsify loads its own with `import fairseq_sparse.hf` before loading)")
         # The mask may be longer than the keys (a static cache); without one the module says
         # whether it is causal (a single query sees every key anyway).
         mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
@@ -135,31 +152,59 @@ def _refuse_unserved(choose):
     return checked
 
 
-def _expect_head_alphas(adjust):
-    """``PreTrainedModel._adjust_missing_and_unexpected_keys`` that, inside
-    :func:`from_pretrained`, does not report the saved alphas as unexpected: the model
-    transformers builds has none yet, and from_pretrained loads them right after (a load
-    report saying "UNEXPECTED ... not ok if you expect identical arch" would alarm a user
-    for a correct load).  Anywhere else they are reported, since they are then dropped."""
-    @functools.wraps(adjust)
-    def adjusted(self, loading_info):
-        adjust(self, loading_info)
-        if _loading_alphas.get():
-            loading_info.unexpected_keys -= {k for k in loading_info.unexpected_keys if HEAD_ALPHA_KEY in k}
+def _build_recorded_alphas(post_init):
+    """``PreTrainedModel.post_init`` that gives a model whose config records a learned
+    normaliser (``config.fairseq_sparse``, written by :func:`sparsify`) its heads' alphas as
+    soon as its modules exist: ``from_pretrained`` then loads the saved alphas as the weights
+    they are, in every loading path that builds the model through transformers (Auto classes,
+    ``pipeline``, PEFT's base model), with nothing reported missing or unexpected."""
+    @functools.wraps(post_init)
+    def with_alphas(self):
+        post_init(self)
+        _add_recorded_alphas(self)
 
-    adjusted._fairseq_sparse_checked = True
-    return adjusted
+    with_alphas._fairseq_sparse_checked = True
+    return with_alphas
+
+
+def _add_recorded_alphas(model):
+    record = getattr(model.config, CONFIG_KEY, None)
+    if not record:
+        return
+    normalizer = get_normalizer(record["normalizer"], f"config {CONFIG_KEY}.normalizer")
+    model.config.attn_implementation = normalizer.name  # saved again with the model
+    implementation = model.config._attn_implementation
+    if implementation not in (normalizer.name, "eager"):  # asked for by the caller, so a warning, once
+        warnings.warn(f"the model's config records the {normalizer.name} normaliser (fairseq_sparse) but it is "
+                      f"built with attn_implementation={implementation!r}, so its heads are not {normalizer.name}; "
+                      "leave attn_implementation out to load it as saved", stacklevel=2)
+    if not normalizer.learned:
+        return
+    floor = AlphaFloor(**record["floor"]) if record.get("floor") else None
+    alpha_min = record.get("alpha_min", ALPHA_MIN)
+    start = parse_alpha_init(record.get("alpha_init", "random"))
+    # The saved alphas replace the start; "random" would draw from torch's generator while loading.
+    start = (alpha_min + 2.0) / 2 if start == "random" else start
+    # Real float32 tensors, not transformers' meta ones in the loading dtype: a directory saved
+    # without the floor's buffer keeps alpha_min there, as HeadAlpha's own loading does, and
+    # a half-precision load keeps the alphas in float32 (bfloat16 would move 1.01 below 1.01).
+    model._keep_in_fp32_modules_strict = set(model._keep_in_fp32_modules_strict or ()) | {HEAD_ALPHA}
+    with torch.device("cpu"):
+        for module in attention_modules(model).values():
+            if head_alpha_of(module) is None:
+                head_alpha = HeadAlpha(query_heads(module), start, alpha_min, floor=floor).float()
+                setattr(module, HEAD_ALPHA, head_alpha)
 
 
 def register():
     """Register every normaliser of the registry as an attention implementation (with the
-    eager mask function), refused for models the interface does not serve; called on
-    import, and again after a normaliser is added."""
+    eager mask function), refused for models the interface does not serve, and give a
+    model built from a sparsified config its alphas (:func:`_build_recorded_alphas`);
+    called on import, and again after a normaliser is added."""
     for name in normalizer_names():
         AttentionInterface.register(name, attention_function(name))
         AttentionMaskInterface.register(name, eager_mask)
-    for name, wrap in (("get_correct_attn_implementation", _refuse_unserved),
-                       ("_adjust_missing_and_unexpected_keys", _expect_head_alphas)):
+    for name, wrap in (("get_correct_attn_implementation", _refuse_unserved), ("post_init", _build_recorded_alphas)):
         method = getattr(PreTrainedModel, name)
         if not getattr(method, "_fairseq_sparse_checked", False):
             setattr(PreTrainedModel, name, wrap(method))
@@ -211,7 +256,7 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
                          "interface serves (none with `scaling` and `is_causal`)")
     if chosen.learned:
         alpha_init = parse_alpha_init(alpha_init)
-        learned = any(isinstance(getattr(m, "head_alpha", None), HeadAlpha) for m in modules.values())
+        learned = any(head_alpha_of(m) is not None for m in modules.values())
         record = getattr(model.config, CONFIG_KEY, None) or {}
         asked = (str(alpha_init), float(alpha_min), floor.to_dict() if floor else None)
         if learned and asked != (record.get("alpha_init"), record.get("alpha_min"), record.get("floor")):
@@ -223,13 +268,13 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
     parameter = next(model.parameters(), None)
     for module in modules.values():
         if chosen.learned:
-            if not isinstance(getattr(module, "head_alpha", None), HeadAlpha):
+            if head_alpha_of(module) is None:
                 head_alpha = HeadAlpha(query_heads(module), alpha_init, alpha_min, floor=floor)
                 if parameter is not None:
                     head_alpha.to(parameter.device)
-                module.head_alpha = head_alpha
-        elif hasattr(module, "head_alpha"):
-            del module.head_alpha
+                setattr(module, HEAD_ALPHA, head_alpha)
+        elif hasattr(module, HEAD_ALPHA):
+            delattr(module, HEAD_ALPHA)
     register()
     model.set_attn_implementation(chosen.name)
     record = {"normalizer": chosen.name}
@@ -237,7 +282,7 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
         record.update(alpha_init=str(alpha_init), alpha_min=float(alpha_min))
         if floor is not None:
             record["floor"] = floor.to_dict()
-    model.config.update({CONFIG_KEY: record})
+    model.config.update({CONFIG_KEY: record, "attn_implementation": chosen.name})
     return model
 
 
@@ -254,18 +299,30 @@ def parameter_groups(model, lr, alpha_lr, weight_decay=0.0):
     """The optimizer's parameter groups: every weight at ``lr`` (and ``weight_decay``), the
     heads' alpha logits (``head_alpha.pre_alpha``) at their own ``alpha_lr`` and without
     weight decay, which would pull every head towards alpha = (floor + 2) / 2."""
-    alphas = [p for n, p in model.named_parameters() if n.endswith("head_alpha.pre_alpha")]
-    others = [p for n, p in model.named_parameters() if not n.endswith("head_alpha.pre_alpha")]
+    warn_if_alphas_frozen(model)
+    learned = {id(p) for m in model.modules() if isinstance(m, HeadAlpha) for p in m.parameters()}
+    alphas = [p for p in model.parameters() if id(p) in learned]
+    others = [p for p in model.parameters() if id(p) not in learned]
     groups = [{"params": others, "lr": lr, "weight_decay": weight_decay}]
     if alphas:
         groups.append({"params": alphas, "lr": alpha_lr, "weight_decay": 0.0})
     return groups
 
 
+def warn_if_alphas_frozen(model):
+    """Warn when ``model`` has learned alphas none of which would train (PEFT freezes every
+    weight of the base model, the alphas included, unless ``modules_to_save`` names them)."""
+    heads = [m for m in model.modules() if isinstance(m, HeadAlpha)]
+    if heads and not any(p.requires_grad for m in heads for p in m.parameters()):
+        warnings.warn("the heads' learned alphas are frozen (requires_grad=False) and will not train; "
+                      f"under PEFT, add modules_to_save={PEFT_MODULES} (fairseq_sparse.hf.PEFT_MODULES) to the "
+                      "adapter's config", stacklevel=3)
+
+
 def head_alphas(model):
     """{module name: alpha of each head} of a sparsified model with learned alphas."""
-    return {name: m.head_alpha().detach() for name, m in attention_modules(model).items()
-            if isinstance(getattr(m, "head_alpha", None), HeadAlpha)}
+    return {name: head_alpha_of(m)().detach() for name, m in attention_modules(model).items()
+            if head_alpha_of(m) is not None}
 
 
 def attention_alphas(model, initial=False):
@@ -276,8 +333,8 @@ def attention_alphas(model, initial=False):
     name = (getattr(model.config, CONFIG_KEY, None) or {}).get("normalizer", "softmax")
     alphas = {}
     for module_name, module in attention_modules(model).items():
-        head_alpha = getattr(module, "head_alpha", None)
-        if isinstance(head_alpha, HeadAlpha):
+        head_alpha = head_alpha_of(module)
+        if head_alpha is not None:
             alphas[module_name] = (head_alpha.initial_alpha if initial else head_alpha()).detach()
         else:
             alphas[module_name] = torch.full((query_heads(module),), float(get_normalizer(name).alpha))
@@ -302,65 +359,62 @@ def evaluating(model, weights=False):
             model.set_attn_implementation(implementation)
 
 
-def attention_density_counts(attentions, attention_mask):
+# What save_pretrained writes for a tokenizer (one of them at least); without any,
+# AutoTokenizer builds a default tokenizer of five special tokens, which reads every word as [UNK].
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+
+
+def load_tokenizer(path, option, tokenizer=None):
+    """The tokenizer saved in the model directory ``path`` (``save_pretrained``, or
+    ``Trainer(processing_class=tokenizer).save_model``), or the one at ``tokenizer`` (a
+    directory or name) where given; ``option`` names the command's option in the error,
+    raised where none was saved, rather than reading text with a tokenizer without a
+    vocabulary."""
+    from transformers import AutoTokenizer
+
+    where = tokenizer if tokenizer is not None else path
+    if Path(where).is_dir() and not any((Path(where) / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(f"{option} {where}: no tokenizer saved beside the model (none of "
+                         f"{', '.join(TOKENIZER_FILES)}); save it with the model (tokenizer.save_pretrained(DIR), or "
+                         "Trainer(processing_class=tokenizer)), or give the model's tokenizer with --tokenizer")
+    try:
+        return AutoTokenizer.from_pretrained(str(where))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{option} {where}: cannot load its tokenizer ({e})") from None
+
+
+def attends_causally(model):
+    """Whether the attention of ``model`` is causal (a query sees no later key)."""
+    return any(bool(getattr(m, "is_causal", False)) for m in attention_modules(model).values())
+
+
+def attention_density_counts(attentions, attention_mask, causal=False):
     """(nonzero weights, allowed weights) per layer, as tensors, over the (query, key) pairs
-    of real tokens: ``attentions`` as a model returns them with ``output_attentions=True``
-    (one (B, H, T, T) tensor per layer), ``attention_mask`` (B, T) with 1 at real tokens.
-    Their ratio is each layer's attention density (1 for softmax)."""
+    a query may attend to: both real tokens and, with ``causal``, the key not after the query.
+    ``attentions`` as a model returns them with ``output_attentions=True`` (one (B, H, T, T)
+    tensor per layer), ``attention_mask`` (B, T) with 1 at real tokens.  Their ratio is each
+    layer's attention density (1 for softmax)."""
     real = attention_mask.bool()
     pairs = (real[:, None, :, None] & real[:, None, None, :])
+    if causal:
+        length = real.shape[1]
+        pairs = pairs & torch.ones(length, length, dtype=torch.bool, device=real.device).tril()
     nonzero = torch.stack([((w > 0) & pairs).sum() for w in attentions]).double()
     allowed = torch.stack([pairs.expand_as(w).sum() for w in attentions]).double()
     return nonzero, allowed
 
 
-def _saved_tensors(path, wanted):
-    """The tensors of a save_pretrained directory whose names end as ``wanted`` says."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
-    tensors = {}
-    for file in files:
-        if not (path / file).is_file():
-            raise FileNotFoundError(f"{path / file}: missing (from_pretrained reads save_pretrained's safetensors)")
-        tensors.update({k: v for k, v in load_file(str(path / file)).items() if wanted(k)})
-    return tensors
-
-
 def from_pretrained(model_class, path, **kwargs):
-    """``model_class.from_pretrained(path, **kwargs)`` for a model saved after
-    :func:`sparsify`: the same normaliser, and the learned alphas it was saved with."""
+    """``model_class.from_pretrained(path, **kwargs)`` for a model saved after :func:`sparsify`:
+    the same normaliser, and the learned alphas it was saved with.  transformers' own
+    ``from_pretrained`` does the same once this module is imported; this one also serves
+    directories whose config records the normaliser only as ``fairseq_sparse``."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path)
-    record = getattr(config, CONFIG_KEY, None)
-    if not record:
-        return model_class.from_pretrained(path, **kwargs)
     register()
-    normalizer = get_normalizer(record["normalizer"], f"{path}: config {CONFIG_KEY}.normalizer")
-    token = _loading_alphas.set(normalizer.learned)
-    try:
-        model = model_class.from_pretrained(path, attn_implementation=normalizer.name, **kwargs)
-    finally:
-        _loading_alphas.reset(token)
-    floor = AlphaFloor(**record["floor"]) if record.get("floor") else None
-    sparsify(model, normalizer.name, record.get("alpha_init", "random"), record.get("alpha_min", ALPHA_MIN), floor)
-    if normalizer.learned:
-        saved = _saved_tensors(path, lambda k: HEAD_ALPHA_KEY in k)
-        prefix = getattr(model, "base_model_prefix", "")
-        state = {}
-        for key in (k for k in model.state_dict() if HEAD_ALPHA_KEY in k):
-            names = [key, key.removeprefix(f"{prefix}."), f"{prefix}.{key}"]
-            found = next((n for n in names if n in saved), None)
-            if found is None and key.endswith(".alpha_floor"):
-                continue  # saved before the floor could rise: it stays alpha_min
-            if found is None:
-                raise ValueError(f"{path}: no saved {key} (saved with another model class, or before sparsify?)")
-            state[key] = saved[found]
-        model.load_state_dict(state, strict=False)
-    return model
-
+    record = getattr(AutoConfig.from_pretrained(path), CONFIG_KEY, None)
+    if record and "attn_implementation" not in kwargs:
+        kwargs["attn_implementation"] = get_normalizer(record["normalizer"], f"{path}: config {CONFIG_KEY}.normalizer").name
+    return model_class.from_pretrained(path, **kwargs)
 
 register()

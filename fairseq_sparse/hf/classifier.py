@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from transformers import AutoTokenizer, BertForSequenceClassification
+from transformers import BertForSequenceClassification
 
 import fairseq_sparse.hf as hf
 
@@ -78,8 +78,8 @@ class ClassifierConfig:
                                                                      "and recipe"})
     alpha_floor: float = field(default=AlphaFloor.target, metadata={"help": "recipe: the floor every head's alpha "
                                                                             "is raised to"})
-    alpha_floor_updates: int = field(default=AlphaFloor.updates, metadata={"help": "recipe: updates over which the "
-                                                                                   "floor rises (linearly)"})
+    alpha_floor_updates: int = field(default=150, metadata={"help": "recipe: updates over which the floor rises "
+                                                                    "(linearly); at most --updates"})
     max_test: int = field(default=0, metadata={"help": "score N test sentences spread over the file (0: all)",
                                                        "least": 0})
     threads: int = field(default=0, metadata={"help": "torch threads (0: torch's default)", "least": 0})
@@ -92,7 +92,11 @@ class ClassifierConfig:
         if not self.seeds or not self.runs:
             raise ValueError("--runs and --seeds need at least one value each")
         if "recipe" in self.runs:
-            self.floor()  # checked here, not after the other runs
+            floor = self.floor()  # checked here, not after the other runs
+            if floor.updates > self.updates:
+                raise ValueError(f"--alpha-floor-updates {floor.updates} is beyond --updates {self.updates}: the heads' "
+                                 f"floor would end at {floor.at(self.updates):.3f}, not --alpha-floor {floor.target}, "
+                                 "and no evaluation would be at the floor's target")
 
     def floor(self):
         """The recipe's schedule, checked (an error names the option)."""
@@ -153,7 +157,8 @@ def evaluate(model, tokenizer, pairs, max_length, batch_size=128, densities=Fals
             out = model(**{k: v for k, v in batch.items() if k != "labels"}, output_attentions=densities)
             correct += int((out.logits.argmax(-1) == batch["labels"]).sum())
             if densities:
-                counts = hf.attention_density_counts(out.attentions, batch["attention_mask"])
+                counts = hf.attention_density_counts(out.attentions, batch["attention_mask"],
+                                                     causal=hf.attends_causally(model))
                 nonzero = counts[0] if nonzero is None else nonzero + counts[0]
                 allowed = counts[1] if allowed is None else allowed + counts[1]
     return 100 * correct / len(pairs), (nonzero / allowed).tolist() if densities else None
@@ -278,11 +283,17 @@ def run(config):
     test_labels = config.test_labels or config.data / "test_labels.txt"
     sentences, labels = read_labelled(config.data / "valid.txt", config.data / "valid_labels.txt")
     train_pairs, dev_pairs = split_per_class(sentences, labels, config.train_per_class, config.dev_per_class)
-    test_pairs = list(zip(*read_labelled(test_text, test_labels)))
+    test_sentences, test_classes = read_labelled(test_text, test_labels)
+    test_pairs = list(zip(test_sentences, test_classes))
     if config.max_test:
         test_pairs = test_pairs[::max(1, len(test_pairs) // config.max_test)][:config.max_test]
     num_labels = max(labels) + 1
-    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    classes = {label for _, label in train_pairs}
+    for number, label in enumerate(test_classes, 1):
+        if label not in classes:
+            raise SystemExit(f"{test_labels}:{number}: class {label} is not among the training classes "
+                             f"({', '.join(map(str, sorted(classes)))}), so no run could predict it")
+    tokenizer = hf.load_tokenizer(config.model_path(), "--bert-model")
     config.out.mkdir(parents=True, exist_ok=True)
     saved = config.out / "results.json"
     results = json.loads(saved.read_text()) if saved.is_file() else {}

@@ -19,7 +19,8 @@ import warnings
 import torch
 from transformers import DefaultFlowCallback, TrainerCallback
 
-from . import attention_density_counts, attention_modules, evaluating, head_alphas, set_num_updates
+from . import (attends_causally, attention_density_counts, attention_modules, evaluating, head_alpha_of,
+               head_alphas, set_num_updates, warn_if_alphas_frozen)
 
 # The prefix of the metrics the callback adds to the Trainer's logs.
 PREFIX = "sparse_attention"
@@ -56,6 +57,7 @@ class SparseAttentionCallback(TrainerCallback):
             warnings.warn("SparseAttentionCallback was given in Trainer(callbacks=...), after the reporting "
                           f"integrations ({args.report_to}), which will not see its metrics; add it with "
                           "SparseAttentionCallback(...).attach(trainer) instead", stacklevel=2)
+        warn_if_alphas_frozen(model)
         set_num_updates(model, state.global_step)
 
     def on_step_begin(self, args, state, control, model=None, **kwargs):
@@ -73,8 +75,8 @@ class SparseAttentionCallback(TrainerCallback):
     def metrics(self, model):
         """{name: value} of the heads' floor, mean alpha per layer and (with a probe) density."""
         metrics = {}
-        floor = next((m.head_alpha.alpha_floor for m in attention_modules(model).values()
-                      if getattr(m, "head_alpha", None) is not None), None)
+        floor = next((head_alpha_of(m).alpha_floor for m in attention_modules(model).values()
+                      if head_alpha_of(m) is not None), None)
         if floor is not None:
             metrics[f"{PREFIX}/floor"] = float(floor)
         for i, alpha in enumerate(head_alphas(model).values()):
@@ -84,7 +86,7 @@ class SparseAttentionCallback(TrainerCallback):
             batch = {k: v.to(device) for k, v in self.probe.items() if k != "labels"}
             with evaluating(model, weights=True):
                 attentions = model(**batch, output_attentions=True).attentions
-            nonzero, allowed = attention_density_counts(attentions, batch["attention_mask"])
+            nonzero, allowed = attention_density_counts(attentions, batch["attention_mask"], attends_causally(model))
             for i, density in enumerate((nonzero / allowed).tolist()):
                 metrics[f"{PREFIX}/density_layer_{i}"] = density
         return metrics

@@ -15,24 +15,22 @@ from pathlib import Path
 
 import torch
 
-from ..hf import attention_alphas, attention_modules, evaluating, from_pretrained
+from ..hf import attends_causally, attention_alphas, attention_modules, evaluating, from_pretrained, load_tokenizer
 from ..text import read_lines
 from . import report, stats
 
 SITE = "self"
 
 
-def load(path):
-    """(model, tokenizer, whether the attention is causal) of a save_pretrained directory."""
-    from transformers import AutoModel, AutoTokenizer
+def load(path, tokenizer=None):
+    """(model, tokenizer, whether the attention is causal) of a save_pretrained directory;
+    the tokenizer saved beside the model, or the one at ``tokenizer``."""
+    from transformers import AutoModel
 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"--hf {path}: not a save_pretrained directory (no config.json)")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--hf {path}: no tokenizer saved beside the model ({e})") from None
+    tokenizer = load_tokenizer(path, "--tokenizer" if tokenizer is not None else "--hf", tokenizer)
     model = from_pretrained(AutoModel, path).eval()
     if model.config.is_encoder_decoder:
         raise ValueError(f"--hf {path}: an encoder-decoder ({type(model).__name__}); the report reads models whose "
@@ -40,7 +38,7 @@ def load(path):
     modules = list(attention_modules(model).values())
     if not modules:
         raise ValueError(f"--hf {path}: {type(model).__name__} has no attention module of transformers' interface")
-    return model, tokenizer, bool(getattr(modules[0], "is_causal", False))
+    return model, tokenizer, attends_causally(model)
 
 
 def alphas_of(model):
@@ -81,10 +79,11 @@ def collect(model, tokenizer, causal, sentences, keep, max_length, batch_size=32
     return acc, maps
 
 
-def analyse(path, text, sentence_ids, max_sentences, max_length):
+def analyse(path, text, sentence_ids, max_sentences, max_length, tokenizer=None):
     """The report's statistics (the shape :func:`report.analyse` gives) of the model at
-    ``path`` over the first ``max_sentences`` lines of ``text``."""
-    model, tokenizer, causal = load(path)
+    ``path`` over the first ``max_sentences`` lines of ``text`` (tokenized by the tokenizer
+    saved with the model, or the one at ``tokenizer``)."""
+    model, tokenizer, causal = load(path, tokenizer)
     sentences = list(read_lines(text))[:max_sentences]
     outside = sorted(i for i in sentence_ids if not 0 <= i < len(sentences))
     if outside:

@@ -389,7 +389,8 @@ def write_report(args):
     if args.hf:
         from . import hf_report
 
-        result = hf_report.analyse(args.hf, args.text, args.sentences, args.max_sentences, args.max_length)
+        result = hf_report.analyse(args.hf, args.text, args.sentences, args.max_sentences, args.max_length,
+                                   args.tokenizer)
     else:
         model, task = load(args.path, args.data)
         result = analyse(model, task, args)
@@ -405,6 +406,8 @@ def parse_args(argv=None):
     parser.add_argument("--hf", help="instead of --path and --data: a Hugging Face model directory (save_pretrained, "
                                      "with its tokenizer)")
     parser.add_argument("--text", help="with --hf: the sentences to read, one per line")
+    parser.add_argument("--tokenizer", help="with --hf: the model's tokenizer (a directory or name), where none was "
+                                            "saved beside the model (default: the one saved with it)")
     parser.add_argument("--max-length", type=int, default=128,
                         help="with --hf: tokens per sentence, longer ones cut (default: %(default)s)")
     parser.add_argument("--split", default="valid", help="data split to run, with --path (default: valid)")
@@ -430,8 +433,8 @@ def parse_args(argv=None):
     else:
         if not (args.path and args.data):
             parser.error("give --path CHECKPOINT and --data DIR (a fairseq model), or --hf DIR and --text FILE")
-        if args.text:
-            parser.error("--text goes with --hf")
+        if args.text or args.tokenizer:
+            parser.error("--text and --tokenizer go with --hf")
         for p in [args.path, *args.trajectory]:
             if not Path(p).is_file():
                 parser.error(f"checkpoint not found: {p}")

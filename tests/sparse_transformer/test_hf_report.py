@@ -120,3 +120,17 @@ def test_a_softmax_model_reads_as_dense_and_an_encoder_decoder_is_refused(tmp_pa
     assert proc.returncode != 0 and "encoder-decoder" in proc.stderr
     proc = run_cli("fairseq-sparse-attention-report", "--hf", path, "--out", tmp_path / "c", check=False)
     assert proc.returncode == 2 and "--hf needs --text" in proc.stderr
+
+
+def test_a_model_saved_without_its_tokenizer_is_refused_unless_one_is_given(tmp_path):
+    """transformers builds a default tokenizer of five special tokens for a directory without
+    one, which would read every word as [UNK]: the report refuses it, naming --tokenizer."""
+    from fairseq_sparse.sparse_transformer import hf_report
+
+    vocab = len(AutoTokenizer.from_pretrained(str(minilm_path())).get_vocab())
+    BertModel(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=37)).save_pretrained(tmp_path / "bare")
+    with pytest.raises(ValueError, match=r"--hf .*bare: no tokenizer saved beside the model.*--tokenizer"):
+        hf_report.load(tmp_path / "bare")
+    _, tokenizer, _ = hf_report.load(tmp_path / "bare", tokenizer=str(minilm_path()))
+    assert tokenizer.tokenize("the report reads words") == ["the", "report", "reads", "words"]
