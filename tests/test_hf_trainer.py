@@ -161,3 +161,23 @@ def test_parameter_groups_give_the_alphas_their_own_rate_without_decay():
     weights, alphas = hf.parameter_groups(model, lr=1e-4, alpha_lr=1e-2, weight_decay=0.1)
     assert (weights["lr"], weights["weight_decay"], alphas["lr"], alphas["weight_decay"]) == (1e-4, 0.1, 1e-2, 0.0)
     assert len(alphas["params"]) == 2 and len(weights["params"]) + 2 == len(list(model.parameters()))
+
+
+def test_the_density_of_a_causal_model_counts_only_the_keys_a_query_may_see():
+    """Softmax keeps every key a query may attend to, so its density is 1 on a causal model
+    too, as the attention report says; counting future keys as allowed read it as 0.55."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=37))
+    probe = {"input_ids": torch.randint(3, 50, (2, 9)), "attention_mask": torch.tensor([[1] * 9, [0] * 3 + [1] * 6])}
+    hf.sparsify(model, "softmax")
+    metrics = SparseAttentionCallback(probe=probe).metrics(model)
+    assert [metrics[f"{PREFIX}/density_layer_{i}"] for i in (0, 1)] == [1.0, 1.0]
+    hf.sparsify(model, "sparsemax")
+    with torch.no_grad(), hf.evaluating(model, weights=True):
+        attentions = model(**probe, output_attentions=True).attentions
+    nonzero, allowed = hf.attention_density_counts(attentions, probe["attention_mask"], causal=True)
+    # each query i of the full row sees i + 1 keys, of the left-padded one its own real prefix
+    assert allowed.tolist() == [4 * (45 + 21)] * 2
+    assert bool((nonzero <= allowed).all()) and bool((nonzero >= 4 * 15).all())

@@ -71,6 +71,9 @@ PATCHES = (
           "message and module, so that the warnings that matter are seen", lambda: True),
     Patch("prefetch", ("iterators.BackgroundConsumer.run", "an atexit hook"),
           "a finished run exits cleanly instead of aborting on fairseq's prefetching thread"),
+    Patch("generation", ("SequenceGenerator.__init__",),
+          "a hypothesis that no token can continue (a sparse output layer at the length limit) ends with a score "
+          "below every other, instead of fairseq-generate failing with `AssertionError: 200 < 200`"),
     Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train", "Trainer.save_checkpoint",
                          "Trainer.load_checkpoint"),
           "one live fairseq-train run per --save-dir, a resumed run counts --patience on from where it stopped, "

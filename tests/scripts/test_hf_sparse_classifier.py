@@ -149,3 +149,17 @@ def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stop
     for key in ("log", "dev_accuracy", "test_accuracy", "density", "dev_density", "alpha", "tokens"):
         assert resumed[key] == straight[key], key
     assert len(resumed["log"]) == 3 and resumed["wall_seconds"] > 0
+
+
+def test_a_floor_the_run_cannot_reach_and_test_classes_outside_training_are_refused(tmp_path):
+    from fairseq_sparse.hf.classifier import ClassifierConfig, run
+
+    with pytest.raises(ValueError, match=r"--alpha-floor-updates 500 is beyond --updates 300: .* end at 1\.304"):
+        ClassifierConfig(out=tmp_path, data=tmp_path, alpha_floor_updates=500)
+    ClassifierConfig(out=tmp_path, data=tmp_path, runs=("softmax",), alpha_floor_updates=500)  # no recipe, no floor
+    for split, labels in (("valid", [0, 1, 0, 1]), ("test", [1, 0, 14])):
+        (tmp_path / f"{split}.txt").write_text("".join(f"sentence {i}\n" for i in range(len(labels))))
+        (tmp_path / f"{split}_labels.txt").write_text("".join(f"{label}\n" for label in labels))
+    config = ClassifierConfig(out=tmp_path / "out", data=tmp_path, train_per_class=1, dev_per_class=1, runs=("softmax",))
+    with pytest.raises(SystemExit, match=r"test_labels.txt:3: class 14 is not among the training classes \(0, 1\)"):
+        run(config)

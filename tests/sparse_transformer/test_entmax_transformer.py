@@ -7,6 +7,7 @@ from fairseq import options, tasks
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # registers the model and criterion
+from fairseq_sparse.compat.generation import CUT_OFF
 from tests.conftest import REPO, assert_two_gloo_workers_equal_one, run_cli
 
 USER_DIR = str(REPO / "fairseq_sparse")
@@ -151,6 +152,22 @@ def test_sparse_output_layer_trains_and_generates(multi30k_bin, tmp_path):
                   "--gen-subset", "valid", "--beam", "4", "--cpu", "--max-tokens", "2000", "--max-len-b", "30").stdout
     hyps = [line for line in gen.splitlines() if line.startswith("H-")]
     assert len(hyps) == 40 and not any("nan" in h.split("\t")[1] for h in hyps)
+
+
+def test_a_sparse_output_layer_ends_every_hypothesis_at_the_length_limit(multi30k_bin, tmp_path):
+    """After a few updates end of sentence is outside the support at the length limit, where
+    fairseq keeps only it: fairseq alone fails with `AssertionError: 10 < 10`, at any beam."""
+    run_cli("fairseq-train", multi30k_bin, "--user-dir", USER_DIR, "--task", "translation", *TINY,
+            "--output-normalizer", "sparsemax", "--criterion", "label_smoothed_entmax", "--label-smoothing", "0.1",
+            "--save-dir", tmp_path, "--max-update", "5")
+    for beam in ("5", "1"):
+        gen = run_cli("fairseq-generate", multi30k_bin, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
+                      "--gen-subset", "valid", "--beam", beam, "--cpu", "--max-tokens", "2000", "--max-len-a", "0",
+                      "--max-len-b", "10").stdout
+        hyps = [line.split("\t") for line in gen.splitlines() if line.startswith("H-")]
+        assert len(hyps) == 40 and all(len(h[2].split()) <= 10 for h in hyps)
+        # cut at the limit: below every hypothesis that could have ended by itself
+        assert any(float(h[1]) < CUT_OFF / 11 + 100 for h in hyps)
 
 
 def test_entmax_loss_refuses_a_softmax_output(multi30k_bin, tmp_path):
