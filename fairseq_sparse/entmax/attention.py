@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from . import fused_attention
 from .activations import FLOAT32_ALPHA_MIN
-from .fused_attention import check_window, repeat_kv, sequence_ids, visible
+from .fused_attention import check_dropout, check_window, repeat_kv, sequence_ids, visible
 
 
 
@@ -62,11 +62,12 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     """
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     heads, kv_heads = q.shape[1], k.shape[1]
-    if heads % kv_heads:
+    if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"attention: {heads} query heads cannot share {kv_heads} key/value heads")
     if normalizer.learned and alpha is None:
         raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
-    check_window(window, causal or mask is not None)
+    window = check_window(window, causal or mask is not None)
+    dropout = check_dropout(dropout)
     if fused and not need_weights and fused_attention.uses_fused_kernel(q):
         masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2], window, cu_seqlens)
         if masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):

@@ -13,6 +13,8 @@ with T, not T^2.  Elsewhere the reference path materialises the scores, a chunk 
 queries at a time, and normalises them with :func:`entmax_alpha`.
 """
 
+import operator
+
 import torch
 from torch.autograd import Function
 
@@ -100,9 +102,8 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     from 0 to T; a query sees only its own sequence's keys (causal within it with ``causal``),
     and the fused kernels never visit the key tiles of other sequences.
     """
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"entmax_attention: dropout must lie in [0, 1), got {dropout}")
-    check_window(window, causal)
+    dropout = check_dropout(dropout)
+    window = check_window(window, causal)
     segments = sequence_ids(cu_seqlens, q, k)
     near_one = _check(q, k, v, alpha, key_padding_mask, scale)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
@@ -134,6 +135,7 @@ def sequence_ids(cu_seqlens, q, k):
 def packed_ids(cu_seqlens, length, device):
     """(1, length) each position's sequence: positions cu_seqlens[s]:cu_seqlens[s + 1] are
     sequence s; offsets that do not rise from 0 to ``length`` are refused."""
+    cu_seqlens = torch.as_tensor(cu_seqlens)  # a list or array of offsets too
     cu = cu_seqlens.to(device, torch.long)
     if cu.dim() != 1 or len(cu) < 2 or cu_seqlens.dtype.is_floating_point:
         raise ValueError(f"attention: cu_seqlens must be (S + 1,) integers, got {tuple(cu_seqlens.shape)}")
@@ -143,13 +145,31 @@ def packed_ids(cu_seqlens, length, device):
 
 
 def check_window(window, causal):
-    """Refuse a sliding window that is not a positive whole number of keys, or without ``causal``."""
+    """The sliding window as an int (a Python, numpy or torch integer), or None; refuses one
+    that is not a positive whole number of keys, or without ``causal``."""
     if window is None:
-        return
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        return None
+    try:
+        keys = None if isinstance(window, (bool, float)) else operator.index(window)
+    except TypeError:
+        keys = None
+    if keys is None or keys < 1:
         raise ValueError(f"attention: window must be a positive number of keys, got {window!r}")
     if not causal:
         raise ValueError("attention: a sliding window is causal here; give causal=True with window")
+    return keys
+
+
+def check_dropout(dropout):
+    """The attention dropout probability as a float (a Python, numpy or torch number),
+    refused outside [0, 1) (NaN included), as transformers' eager attention refuses it."""
+    try:
+        p = float(dropout)
+    except (TypeError, ValueError):
+        p = float("nan")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"attention: dropout must lie in [0, 1), got {dropout!r}")
+    return p
 
 
 def visible(q_len, k_len, device, rows=None, window=None):
@@ -189,6 +209,8 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
     """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
     normalised by :func:`entmax_alpha` (float32 for half inputs), attention dropout applied
     to the weights by ``F.dropout``; any device."""
+    dropout = check_dropout(dropout)
+    window = check_window(window, causal)
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     segments = sequence_ids(cu_seqlens, q, k)
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])

@@ -1,6 +1,7 @@
 """The learnable entmax alpha of each attention head: the one alpha parametrisation, and the
 schedule that raises its floor to convert a softmax-trained model to sparse heads."""
 
+import operator
 from dataclasses import asdict, dataclass
 
 import torch
@@ -37,11 +38,22 @@ class AlphaFloor:
     updates: int = 500
 
     def __post_init__(self):
-        if not (isinstance(self.target, (int, float)) and 1.0 < self.target < 2.0):
+        # Python, numpy and torch numbers alike, kept as Python ones (saved in configs as JSON).
+        try:
+            target = None if isinstance(self.target, (bool, str)) else float(self.target)
+        except (TypeError, ValueError):
+            target = None
+        if target is None or not 1.0 < target < 2.0:
             raise ValueError(f"--alpha-floor must lie in (1, 2) (the alpha every head reaches at least), "
                              f"got {self.target!r}")
-        if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 0:
+        try:
+            updates = None if isinstance(self.updates, (bool, float)) else operator.index(self.updates)
+        except TypeError:
+            updates = None
+        if updates is None or updates < 0:
             raise ValueError(f"--alpha-floor-updates must be a whole number of updates >= 0, got {self.updates!r}")
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "updates", updates)
 
     def at(self, update, alpha_min=ALPHA_MIN):
         """The floor after ``update`` updates."""

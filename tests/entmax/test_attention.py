@@ -96,3 +96,41 @@ def test_masks_read_as_causal_and_padding_or_not():
     holed = allowed.clone()
     holed[6, 5] = False
     assert fused_masks(torch.zeros(1, 1, 8, 8).masked_fill(~holed, low), False, None, 1, 8, 8) is None
+
+
+def test_bad_arguments_are_refused_alike_on_every_path_and_numbers_of_any_library_are_taken():
+    """Dropout outside [0, 1) (NaN included), a window of no keys or without causal, no
+    key/value heads: refused by the entry point and by the reference the fused kernel's
+    messages name, never run; numpy and torch numbers are taken wherever Python ones are,
+    and packed offsets as a list."""
+    import numpy as np
+
+    from fairseq_sparse.entmax import AlphaFloor
+    from fairseq_sparse.entmax.fused_attention import reference_attention
+    from fairseq_sparse.entmax.normalizers import get_normalizer
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))
+    entmax15 = get_normalizer("entmax15")
+    paths = {"attend": lambda **kw: attend(q, k, v, entmax15, **kw),
+             "reference": lambda **kw: reference_attention(q, k, v, 1.5, **kw)}
+    for bad, message in ((dict(dropout=-0.1), r"dropout must lie in \[0, 1\), got -0.1"),
+                         (dict(dropout=float("nan")), r"dropout must lie in \[0, 1\), got nan"),
+                         (dict(dropout=1.0), r"dropout must lie in \[0, 1\)"),
+                         (dict(window=0, causal=True), "window must be a positive number of keys, got 0"),
+                         (dict(window=-1, causal=True), "window must be a positive number of keys, got -1"),
+                         (dict(window=2), "give causal=True with window")):
+        for name, path in paths.items():
+            with pytest.raises(ValueError, match=message):
+                path(**bad)
+    with pytest.raises(ValueError, match="2 query heads cannot share 0 key/value heads"):
+        attend(q, k[:, :0], v[:, :0], entmax15)
+    want = reference_attention(q, k, v, 1.5, causal=True, window=3)
+    for window in (np.int64(3), torch.tensor(3)):
+        torch.testing.assert_close(attend(q, k, v, entmax15, causal=True, window=window)[0], want)
+    packed = reference_attention(q, k, v, 1.5, causal=True, cu_seqlens=torch.tensor([0, 2, 6]))
+    torch.testing.assert_close(attend(q, k, v, entmax15, causal=True, cu_seqlens=[0, 2, 6])[0], packed)
+    assert AlphaFloor(np.float32(1.5), np.int64(10)) == AlphaFloor(torch.tensor(1.5), torch.tensor(10)) \
+        == AlphaFloor(1.5, 10)
+    with pytest.raises(ValueError, match="--alpha-floor-updates"):
+        AlphaFloor(1.5, 2.5)
