@@ -62,6 +62,9 @@ class DemoConfig:
                                                   "least": 1})
     max_epoch: int = field(default=6, metadata={"help": "training epochs", "least": 1})
     lr: float = field(default=3e-4, metadata={"help": "Adam's learning rate, fixed"})
+    alpha_lr_scale: float = field(default=30.0, metadata={
+        "help": "the heads' alphas learn at this multiple of --lr (the model's --alpha-lr-scale): at the model's own "
+                "rate Adam moves an alpha logit by about --lr per update, too little to see in a run this short"})
 
     def __post_init__(self):
         check(self)
@@ -131,6 +134,7 @@ def train(args, data, work):
     proc = run_logged([*FAIRSEQ_TRAIN, data, "--user-dir", PLUGIN_DIR, "--task", "ape",
                 "--arch", "bert_ape", "--bert-model", args.bert_model, "--bert-layers", args.bert_layers,
                 "--attention-normalizer", "alpha_entmax", "--alpha-init", "random",
+                "--alpha-lr-scale", args.alpha_lr_scale,
                 "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", args.lr, "--lr-scheduler", "fixed",
                 "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                 "--max-tokens", "2000", "--max-epoch", args.max_epoch, "--seed", "1", "--cpu",
@@ -187,7 +191,7 @@ def score(data, output, work, bert_model):
         print(f"   src {fields['src'][i]}\n   mt  {fields['mt'][i]}\n   ape {hyps[i]}\n   pe  {fields['pe'][i]}\n")
 
 
-def show_alphas(checkpoint, data):
+def show_alphas(checkpoint, data, alpha_lr_scale):
     print("== 6. alpha per head after training (alpha-entmax; 1 = softmax-like, 2 = sparsemax), "
           "and below each layer its change since initialisation ==")
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": str(data)})
@@ -200,10 +204,11 @@ def show_alphas(checkpoint, data):
               + f"  {values.mean().item():.3f}")
         print(f"   {'change':>14s}  " + " ".join(f"{v:+6.3f}" for v in change.tolist())
               + f"  {change.mean().item():+.3f}")
-    moved = max(float(change.abs().max()) for change in changes.values())
+    moved = torch.cat([change.abs().flatten() for change in changes.values()])
     updates = num_updates(checkpoint)
-    print(f"   The heads start at random alphas in (1.01, 2) (--alpha-init random); in {updates} updates "
-          f"training moved none by more than {moved:.3f}.")
+    print(f"   The heads start at random alphas in (1.01, 2) (--alpha-init random) and learn at {alpha_lr_scale:g} "
+          f"times the model's learning rate (--alpha-lr-scale); in {updates} updates training moved them by "
+          f"{float(moved.mean()):.3f} on average and by at most {float(moved.max()):.3f}.")
 
 
 def run(args):
@@ -219,7 +224,7 @@ def run(args):
         checkpoint = train(args, data, work)
         output = post_edit(data, checkpoint, work, *choose_decoding(data, checkpoint, work))
         score(data, output, work, args.bert_model)
-        show_alphas(checkpoint, data)
+        show_alphas(checkpoint, data, args.alpha_lr_scale)
     except BaseException:
         if temporary:
             shutil.rmtree(work / "checkpoints", ignore_errors=True)
