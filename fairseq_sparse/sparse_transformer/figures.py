@@ -21,6 +21,10 @@ MAP_COLUMNS = 4
 MAP_LABEL_SIZE, MAP_CELL = 7, 0.16
 # Narrowest figure, in inches: a title wider than its panel would be cut at both edges.
 MIN_WIDTH = 6.0
+# Largest page of attention maps, in inches a side (1,920 pixels at the figures' 120 dpi): a
+# larger figure is shrunk to fit a screen, and its token labels can no longer be read; a
+# sentence's heads that do not fit one page go to more pages.
+MAP_PAGE = 16.0
 
 
 def _save(fig, path):
@@ -132,23 +136,58 @@ def trajectories(series, path, sites):
     _save(fig, path)
 
 
-def attention_map(p, queries, keys, head_alphas, title, query_label, path):
-    """The attention of every head over one sentence in a grid of at most ``MAP_COLUMNS``
-    heads a row, as near square as the heads allow (4 heads: 2 x 2), with one colour bar;
-    ``p`` an array (H, len(queries), len(keys)); every row and column labelled."""
-    heads = p.shape[0]
-    columns = min(MAP_COLUMNS, math.ceil(math.sqrt(heads)))
-    grid_rows = math.ceil(heads / columns)
-    # Panels grow with the sentence so that every position keeps a readable label.
-    width, height = max(3.2, MAP_CELL * len(keys) + 1.0), max(3.4, MAP_CELL * len(queries) + 1.8)
+def _map_panel(n_queries, n_keys):
+    """(width, height) in inches of one head's map: it grows with the sentence so that every
+    position keeps a readable label."""
+    return max(3.2, MAP_CELL * n_keys + 1.0), max(3.4, MAP_CELL * n_queries + 1.8)
+
+
+def _map_columns(heads, width):
+    """Heads a row: as near square as the heads allow, at most MAP_COLUMNS, and within a page."""
+    return max(1, min(MAP_COLUMNS, math.ceil(math.sqrt(heads)), int((MAP_PAGE - 1.0) // width)))
+
+
+def map_pages(stem, heads, n_queries, n_keys):
+    """[(file name, range of heads)]: the pages of one sentence's maps, each at most
+    ``MAP_PAGE`` inches a side (one head a page where a single map is larger); ``stem.png``
+    where one page holds every head, ``stem_heads<first>-<last>.png`` otherwise."""
+    width, height = _map_panel(n_queries, n_keys)
+    columns = _map_columns(heads, width)
+    rows = max(1, min(math.ceil(heads / columns), int(MAP_PAGE // height)))
+    per_page = columns * rows
+    if per_page >= heads:
+        return [(f"{stem}.png", range(heads))]
+    return [(f"{stem}_heads{first}-{min(first + per_page, heads) - 1}.png", range(first, min(first + per_page, heads)))
+            for first in range(0, heads, per_page)]
+
+
+def attention_maps(p, queries, keys, head_alphas, title, query_label, out, stem):
+    """The attention of every head over one sentence, on the pages of :func:`map_pages` in
+    ``out``; ``p`` an array (H, len(queries), len(keys)).  Returns the file names."""
+    pages = map_pages(stem, p.shape[0], len(queries), len(keys))
+    for name, heads in pages:
+        suffix = "" if len(pages) == 1 else f", heads {heads[0]} to {heads[-1]}"
+        attention_map(p, queries, keys, head_alphas, title + suffix, query_label, out / name, heads)
+    return [name for name, _ in pages]
+
+
+def attention_map(p, queries, keys, head_alphas, title, query_label, path, heads=None):
+    """The attention of the heads ``heads`` (default: every head) over one sentence in a grid
+    of at most ``MAP_COLUMNS`` heads a row, as near square as the heads allow (4 heads:
+    2 x 2) within a page's width, with one colour bar; ``p`` an array (H, len(queries), len(keys)); every row and
+    column labelled."""
+    heads = list(range(p.shape[0]) if heads is None else heads)
+    width, height = _map_panel(len(queries), len(keys))
+    columns = _map_columns(len(heads), width)
+    grid_rows = math.ceil(len(heads) / columns)
     fig, axes = plt.subplots(grid_rows, columns, figsize=(max(MIN_WIDTH, width * columns + 1.0), height * grid_rows),
                              squeeze=False, layout="constrained")
-    for ax in axes.flat[heads:]:
+    for ax in axes.flat[len(heads):]:
         ax.set_visible(False)
-    for j in range(heads):
+    for j, head in enumerate(heads):
         ax = axes.flat[j]
-        im = ax.imshow(p[j], cmap="Greys", vmin=0, vmax=1, aspect="auto")
-        ax.set_title(f"head {j}, alpha {head_alphas[j]:.2f}", fontsize=8)
+        im = ax.imshow(p[head], cmap="Greys", vmin=0, vmax=1, aspect="auto")
+        ax.set_title(f"head {head}, alpha {head_alphas[head]:.2f}", fontsize=8)
         ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=MAP_LABEL_SIZE)
         ax.set_yticks(range(len(queries)), queries, fontsize=MAP_LABEL_SIZE)
         ax.set_xlabel("key (token at the position)", fontsize=8)

@@ -245,6 +245,22 @@ def analyse(model, task, args):
         query_labels={site: QUERY_LABELS[model.normalizer_site(site) != "encoder"] for site in model.attention_sites})
 
 
+def map_stem(sid, site, layer):
+    """The file name, without its page and suffix, of a sentence's maps at one site and layer."""
+    return f"attention_{sid}_{site}{layer}"
+
+
+def map_files(result):
+    """The PNGs of the attention maps, in the report's order (a sentence's heads may take
+    several pages: figures.map_pages)."""
+    names = []
+    for sid, site, layer in sorted(result["maps"]):
+        p, queries, keys = result["maps"][(sid, site, layer)]
+        names += [name for name, _ in figures.map_pages(map_stem(sid, site, layer), p.shape[0], len(queries),
+                                                        len(keys))]
+    return names
+
+
 def draw(result, out):
     """The report's PNGs (see the module docstring) into ``out``."""
     sites, alphas = result["sites"], result["alphas"]
@@ -264,9 +280,9 @@ def draw(result, out):
     if result["series"]:
         figures.trajectories(result["series"], out / "alpha_trajectories.png", sites)
     for (sid, site, layer), (p, queries, keys) in result["maps"].items():
-        figures.attention_map(p.float().numpy(), queries, keys, alphas[(site, layer)],
-                              f"sentence {sid}: {site} attention, layer {layer}", result["query_labels"][site],
-                              out / f"attention_{sid}_{site}{layer}.png")
+        figures.attention_maps(p.float().numpy(), queries, keys, alphas[(site, layer)],
+                               f"sentence {sid}: {site} attention, layer {layer}", result["query_labels"][site],
+                               out, map_stem(sid, site, layer))
 
 
 def roles(result):
@@ -378,7 +394,7 @@ def markdown_report(result):
                for s, layer in order if (s, layer) in tokens]) if tokens else "(none)", "",
         *trajectory_md,
         "## Attention maps", "",
-        *[f"![](attention_{sid}_{site}{layer}.png)" for sid, site, layer in sorted(result["maps"])],
+        *[f"![]({name})" for name in map_files(result)],
     ]
     return "\n".join(report) + "\n"
 

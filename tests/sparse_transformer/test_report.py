@@ -260,3 +260,24 @@ def test_attention_maps_of_four_heads_are_a_square_grid_with_readable_labels(tmp
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.images]
     assert len(panels) == 4
     assert all(label.get_fontsize() >= 7 for ax in panels for label in ax.get_xticklabels())
+
+
+def test_a_long_sentences_maps_take_pages_whose_labels_read_at_full_size(tmp_path):
+    """Twelve heads over 128 tokens were one 5,131 x 4,046 figure, shrunk past reading on any
+    screen: each page is now at most MAP_PAGE inches a side (one head a page where one map is
+    larger), every head drawn once, the labels at MAP_LABEL_SIZE points."""
+    from PIL import Image
+
+    from fairseq_sparse.sparse_transformer import figures
+
+    tokens = [f"t{i}" for i in range(128)]
+    p = torch.softmax(torch.randn(12, 128, 128), -1).numpy()
+    names = figures.attention_maps(p, tokens, tokens, [1.5] * 12, "sentence 0", "query", tmp_path, "m")
+    assert names == [f"m_heads{h}-{h}.png" for h in range(12)]
+    for name in names:
+        width, height = Image.open(tmp_path / name).size
+        assert width <= 2 * figures.MAP_PAGE * 120 and height <= 2 * figures.MAP_PAGE * 120
+    short = figures.attention_maps(p[:, :20, :20], tokens[:20], tokens[:20], [1.5] * 12, "s", "query", tmp_path, "s")
+    assert short == ["s_heads0-8.png", "s_heads9-11.png"]
+    width, height = Image.open(tmp_path / short[0]).size
+    assert width <= figures.MAP_PAGE * 120 + 1 and height <= figures.MAP_PAGE * 120 + 1
