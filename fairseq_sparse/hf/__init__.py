@@ -28,8 +28,9 @@ refuses it by name where this module is not imported, rather than loading softma
 ``fairseq_sparse`` (alpha start, bound and floor), from which every model built from that
 config gets its heads' alphas before transformers loads the weights: ``from_pretrained``,
 ``pipeline(model=...)`` and ``Trainer`` checkpoints load the sparse model as it was saved.
-That is the one patch this module applies to transformers (:func:`register`): transformers
-has no public hook between building a model and loading its weights.  Under PEFT the alphas
+That and the refusal of models the interface does not serve are the two patches this module
+applies to transformers (:func:`register`, each on ``PreTrainedModel``): transformers has no
+public hook between building a model and loading its weights.  Under PEFT the alphas
 train when the adapter's config names ``modules_to_save=["head_alpha"]`` (``PEFT_MODULES``).
 
 Imports torch and transformers, never fairseq.

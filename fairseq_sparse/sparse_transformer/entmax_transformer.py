@@ -112,13 +112,74 @@ def site_normalizers(options):
     return normalizers
 
 
+def attention_of(options, args, sites):
+    """(the :class:`~.layers.SiteAttention` of ``options``, the output normaliser), checked,
+    for a model whose attention sites follow the normaliser options of ``sites`` (encoder,
+    decoder, cross)."""
+    normalizers = site_normalizers(options)
+    output_normalizer = get_normalizer(options.output_normalizer, "--output-normalizer", fixed_alpha=True)
+    if getattr(args, "checkpoint_activations", False) or getattr(args, "encoder_xformers_att_config", None) \
+            or getattr(args, "decoder_xformers_att_config", None):
+        raise ValueError("entmax_transformer supports neither --checkpoint-activations nor xformers attention")
+    floor = None
+    if options.alpha_floor is not None:
+        if not any(normalizers[site].learned for site in sites):
+            raise ValueError("--alpha-floor raises learned alphas, but no attention site is alpha_entmax")
+        floor = AlphaFloor(options.alpha_floor, options.alpha_floor_updates)
+    attention = SiteAttention(normalizers, parse_alpha_init(options.alpha_init), options.alpha_min,
+                              options.alpha_lr_scale, floor)
+    return attention, output_normalizer
+
+
 # The attention builder of the model being built: fairseq's build_model hands build_encoder and
 # build_decoder a TransformerConfig, which has no field for this package's options.
 _building = contextvars.ContextVar("entmax_transformer_attention")
 
 
+class SparseAttentionModel:
+    """What every model of this line adds to its fairseq base class, over the attention
+    modules its ``attention_slots`` names: the heads' alphas, their mean in the training
+    logs, and the output normaliser's probabilities."""
+
+    def attention_modules(self):
+        """(site, layer index, AlphaEntmaxAttention) for every attention module."""
+        for site, i, owner, name in self.attention_slots():
+            yield site, i, getattr(owner, name)
+
+    def head_alphas(self, initial=False):
+        """{(site, layer): alpha per head (tensor)} for every attention module; with ``initial``,
+        each head's alpha at initialisation (NaN where the checkpoint predates keeping it)."""
+        return {(site, i): module.alpha(initial).detach() for site, i, module in self.attention_modules()}
+
+    def head_alpha_changes(self):
+        """{(site, layer): learned minus initial alpha per head}: how far training moved each head."""
+        initial = self.head_alphas(initial=True)
+        return {sl: alpha - initial[sl] for sl, alpha in self.head_alphas().items()}
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        if self.training:
+            # Mean alpha per site and layer as fairseq metrics: they land in the
+            # progress bar and in --tensorboard-logdir, averaged over the interval.
+            # Logged as tensors (fairseq's meters accept them) so that a GPU is not
+            # made to wait on every update; they are read when the log is written.
+            with torch.no_grad():
+                for site, i, module in self.attention_modules():
+                    if module.head_alpha is not None:
+                        metrics.log_scalar(f"alpha_{site}{i}", module.head_alpha().mean(), round=3)
+        return out
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        if not self.output_normalizer.sparse:  # softmax: fairseq's own (adaptive softmax included)
+            return super().get_normalized_probs(net_output, log_probs, sample)
+        logits = net_output[0].float()
+        # Tokens outside the support get log-probability -inf: beam search never extends with them.
+        return self.output_normalizer.log_probs(logits, -1) if log_probs else self.output_normalizer(logits, -1)
+
+
+
 @register_model("entmax_transformer")
-class EntmaxTransformerModel(TransformerModel):
+class EntmaxTransformerModel(SparseAttentionModel, TransformerModel):
     """Transformer whose attention heads use :class:`AlphaEntmaxAttention`, built by the
     layers' own hooks (:mod:`.layers`): with every normaliser ``softmax`` the model is
     fairseq's ``transformer`` exactly, parameter for parameter and draw for draw."""
@@ -137,18 +198,7 @@ class EntmaxTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         options = cls.options_class.from_args(args)
-        normalizers = site_normalizers(options)
-        output_normalizer = get_normalizer(options.output_normalizer, "--output-normalizer", fixed_alpha=True)
-        if getattr(args, "checkpoint_activations", False) or getattr(args, "encoder_xformers_att_config", None) \
-                or getattr(args, "decoder_xformers_att_config", None):
-            raise ValueError("entmax_transformer supports neither --checkpoint-activations nor xformers attention")
-        floor = None
-        if options.alpha_floor is not None:
-            if not any(n.learned for n in normalizers.values()):
-                raise ValueError("--alpha-floor raises learned alphas, but no attention site is alpha_entmax")
-            floor = AlphaFloor(options.alpha_floor, options.alpha_floor_updates)
-        attention = SiteAttention(normalizers, parse_alpha_init(options.alpha_init), options.alpha_min,
-                                  options.alpha_lr_scale, floor)
+        attention, output_normalizer = attention_of(options, args, {cls.normalizer_site(s) for s in cls.attention_sites})
         token = _building.set(attention)
         try:
             model = super().build_model(args, task)
@@ -191,41 +241,6 @@ class EntmaxTransformerModel(TransformerModel):
             yield "decoder", i, layer, "self_attn"
             if getattr(layer, "encoder_attn", None) is not None:
                 yield "cross", i, layer, "encoder_attn"
-
-    def attention_modules(self):
-        """(site, layer index, AlphaEntmaxAttention) for every attention module."""
-        for site, i, owner, name in self.attention_slots():
-            yield site, i, getattr(owner, name)
-
-    def head_alphas(self, initial=False):
-        """{(site, layer): alpha per head (tensor)} for every attention module; with ``initial``,
-        each head's alpha at initialisation (NaN where the checkpoint predates keeping it)."""
-        return {(site, i): module.alpha(initial).detach() for site, i, module in self.attention_modules()}
-
-    def head_alpha_changes(self):
-        """{(site, layer): learned minus initial alpha per head}: how far training moved each head."""
-        initial = self.head_alphas(initial=True)
-        return {sl: alpha - initial[sl] for sl, alpha in self.head_alphas().items()}
-
-    def forward(self, *args, **kwargs):
-        out = super().forward(*args, **kwargs)
-        if self.training:
-            # Mean alpha per site and layer as fairseq metrics: they land in the
-            # progress bar and in --tensorboard-logdir, averaged over the interval.
-            # Logged as tensors (fairseq's meters accept them) so that a GPU is not
-            # made to wait on every update; they are read when the log is written.
-            with torch.no_grad():
-                for site, i, module in self.attention_modules():
-                    if module.head_alpha is not None:
-                        metrics.log_scalar(f"alpha_{site}{i}", module.head_alpha().mean(), round=3)
-        return out
-
-    def get_normalized_probs(self, net_output, log_probs, sample=None):
-        if not self.output_normalizer.sparse:  # softmax: fairseq's own (adaptive softmax included)
-            return super().get_normalized_probs(net_output, log_probs, sample)
-        logits = net_output[0].float()
-        # Tokens outside the support get log-probability -inf: beam search never extends with them.
-        return self.output_normalizer.log_probs(logits, -1) if log_probs else self.output_normalizer(logits, -1)
 
 
 def _tiny(args):
