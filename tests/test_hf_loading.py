@@ -169,3 +169,38 @@ def test_lora_trains_the_alphas_saves_and_merges_them(tmp_path):
     final = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged")
     assert_same_alphas(hf.head_alphas(final), trained)
     torch.testing.assert_close(logits(final, tok), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("normalizer, form", [("entmax15", "adaptive"), ("alpha_entmax", "log"), ("softmax", "log")])
+def test_a_length_scale_decodes_with_the_cache_as_recomputed_and_is_saved(tmp_path, normalizer, form):
+    tok = tokenizer(tmp_path / "llama")
+    torch.manual_seed(0)
+    model = hf.sparsify(llama(len(tok)).eval(), normalizer, length_scale=form)
+    for module in hf.attention_modules(model).values():  # away from the start, which is near the identity
+        for parameter in module.length_scale.parameters():
+            torch.nn.init.normal_(parameter, std=0.5)
+    tokens = torch.randint(5, len(tok), (2, 9))
+    with torch.no_grad():
+        whole = model(tokens).logits
+        unscaled = hf.sparsify(llama(len(tok)).eval(), normalizer)
+        unscaled.load_state_dict(model.state_dict(), strict=False)
+        assert not torch.allclose(unscaled(tokens).logits, whole, atol=1e-3)  # the scale changes the output
+        cache, steps = None, []
+        for i in range(tokens.shape[1]):
+            out = model(tokens[:, i:i + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            steps.append(out.logits[:, -1])
+        # With left padding too: the padded row's scale counts its own tokens only.
+        padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), tokens[:1, :6]], 1)
+        mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 6, dtype=torch.long)], 1)
+        alone = model(tokens[:1, :6]).logits
+        left = model(padded, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits[:, 3:]
+    torch.testing.assert_close(torch.stack(steps, 1), whole, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(left, alone, atol=1e-5, rtol=1e-5)
+    model.save_pretrained(tmp_path / "llama")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "llama")
+    assert loaded.config.fairseq_sparse["length_scale"] == form
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens).logits, whole, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="length_scale 'cubic'"):
+        hf.sparsify(model, normalizer, length_scale="cubic")

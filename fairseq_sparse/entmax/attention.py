@@ -35,13 +35,14 @@ import torch.nn.functional as F
 
 from . import fused_attention
 from .activations import FLOAT32_ALPHA_MIN
-from .fused_attention import check_dropout, check_window, repeat_kv, sequence_ids, visible
+from .fused_attention import check_dropout, check_window, keys_seen, repeat_kv, sequence_ids, visible
+from .positions import alibi_bias
 
 
 
 def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=False, key_padding_mask=None,
            mask=None, scale=None, dropout=0.0, need_weights=False, fused=True, config=None, window=None,
-           cu_seqlens=None):
+           cu_seqlens=None, length_scale=None, alibi=None):
     """(output (B, H, Tq, D), probabilities (B, H, Tq, Tk) in float32 from the explicit path,
     None from the fused one; ``need_weights`` keeps the explicit path to have them).
 
@@ -55,6 +56,11 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     it is otherwise, as transformers' sliding-window layers give both).  ``cu_seqlens``:
     packed sequences, (S + 1,) offsets into one batch row of as many queries as keys
     (:func:`~.fused_attention.entmax_attention`).
+    ``length_scale``: a callable (a :class:`~.length_scale.LengthScale` bound to the layer
+    input) from the keys each query sees, (B or 1, Tq), to the queries' factor, broadcastable
+    to (B, H, Tq, 1): the queries are multiplied by it before the scores.  ``alibi``: (H,)
+    ALiBi slopes (:mod:`~.positions`), ``-slope_h |i + Tk - Tq - j|`` added to the scores
+    (a zero slope: no bias on that head); it keeps the explicit path.
     ``scale``: default 1 / sqrt(D).  ``dropout``: the attention dropout probability to apply
     (0 outside training).  ``fused=False`` keeps the explicit path (benchmarks compare the
     two); ``config``: the fused kernels' ``KernelConfig`` (None: the package's).  Neither
@@ -68,10 +74,15 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
         raise ValueError(f"attention normaliser {normalizer.name!r}: learned, so it needs one alpha per head")
     window = check_window(window, causal or mask is not None)
     dropout = check_dropout(dropout)
-    if fused and not need_weights and fused_attention.uses_fused_kernel(q):
+    if alibi is not None and tuple(alibi.shape) != (heads,):
+        raise ValueError(f"attention: alibi takes one slope per query head, ({heads},), got {tuple(alibi.shape)}")
+    if fused and not need_weights and alibi is None and fused_attention.uses_fused_kernel(q):
         masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2], window, cu_seqlens)
         if masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
             causal, key_padding_mask, window, cu_seqlens = masks
+            if length_scale is not None:
+                seen = keys_seen(q.shape[2], k.shape[2], q.device, causal, key_padding_mask, window, cu_seqlens)
+                q = q * length_scale(seen).to(q.dtype)
             if normalizer.sparse:
                 heads = alpha if normalizer.learned else normalizer.alpha
                 return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
@@ -82,8 +93,17 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
                                       scale, dropout, window, sequence_ids(cu_seqlens, q, k)), None
     segments = sequence_ids(cu_seqlens, q, k)
     k, v = repeat_kv(k, heads), repeat_kv(v, heads)
+    masked = _masked(q.shape[2], k.shape[2], q.device, causal, key_padding_mask, mask, normalizer.sparse, window,
+                     segments)
+    if length_scale is not None:  # the keys a query sees: an additive mask's lowest values hide keys from softmax too
+        hidden = masked if normalizer.sparse else _masked(q.shape[2], k.shape[2], q.device, causal, key_padding_mask,
+                                                          mask, True, window, segments)
+        seen = torch.full((1, q.shape[2]), k.shape[2], device=q.device) if hidden is None \
+            else (~hidden.view((1,) * (4 - hidden.dim()) + hidden.shape)).sum(-1).amax(1)  # (B, Tq): heads alike
+        q = q * length_scale(seen.clamp(min=1)).to(q.dtype)
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
-    masked = _masked(scores, causal, key_padding_mask, mask, normalizer.sparse, window, segments)
+    if alibi is not None:
+        scores = scores + alibi_bias(alibi, q.shape[2], k.shape[2], q.device)
     if masked is not None:
         scores = scores.masked_fill(masked, float("-inf"))
     if mask is not None and not mask.dtype == torch.bool:
@@ -96,14 +116,14 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     return torch.matmul(weights, v), probs
 
 
-def _masked(scores, causal, key_padding_mask, mask, sparse, window=None, segments=None):
-    """True where a score is masked (-inf), broadcastable to ``scores`` (B, H, Tq, Tk), or None
+def _masked(q_len, k_len, device, causal, key_padding_mask, mask, sparse, window=None, segments=None):
+    """True where a score is masked (-inf), broadcastable to the scores (B, H, Tq, Tk), or None
     where nothing is."""
     parts = []
     if segments is not None:
         parts.append(segments[:, None, :, None] != segments[:, None, None, :])
     if causal:
-        parts.append(~visible(*scores.shape[-2:], scores.device, window=window))
+        parts.append(~visible(q_len, k_len, device, window=window))
     if key_padding_mask is not None:
         parts.append(key_padding_mask[:, None, None, :])
     if mask is not None:

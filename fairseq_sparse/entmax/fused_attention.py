@@ -183,6 +183,28 @@ def visible(q_len, k_len, device, rows=None, window=None):
     return seen if window is None else seen & (keys > last - window)
 
 
+def keys_seen(q_len, k_len, device, causal=False, key_padding_mask=None, window=None, cu_seqlens=None):
+    """(B or 1, Tq) long: how many keys each query may see under these masks (the n of a
+    length scale), at least 1: under ``causal`` the unpadded keys up to its own (within
+    ``window``), else every unpadded key; with packed sequences (``cu_seqlens``), only
+    those of its own sequence.  O(Tq + Tk): no (Tq, Tk) mask is built."""
+    kept = (~key_padding_mask).long() if key_padding_mask is not None \
+        else torch.ones(1, k_len, dtype=torch.long, device=device)
+    before = torch.nn.functional.pad(kept.cumsum(1), (1, 0))  # (B, Tk + 1): unpadded keys before each index
+    rows = torch.arange(q_len, device=device)
+    last = rows + (k_len - q_len) if causal else torch.full_like(rows, k_len - 1)
+    first = torch.zeros_like(rows)
+    if cu_seqlens is not None:
+        cu = torch.as_tensor(cu_seqlens).to(device, torch.long)
+        sequence = packed_ids(cu, q_len, device)[0]
+        first = cu[sequence]
+        if not causal:
+            last = cu[sequence + 1] - 1
+    if window is not None:
+        first = torch.maximum(first, last - window + 1)
+    return (before[:, last + 1] - before[:, first]).clamp(min=1)
+
+
 def _score_mask(Tq, Tk, causal, key_padding_mask, rows, device, window=None, segments=None):
     """True where a score is masked, broadcastable to (B, H, len(rows), Tk)."""
     mask = torch.zeros((1, 1, len(rows), Tk), dtype=torch.bool, device=device)

@@ -48,6 +48,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from ..entmax.attention import attend
 from ..entmax.head_alpha import ALPHA_MIN, AlphaFloor, HeadAlpha, parse_alpha_init
+from ..entmax.length_scale import LengthScale, check_length_scale
 from ..entmax.normalizers import get_normalizer, normalizer_names
 
 # What some models pass an attention function to change the scores (T5's relative bias,
@@ -63,6 +64,10 @@ ALPHA_INIT = 1.05
 # ``modules_to_save`` names it so that LoRA trains and saves them with the adapters.
 HEAD_ALPHA = "head_alpha"
 PEFT_MODULES = [HEAD_ALPHA]
+# The attribute of an attention module that holds its length scale (sparsify's length_scale),
+# and the one where the layer input the adaptive form reads waits for the attention call.
+LENGTH_SCALE = "length_scale"
+_LAYER_INPUT = "_fairseq_sparse_layer_input"
 
 
 def head_alpha_of(module):
@@ -112,13 +117,19 @@ def attention_function(name):
         mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
         causal = (mask is None and query.shape[2] > 1
                   and bool(kwargs.get("is_causal", getattr(module, "is_causal", False))))
+        scale = getattr(module, LENGTH_SCALE, None)
+        length_scale = None
+        if isinstance(scale, nn.Module):
+            layer_input = getattr(module, _LAYER_INPUT, None)
+            length_scale = lambda seen: scale(seen, layer_input)  # noqa: E731
         # Sliding-window layers (Mistral, Qwen2, Gemma's local layers) name their window beside
         # the mask that applies it, so that the fused kernels can skip the keys outside it.
         output, probs = attend(
             query, key, value, normalizer, alpha=head_alpha() if normalizer.learned else None,
             alpha_min=head_alpha.alpha_min if normalizer.learned else ALPHA_MIN, causal=causal, mask=mask,
             scale=scaling, dropout=dropout if module.training else 0.0,
-            need_weights=_wants_weights(module, kwargs), window=kwargs.get("sliding_window"))
+            need_weights=_wants_weights(module, kwargs), window=kwargs.get("sliding_window"),
+            length_scale=length_scale)
         return output.transpose(1, 2).contiguous(), probs
 
     attend_in_transformers.__name__ = f"{name}_attention_forward"
@@ -179,6 +190,9 @@ def _add_recorded_alphas(model):
         warnings.warn(f"the model's config records the {normalizer.name} normaliser (fairseq_sparse) but it is "
                       f"built with attn_implementation={implementation!r}, so its heads are not {normalizer.name}; "
                       "leave attn_implementation out to load it as saved", stacklevel=2)
+    if record.get("length_scale", "none") != "none":
+        with torch.device("cpu"):
+            _add_length_scales(model, record["length_scale"])
     if not normalizer.learned:
         return
     floor = AlphaFloor(**record["floor"]) if record.get("floor") else None
@@ -195,6 +209,30 @@ def _add_recorded_alphas(model):
             if head_alpha_of(module) is None:
                 head_alpha = HeadAlpha(query_heads(module), start, alpha_min, floor=floor).float()
                 setattr(module, HEAD_ALPHA, head_alpha)
+
+
+def _keep_layer_input(module, args, kwargs):
+    """A forward pre-hook of an attention module: its input (``hidden_states``) kept for the
+    adaptive length scale, which predicts from it and which transformers' attention call
+    does not pass."""
+    setattr(module, _LAYER_INPUT, kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])
+
+
+def _drop_layer_input(module, args, kwargs, output):
+    setattr(module, _LAYER_INPUT, None)
+
+
+def _add_length_scales(model, form):
+    """Give every attention module of ``model`` a :class:`LengthScale` of ``form`` (none where it
+    has one), with the hooks that hand the adaptive form its layer input."""
+    width = getattr(model.config, "hidden_size", None)
+    for module in attention_modules(model).values():
+        if isinstance(getattr(module, LENGTH_SCALE, None), LengthScale):
+            continue
+        setattr(module, LENGTH_SCALE, LengthScale(form, query_heads(module), width))
+        if form == "adaptive":
+            module.register_forward_pre_hook(_keep_layer_input, with_kwargs=True)
+            module.register_forward_hook(_drop_layer_input, with_kwargs=True)
 
 
 def register():
@@ -231,7 +269,7 @@ def query_heads(module):
                      "num_attention_heads, or q_proj and head_dim)")
 
 
-def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floor=None):
+def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floor=None, length_scale="none"):
     """Switch every attention module of ``model`` to ``normalizer`` and return the model.
 
     For a learned normaliser (``"alpha_entmax"``) each attention module gets a
@@ -244,7 +282,13 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
     ``floor`` (a :class:`~fairseq_sparse.entmax.AlphaFloor`) is the conversion recipe: the
     heads' lowest alpha rises with the updates that :func:`set_num_updates` (or the Trainer
     callback, :class:`fairseq_sparse.hf.trainer.SparseAttentionCallback`) reports.
-    The choice is recorded in ``model.config`` for :func:`from_pretrained`.
+    ``length_scale`` (:mod:`fairseq_sparse.entmax.length_scale`: ``"log"`` or ``"adaptive"``)
+    gives each attention module a :class:`~fairseq_sparse.entmax.length_scale.LengthScale`
+    (the submodule ``length_scale``, its weights saved with the model), which multiplies every
+    query by a factor growing with the keys it sees; the adaptive form predicts it from the
+    attention module's input, which a forward pre-hook keeps for the call.  Once given, a
+    model keeps its length scale.  The choice is recorded in ``model.config`` for
+    :func:`from_pretrained`.
     """
     chosen = get_normalizer(normalizer, "normalizer")
     if floor is not None and not chosen.learned:
@@ -266,7 +310,18 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
                 f"already have learned alphas (alpha_init={record.get('alpha_init')!r}, "
                 f"alpha_min={record.get('alpha_min')}, floor={record.get('floor')}), which this call would keep; "
                 "to start them afresh, call sparsify(model, 'softmax') first")
+    check_length_scale(length_scale, "length_scale")
+    had = (getattr(model.config, CONFIG_KEY, None) or {}).get("length_scale", "none")
+    if had != "none" and length_scale not in ("none", had):
+        raise ValueError(f"sparsify(length_scale={length_scale!r}): the model's heads already have the {had!r} "
+                         "length scale")
+    length_scale = had if length_scale == "none" else length_scale
     parameter = next(model.parameters(), None)
+    if length_scale != "none":
+        _add_length_scales(model, length_scale)
+        if parameter is not None:
+            for module in modules.values():
+                getattr(module, LENGTH_SCALE).to(parameter.device)
     for module in modules.values():
         if chosen.learned:
             if head_alpha_of(module) is None:
@@ -279,6 +334,8 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
     register()
     model.set_attn_implementation(chosen.name)
     record = {"normalizer": chosen.name}
+    if length_scale != "none":
+        record["length_scale"] = length_scale
     if chosen.learned:
         record.update(alpha_init=str(alpha_init), alpha_min=float(alpha_min))
         if floor is not None:

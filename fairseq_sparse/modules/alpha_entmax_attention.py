@@ -7,6 +7,8 @@ from fairseq.modules import MultiheadAttention
 
 from ..entmax.attention import attend
 from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
+from ..entmax.length_scale import LengthScale, check_length_scale
+from ..entmax.positions import alibi_slopes, check_positions, rotate, unpositioned_heads
 from ..entmax.normalizers import get_normalizer
 
 
@@ -22,6 +24,12 @@ class AlphaEntmaxAttention(MultiheadAttention):
     the future itself), and any other mask elsewhere.  ``add_bias_kv`` and
     ``add_zero_attn`` are refused: no architecture of the package uses them.
 
+    ``positions`` (:mod:`~fairseq_sparse.entmax.positions`: none, alibi, rope, nape) and
+    ``length_scale`` (:mod:`~fairseq_sparse.entmax.length_scale`: none, log, adaptive) serve
+    self-attention, for length extrapolation: RoPE rotates the queries and the keys here, at
+    their positions after the cached keys, before the keys are cached; ALiBi's slopes and
+    the length scale (bound to this layer's input) go to ``attend``.
+
     fairseq would otherwise send every call without incremental state (all of training)
     to ``F.multi_head_attention_forward``, which has the softmax built in and would
     silently bypass any other normaliser; its switch for leaving that fast path,
@@ -30,7 +38,8 @@ class AlphaEntmaxAttention(MultiheadAttention):
     """
 
     def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=ALPHA_MIN,
-                 alpha_lr_scale=1.0, alpha_floor=None, causal_attn_mask=False, **kwargs):
+                 alpha_lr_scale=1.0, alpha_floor=None, causal_attn_mask=False, positions="none", length_scale="none",
+                 **kwargs):
         for option in ("add_bias_kv", "add_zero_attn"):
             if kwargs.get(option):
                 raise ValueError(f"AlphaEntmaxAttention: {option} is not supported")
@@ -46,6 +55,14 @@ class AlphaEntmaxAttention(MultiheadAttention):
         self.head_alpha = (HeadAlpha(self.num_heads, alpha_init, alpha_min, alpha_lr_scale, alpha_floor)
                            if self.normalizer.learned else None)
         self.skip_embed_dim_check = True
+        check_positions(positions)
+        if (positions != "none" or check_length_scale(length_scale) != "none") and not self.self_attention:
+            raise ValueError("AlphaEntmaxAttention: positions and length scales serve self-attention only")
+        self.positions = positions
+        slopes = alibi_slopes(self.num_heads, positions)
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
+        self.length_scale = None if length_scale == "none" else LengthScale(
+            length_scale, self.num_heads, self.embed_dim, unpositioned_heads(self.num_heads, positions))
         # Set by analysis code: keep the last attention probabilities (B, H, T, S).
         self.record_attention = False
         self.last_attention = None
@@ -92,12 +109,17 @@ class AlphaEntmaxAttention(MultiheadAttention):
                 mask = (~attn_mask if attn_mask.dtype == torch.bool else attn_mask)[None, None]
         dropping = self.training or self.dropout_module.apply_during_inference
         weighed = need_weights or self.record_attention
+        length_scale = None
+        if self.length_scale is not None:
+            inputs = query.transpose(0, 1)  # (bsz, T, E): the layer input, which the adaptive scale reads
+            length_scale = lambda seen: self.length_scale(seen, inputs)  # noqa: E731
         attn, probs = attend(
             q, k, v, self.normalizer, alpha=self.head_alpha() if self.head_alpha is not None else None,
             alpha_min=self.head_alpha.alpha_min if self.head_alpha is not None else ALPHA_MIN, causal=causal,
             key_padding_mask=key_padding_mask, mask=mask, scale=self.scaling,
             dropout=self.dropout_module.p if dropping else 0.0, need_weights=weighed,
-            fused=self.use_fused_kernel, config=self.kernel_config)
+            fused=self.use_fused_kernel, config=self.kernel_config, length_scale=length_scale,
+            alibi=self.alibi_slopes)
         if beam > 1:
             attn = attn.view(kv_bsz, self.num_heads, beam, tgt_len, self.head_dim).transpose(1, 2)
             if probs is not None:
@@ -144,6 +166,9 @@ class AlphaEntmaxAttention(MultiheadAttention):
         q = heads(q)
         k = heads(k) if k is not None else None
         v = heads(v) if v is not None else None
+        if self.positions == "rope":  # at the positions after the cached keys
+            start = saved_state["prev_key"].size(2) if saved_state is not None and "prev_key" in saved_state else 0
+            q, k = rotate(q, start), rotate(k, start)
         if saved_state is not None:
             if "prev_key" in saved_state:
                 prev_key, prev_value = saved_state["prev_key"], saved_state["prev_value"]

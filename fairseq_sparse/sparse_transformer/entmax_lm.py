@@ -3,24 +3,44 @@ heads, the same options as ``entmax_transformer`` (``--attention-normalizer``, o
 ``--decoder-attention-normalizer``; a learnable alpha per head; the alpha floor), trained
 with fairseq's ``language_modeling`` task or this package's ``length_extrapolation`` and
 decoded with fairseq's own generation.  Its self-attention is causal, so the fused
-kernel masks the future itself where it runs.
+kernel masks the future itself where it runs.  For length extrapolation, ``--positions``
+puts the positions in the attention (none, ALiBi, RoPE or NAPE) instead of fairseq's
+embeddings, and ``--length-scale`` scales each query by the keys it sees.
 """
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
+from fairseq.dataclass import FairseqDataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig
 from fairseq.models.transformer_lm import (DEFAULT_MAX_TARGET_POSITIONS, TransformerLanguageModel,
                                            TransformerLanguageModelConfig, base_lm_architecture)
 
+from ..entmax.length_scale import LENGTH_SCALES, check_length_scale
+from ..entmax.positions import POSITIONS, check_positions
 from .entmax_transformer import EntmaxTransformerOptions, SparseAttentionModel, attention_of
 from .layers import EntmaxTransformerDecoder
 
 
 @dataclass
-class EntmaxLanguageModelConfig(TransformerLanguageModelConfig, EntmaxTransformerOptions):
-    """fairseq's language-model options and the sparse attention options (of which the
-    decoder's apply: a decoder-only model has no encoder or cross-attention)."""
+class LengthExtrapolationOptions(FairseqDataclass):
+    positions: str = field(default="fairseq", metadata={
+        "help": "position information: 'fairseq' (fairseq's own position embeddings, as --decoder-learned-pos and "
+                "--no-token-positional-embeddings say), or in the attention, without embeddings: "
+                f"{', '.join(POSITIONS)} (NoPE; ALiBi; RoPE; NAPE, ALiBi on half the heads and none on the rest)"})
+    length_scale: str = field(default="none", metadata={
+        "help": f"queries scaled by the keys they see, n: one of {', '.join(LENGTH_SCALES)} (log: a learned "
+                "s_h log(n + 1) per head, scalable softmax's; adaptive: 1 + beta log(n + 1)^gamma with beta and "
+                "gamma predicted per token and head, ASEntmax's, started near 1); under --positions nape only "
+                "the heads without ALiBi are scaled"})
+
+
+@dataclass
+class EntmaxLanguageModelConfig(TransformerLanguageModelConfig, EntmaxTransformerOptions, LengthExtrapolationOptions):
+    """fairseq's language-model options, the sparse attention options (of which the
+    decoder's apply: a decoder-only model has no encoder or cross-attention) and the
+    position and length-scale options of length extrapolation."""
 
 
 @register_model("entmax_transformer_lm", dataclass=EntmaxLanguageModelConfig)
@@ -41,6 +61,13 @@ class EntmaxTransformerLanguageModel(SparseAttentionModel, TransformerLanguageMo
             args.max_target_positions = getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
         options = EntmaxTransformerOptions.from_args(args)
         attention, output_normalizer = attention_of(options, args, cls.attention_sites)
+        positions = getattr(args, "positions", None) or "fairseq"
+        length_scale = check_length_scale(getattr(args, "length_scale", None) or "none")
+        if positions != "fairseq":
+            check_positions(positions)
+            args.no_token_positional_embeddings = True  # the attention holds the positions
+        attention = dataclasses.replace(attention, positions="none" if positions == "fairseq" else positions,
+                                        length_scale=length_scale)
         embed_tokens = cls.build_embedding(args, task.source_dictionary, args.decoder_input_dim)
         decoder = EntmaxTransformerDecoder(TransformerConfig.from_namespace(args), task.target_dictionary,
                                            embed_tokens, attention, no_encoder_attn=True)

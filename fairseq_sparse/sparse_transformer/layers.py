@@ -24,18 +24,22 @@ from ..modules.alpha_entmax_attention import AlphaEntmaxAttention
 class SiteAttention:
     """Builds the attention of a site (``encoder``, ``decoder`` or ``cross``) with that site's
     normaliser and the model's alpha options; decoder self-attention is marked causal, so
-    that the fused kernel masks the future itself."""
+    that the fused kernel masks the future itself.  ``positions`` and ``length_scale``
+    (decoder-only models) serve the self-attention sites."""
     normalizers: Dict[str, Normalizer]
     alpha_init: object
     alpha_min: float
     alpha_lr_scale: float
     alpha_floor: Optional[AlphaFloor] = None
+    positions: str = "none"
+    length_scale: str = "none"
 
     def __call__(self, site, embed_dim, num_heads, **fairseq_options):
+        extrapolation = {} if site == "cross" else {"positions": self.positions, "length_scale": self.length_scale}
         return AlphaEntmaxAttention(embed_dim, num_heads, normalizer=self.normalizers[site], alpha_init=self.alpha_init,
                                     alpha_min=self.alpha_min, alpha_lr_scale=self.alpha_lr_scale,
                                     alpha_floor=self.alpha_floor, causal_attn_mask=site == "decoder",
-                                    **fairseq_options)
+                                    **extrapolation, **fairseq_options)
 
 
 class EntmaxEncoderLayer(TransformerEncoderLayerBase):

@@ -1,5 +1,5 @@
 """``length_extrapolation``: a synthetic task (:mod:`.synthetic`) as language modelling, for
-a decoder-only model (``entmax_transformer_lm``), generated from ``--seed`` on the fly:
+a decoder-only model (``entmax_transformer_lm``), generated from ``--data-seed`` on the fly:
 nothing to download or prepare.
 
 Each example is one sequence, ``<s> prompt = answer </s>``; the loss is on the answer and
@@ -9,7 +9,8 @@ prompts have a length drawn uniformly from ``--min-length`` to ``--max-length``,
 draw every epoch (``--train-examples`` a epoch); ``valid`` has ``--valid-examples`` at
 ``--valid-factor`` times ``--max-length`` (the length tuning may read), and ``test<F>x``
 (one split per factor of ``--test-factors``) ``--test-examples`` at F times it.  Every
-split's draw depends on the seed and the split alone.  :func:`exact_match` scores a split
+split's draw depends on the data seed and the split alone (fairseq's ``--seed`` draws
+the model's initialisation and the batches: runs of several seeds meet the same test sets).  :func:`exact_match` scores a split
 by greedy decoding of the answers.
 """
 
@@ -41,7 +42,8 @@ class LengthExtrapolationConfig(FairseqDataclass):
     test_factors: str = field(default="1,2,4,8,16", metadata={
         "help": "one test split per factor, test<F>x, its prompts F times --max-length"})
     test_examples: int = field(default=1000, metadata={"help": "examples of each test split"})
-    seed: int = field(default=1, metadata={"help": "the draws of every split depend on it and the split alone"})
+    data_seed: int = field(default=1, metadata={
+        "help": "the draws of every split depend on it and the split alone (not on --seed, which draws the model)"})
     # What fairseq's language models read from their task: the positions a model serves.
     tokens_per_sample: int = field(default=4096, metadata={
         "help": "the longest sequence (prompt and answer) the model's positions serve"})
@@ -153,12 +155,12 @@ class LengthExtrapolationTask(FairseqTask):
                 **{split_name(f): f for f in test_factors(self.cfg)}}
 
     def examples(self, split, epoch=1):
-        """The (prompt, answer) pairs of ``split``, from the seed, the split and (training) the epoch."""
+        """The (prompt, answer) pairs of ``split``, from the data seed, the split and (training) the epoch."""
         factors = self.splits()
         if split not in factors:
             raise ValueError(f"length_extrapolation: no split {split!r}; the splits are {', '.join(factors)}")
         names = list(factors)
-        stream = [self.cfg.seed, names.index(split), epoch if split == "train" else 0]
+        stream = [self.cfg.data_seed, names.index(split), epoch if split == "train" else 0]
         rng = np.random.default_rng(stream)
         generate = synthetic.TASKS[self.cfg.synthetic_task]
         if split == "train":
@@ -193,6 +195,7 @@ def exact_match(model, task, split, batch_size=100):
     has, token by token with the decoder's incremental state."""
     dataset = SyntheticDataset(task.examples(split), task.dictionary, shuffle=False)
     model.eval()
+    device = next(model.parameters()).device
     correct = 0
     for start in range(0, len(dataset), batch_size):
         batch = [dataset.examples[i] for i in range(start, min(start + batch_size, len(dataset)))]
@@ -200,8 +203,8 @@ def exact_match(model, task, split, batch_size=100):
         for prompt, answer in batch:  # a batch of one prompt and answer length needs no padding
             by_shape.setdefault((len(prompt), len(answer)), []).append((prompt, answer))
         for (prompt_length, answer_length), group in by_shape.items():
-            prompts = torch.stack([dataset.encode(p, [])[:-1] for p, _ in group])
-            answers = torch.stack([torch.tensor([task.dictionary.index(w) for w in a]) for _, a in group])
+            prompts = torch.stack([dataset.encode(p, [])[:-1] for p, _ in group]).to(device)
+            answers = torch.stack([torch.tensor([task.dictionary.index(w) for w in a]) for _, a in group]).to(device)
             state, tokens = {}, prompts[:, :1]
             for t in range(1, prompt_length + 2 + answer_length):
                 logits = model.decoder(tokens, incremental_state=state)[0][:, -1]

@@ -12,6 +12,7 @@ from fairseq import options, tasks
 
 import fairseq_sparse
 fairseq_sparse.load_plugin()  # registers the task and the model
+from fairseq_sparse.entmax.length_scale import LengthScale  # noqa: E402
 from fairseq_sparse.sparse_transformer import length_task, synthetic  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402
 
@@ -100,7 +101,7 @@ def test_the_decoder_only_model_trains_and_greedy_exact_match_is_decoding_by_rec
               "--min-length", "4", "--max-length", "8", "--train-examples", "64", "--valid-examples", "8",
               "--test-examples", "6", "--test-factors", "1,2"]
     log = run_cli("fairseq-train", *common, "--arch", "entmax_transformer_lm_tiny", "--attention-normalizer",
-                  "alpha_entmax", "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", "3e-3",
+                  "alpha_entmax", "--positions", "nape", "--length-scale", "adaptive", "--criterion", "cross_entropy", "--optimizer", "adam", "--lr", "3e-3",
                   "--max-tokens", "2000", "--max-update", "6", "--cpu", "--save-dir", tmp_path, "--num-workers", "0",
                   "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "1").stdout
     assert "alpha_decoder1" in log and "valid on 'valid' subset" in log
@@ -109,6 +110,11 @@ def test_the_decoder_only_model_trains_and_greedy_exact_match_is_decoding_by_rec
     (model,), cfg, t = checkpoint_utils.load_model_ensemble_and_task([str(tmp_path / "checkpoint_last.pt")])
     model.eval()
     assert [site for site, _, _ in model.attention_modules()] == ["decoder", "decoder"]
+    assert model.decoder.embed_positions is None  # the attention holds the positions
+    attention = model.decoder.layers[0].self_attn
+    assert attention.alibi_slopes.tolist() == [1.0, 0.5, 0.0, 0.0]
+    assert attention.length_scale.scaled_heads == (2, 3)
+    assert attention.length_scale.beta.weight.abs().sum() > 0  # trained, and saved with the model
     for split in ("test1x", "test2x"):
         examples = t.examples(split)
         want = 100.0 * sum(greedy_by_recomputation(model, t, p, len(a)) == a for p, a in examples) / len(examples)
@@ -137,6 +143,41 @@ class _Oracle(torch.nn.Module):
                 if done < len(answer):
                     logits[row, -1, d.index(answer[done])] = 1.0
         return logits, None
+
+
+@pytest.mark.parametrize("positions, length_scale", [
+    ("none", "none"), ("alibi", "log"), ("rope", "adaptive"), ("nape", "log"), ("fairseq", "adaptive")])
+def test_each_position_and_length_scale_decodes_incrementally_as_it_computes_whole(positions, length_scale):
+    t, args = task(synthetic_task="copy", positions=positions, length_scale=length_scale,
+                   attention_normalizer="alpha_entmax")
+    torch.manual_seed(0)
+    model = t.build_model(args).eval()
+    for module in model.modules():  # away from the identity start, so that the scale shows
+        if isinstance(module, LengthScale):
+            for parameter in module.parameters():
+                torch.nn.init.normal_(parameter, std=0.5)
+    tokens = torch.randint(4, len(t.dictionary), (3, 11))
+    with torch.no_grad():
+        whole = model(tokens)[0]
+        state, steps = {}, []
+        for i in range(tokens.shape[1]):
+            steps.append(model.decoder(tokens[:, :i + 1], incremental_state=state)[0][:, -1])
+    torch.testing.assert_close(torch.stack(steps, 1), whole, atol=1e-5, rtol=1e-5)
+    # Without embeddings a model has its positions in the attention: shifting the context changes the output.
+    if positions in ("alibi", "rope", "nape"):
+        assert model.decoder.embed_positions is None
+        with torch.no_grad():
+            shifted = model(torch.cat([tokens[:, :1], tokens], 1))[0][:, 1:]
+        assert not torch.allclose(shifted[:, -1], whole[:, -1], atol=1e-4)
+
+
+def test_positions_and_length_scales_are_refused_by_name():
+    with pytest.raises(ValueError, match="--positions 'sinusoid'"):
+        t, args = task(positions="sinusoid")
+        t.build_model(args)
+    with pytest.raises(ValueError, match="--length-scale 'loglog'"):
+        t, args = task(length_scale="loglog")
+        t.build_model(args)
 
 
 def test_the_task_needs_no_data_directory():

@@ -1,0 +1,415 @@
+"""The length-extrapolation study: decoder-only models (``entmax_transformer_lm``) trained on
+the synthetic tasks of ``length_extrapolation`` at prompt lengths 32 to 64 and scored by
+greedy exact match at 1x to 16x the longest, one model per task, attention variant, position
+option and seed (Vasylenko, Pitorro, Martins & Treviso, "Long-Context Generalization with
+Sparse Attention", ICLR 2026, whose Table 1 this measures against).
+
+Variants (:data:`VARIANTS`): softmax; scalable softmax (softmax with the ``log`` length
+scale); 1.5-entmax; alpha-entmax with a learnable alpha per head; ASEntmax (1.5-entmax with
+the ``adaptive`` length scale); and the adaptive scale with learnable alphas.
+
+Each run trains with ``fairseq-train`` (resumed from its last checkpoint when the study is
+run again), keeps the checkpoint of lowest loss on ``valid`` (at 1.5x: the only length the
+choice reads), then scores every split and measures its attention as the length grows.  A
+finished run's result goes into ``RESULTS/results.json`` at once, so that an interrupted
+study (or one continued in another checkout holding that file) redoes nothing finished;
+``RESULTS/results.md`` and ``RESULTS/exact_match.png`` are written from it after every run.
+"""
+
+import dataclasses
+import json
+import math
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..configs import check
+from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, job_env
+
+# name: (attention normaliser, length scale, as the table calls it)
+VARIANTS = {
+    "softmax": ("softmax", "none", "softmax"),
+    "scalable_softmax": ("softmax", "log", "scalable softmax"),
+    "entmax15": ("entmax15", "none", "1.5-entmax"),
+    "alpha_entmax": ("alpha_entmax", "none", "alpha-entmax"),
+    "asentmax": ("entmax15", "adaptive", "ASEntmax (1.5)"),
+    "alpha_asentmax": ("alpha_entmax", "adaptive", "ASEntmax, learned alpha"),
+}
+POSITION_CHOICES = ("nape", "none", "alibi", "rope")
+
+# Vasylenko et al. (ICLR 2026), Table 1, exact match (%) as quoted by the issue this study
+# answers: {task: {variant: {factor: value}}}.
+PAPER = {
+    "reverse": {"softmax": {2: 0.0, 4: 0.0}, "entmax15": {2: 93.5, 4: 28.5}, "asentmax": {2: 99.8, 4: 96.4}},
+    "sort": {"softmax": {2: 0.0}, "entmax15": {2: 99.3}, "asentmax": {2: 100.0}},
+    "associative_recall": {"softmax": {256: 80.2}, "asentmax": {256: 99.0}},
+}
+
+
+@dataclass(frozen=True)
+class LengthStudyConfig:
+    """The study's options (``scripts/length_study.py`` builds its parser from them)."""
+
+    out: Path = field(default=Path("outputs/length_study"), metadata={
+        "help": "checkpoints and training logs, one directory per run"})
+    results: Path = field(default=Path("docs/results/length_study"), metadata={
+        "help": "results.json (every finished run, read back to skip them), results.md and exact_match.png"})
+    tasks: tuple[str, ...] = field(default=("reverse", "sort", "associative_recall"), metadata={
+        "help": "synthetic tasks", "choices": ("copy", "reverse", "sort", "associative_recall", "flip_flop")})
+    variants: tuple[str, ...] = field(default=tuple(VARIANTS), metadata={
+        "help": "attention variants", "choices": tuple(VARIANTS)})
+    positions: tuple[str, ...] = field(default=("nape",), metadata={
+        "help": "position options (entmax_transformer_lm's --positions)", "choices": POSITION_CHOICES})
+    seeds: tuple[int, ...] = field(default=(1, 2, 3), metadata={"help": "model seeds (fairseq's --seed)"})
+    layers: int = field(default=2, metadata={"help": "decoder layers", "least": 1})
+    embed_dim: int = field(default=64, metadata={"help": "model width; feed-forward 4x", "least": 1})
+    heads: int = field(default=4, metadata={"help": "attention heads", "least": 2})
+    updates: int = field(default=3000, metadata={"help": "training updates per run", "least": 1})
+    lr: float = field(default=1e-3, metadata={"help": "Adam's peak learning rate (inverse square root schedule)"})
+    warmup: int = field(default=200, metadata={"help": "warm-up updates", "least": 0})
+    batch_size: int = field(default=32, metadata={"help": "examples a batch", "least": 1})
+    alpha_init: float = field(default=1.5, metadata={
+        "help": "the learnable alphas' start (1.5: where the fixed variants sit)"})
+    alpha_lr_scale: float = field(default=10.0, metadata={
+        "help": "the alphas' learning rate as a multiple of the model's (--alpha-lr-scale)"})
+    min_length: int = field(default=32, metadata={"help": "shortest training prompt", "least": 1})
+    max_length: int = field(default=64, metadata={"help": "longest training prompt", "least": 1})
+    test_factors: str = field(default="1,2,4,8,16", metadata={"help": "test lengths as multiples of --max-length"})
+    test_examples: int = field(default=1000, metadata={"help": "examples of each test split", "least": 1})
+    valid_examples: int = field(default=200, metadata={"help": "examples of valid (1.5x)", "least": 1})
+    stats_examples: int = field(default=8, metadata={
+        "help": "examples of each split whose attention is measured (entropy, keys kept)", "least": 1})
+    validate_every: int = field(default=500, metadata={
+        "help": "updates between validations and checkpoints (a resumed run loses at most these)", "least": 1})
+    jobs: int = field(default=2, metadata={"help": "runs at the same time, a CPU thread each", "least": 1})
+    device: str = field(default="cpu", metadata={"help": "train and score on CPU or CUDA", "choices": ("cpu", "cuda")})
+    only_report: bool = field(default=False, metadata={"help": "write results.md and the figure from results.json"})
+
+    def __post_init__(self):
+        check(self)
+        if self.min_length > self.max_length:
+            raise ValueError(f"--min-length {self.min_length} above --max-length {self.max_length}")
+        if self.embed_dim % self.heads or (self.embed_dim // self.heads) % 2:
+            raise ValueError(f"--embed-dim {self.embed_dim}: an even width per head of the {self.heads} heads")
+
+    def model(self):
+        """What every run shares and a results file must agree with."""
+        skip = {"out", "results", "tasks", "variants", "positions", "seeds", "jobs", "device", "only_report",
+                "stats_examples"}
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()
+                if k not in skip}
+
+
+@dataclass(frozen=True)
+class Run:
+    task: str
+    variant: str
+    positions: str
+    seed: int
+
+    @property
+    def key(self):
+        return f"{self.task}/{self.positions}/{self.variant}/seed{self.seed}"
+
+
+def runs(config):
+    return [Run(t, v, p, s) for t in config.tasks for p in config.positions for v in config.variants
+            for s in config.seeds]
+
+
+def task_arguments(config, task):
+    return ["--task", "length_extrapolation", "--synthetic-task", task, "--min-length", config.min_length,
+            "--max-length", config.max_length, "--valid-examples", config.valid_examples, "--test-examples",
+            config.test_examples, "--test-factors", config.test_factors]
+
+
+def train_command(config, run, save):
+    normalizer, length_scale, _ = VARIANTS[run.variant]
+    return [*FAIRSEQ_TRAIN, "--user-dir", PLUGIN_DIR, *task_arguments(config, run.task),
+            "--arch", "entmax_transformer_lm_tiny", "--decoder-layers", config.layers,
+            "--decoder-embed-dim", config.embed_dim, "--decoder-ffn-embed-dim", 4 * config.embed_dim,
+            "--decoder-attention-heads", config.heads, "--attention-normalizer", normalizer,
+            "--alpha-init", config.alpha_init, "--alpha-lr-scale", config.alpha_lr_scale,
+            "--positions", run.positions, "--length-scale", length_scale, "--dropout", 0,
+            "--criterion", "cross_entropy", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", config.lr,
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", config.warmup, "--batch-size", config.batch_size,
+            "--max-update", config.updates, "--seed", run.seed, "--save-dir", save, "--num-workers", 0,
+            "--validate-interval-updates", config.validate_every, "--save-interval-updates", config.validate_every,
+            "--keep-interval-updates", 1, "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", 100,
+            "--log-file", save / "train.log", *(["--cpu"] if config.device == "cpu" else [])]
+
+
+def load(path):
+    from fairseq import checkpoint_utils
+
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)])
+    return model.eval(), task
+
+
+@torch.no_grad()
+def attention_by_length(model, task, splits, examples):
+    """{split: {"entropy": mean entropy (nats), "kept": mean keys with nonzero weight, "seen": mean keys a
+    query may see}} over the answer's queries of ``examples`` examples, every head and layer."""
+    from .length_task import SyntheticDataset
+
+    modules = [m for _, _, m in model.attention_modules()]
+    found = {}
+    for split in splits:
+        data = SyntheticDataset(task.examples(split)[:examples], task.dictionary, shuffle=False)
+        entropy = kept = seen = count = 0.0
+        for i in range(len(data)):
+            prompt_length = len(data.examples[i][0])
+            for m in modules:
+                m.record_attention = True
+            model(data[i]["source"][None])
+            for m in modules:
+                probs = m.last_attention[0, :, prompt_length + 1:].double()  # (H, answer queries, keys)
+                entropy += float(-(probs * torch.log(probs.clamp(min=1e-30))).sum(-1).sum())
+                kept += float((probs > 0).sum())
+                rows = torch.arange(prompt_length + 1, probs.shape[1] + prompt_length + 1)
+                seen += float((rows + 1).sum()) * probs.shape[0]
+                count += probs.shape[0] * probs.shape[1]
+                m.record_attention, m.last_attention = False, None
+        found[split] = {"entropy": entropy / count, "kept": kept / count, "seen": seen / count}
+    return found
+
+
+def learned_parameters(model):
+    """The learned alphas (per layer, per head) and length scales (the ``log`` form's weights,
+    or the ``adaptive`` form's mean beta and gamma biases), for the report."""
+    found = {"alpha": [], "scale": []}
+    for _, _, module in model.attention_modules():
+        if module.head_alpha is not None:
+            found["alpha"].append([round(float(a), 4) for a in module.alpha()])
+        scale = module.length_scale
+        if scale is not None and scale.form == "log":
+            found["scale"].append([round(float(w), 4) for w in scale.weight])
+        elif scale is not None:
+            found["scale"].append({"beta_start": [round(float(torch.nn.functional.softplus(b)), 4)
+                                                  for b in scale.beta.bias],
+                                   "gamma_start": [round(float(2 * torch.tanh(b)), 4) for b in scale.gamma.bias]})
+    return found
+
+
+def score(checkpoint, stats_examples, device="cpu"):
+    """What one trained run measures: exact match on every split, attention by length, learned
+    parameters, the update its checkpoint was saved at."""
+    from .length_task import exact_match
+
+    model, task = load(checkpoint)
+    model.to(device)
+    splits = list(task.splits())[1:]  # valid and the test lengths
+    started = time.time()
+    matches = {split: exact_match(model, task, split) for split in splits}
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    return {"exact_match": matches, "attention": attention_by_length(model, task, splits, stats_examples),
+            "learned": learned_parameters(model), "best_update": int(state["optimizer_history"][-1]["num_updates"]),
+            "score_seconds": round(time.time() - started, 1)}
+
+
+def train_seconds(log):
+    """Training wall time from fairseq's JSON log (the largest ``wall`` it records)."""
+    wall = 0.0
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if '"wall"' in line and "{" in line:
+                try:
+                    wall = max(wall, float(json.loads(line[line.index("{"):])["wall"]))
+                except (ValueError, KeyError):
+                    pass
+    return wall
+
+
+def run_one(config, run):
+    """Train ``run`` (resuming its last checkpoint), then score it in a process of its own (the
+    cores shared out among the jobs, as the training's), and return its result."""
+    save = config.out / run.key
+    save.mkdir(parents=True, exist_ok=True)
+    env = job_env(config.jobs)
+    with open(save / "stdout.log", "a", encoding="utf-8") as out:
+        subprocess.run([str(c) for c in train_command(config, run, save)], check=True, stdout=out,
+                       stderr=subprocess.STDOUT, env=env)
+        subprocess.run([sys.executable, "-m", __name__, "score", str(save / "checkpoint_best.pt"),
+                        str(save / "score.json"), str(config.stats_examples), config.device], check=True,
+                       stdout=out, stderr=subprocess.STDOUT, env=env)
+    scored = json.loads((save / "score.json").read_text(encoding="utf-8"))
+    return {"task": run.task, "variant": run.variant, "positions": run.positions, "seed": run.seed, **scored,
+            "updates": config.updates, "train_seconds": round(train_seconds(save / "train.log"), 1),
+            "device": config.device}
+
+
+def read_results(config):
+    """The finished runs of ``RESULTS/results.json``, refusing one made with another model or schedule."""
+    path = config.results / "results.json"
+    if not path.exists():
+        return {"config": config.model(), "runs": {}}
+    found = json.loads(path.read_text(encoding="utf-8"))
+    differ = {k: (v, config.model().get(k)) for k, v in found["config"].items() if config.model().get(k) != v}
+    if differ:
+        raise ValueError(f"{path} holds runs made with other options: " + ", ".join(
+            f"--{k.replace('_', '-')} {old} there, {new} here" for k, (old, new) in differ.items()))
+    return found
+
+
+def write_results(config, found):
+    config.results.mkdir(parents=True, exist_ok=True)
+    path = config.results / "results.json"
+    path.with_suffix(".tmp").write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+    path.with_suffix(".tmp").replace(path)  # whole or not at all
+    (config.results / "results.md").write_text(table(config, found), encoding="utf-8")
+    plot(found, config.results / "exact_match.png")
+
+
+def mean_spread(values):
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def factors_of(found):
+    splits = sorted({s for r in found["runs"].values() for s in r["exact_match"] if s.startswith("test")},
+                    key=lambda s: float(s[4:-1]))
+    return splits
+
+
+def table(config, found):
+    """results.md: exact match (mean ± sd over seeds) per task, positions and variant at valid and
+    every test length, the attention's entropy and keys kept as the length grows, the learned
+    parameters, and the paper's numbers beside ours."""
+    done = found["runs"]
+    splits = factors_of(found)
+    lines = ["# Length extrapolation: exact match (%) by test length", "",
+             "Written by `scripts/length_study.py` from `results.json`; mean ± sd over seeds (n = runs).", "",
+             "Options: " + ", ".join(f"{k} {v}" for k, v in found["config"].items()), ""]
+    groups = sorted({(r["task"], r["positions"]) for r in done.values()})
+    for task, positions in groups:
+        lines += [f"## {task}, positions {positions}", "",
+                  "| variant | n | valid 1.5x | " + " | ".join(s[4:] for s in splits) + " | paper |",
+                  "| --- | --- | --- | " + " | ".join("---" for _ in splits) + " | --- |"]
+        for variant in VARIANTS:
+            rs = [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, variant)]
+            if not rs:
+                continue
+            paper = PAPER.get(task, {}).get(variant, {})
+            cells = [mean_spread([r["exact_match"][s] for r in rs if s in r["exact_match"]]) for s in splits]
+            lines.append(f"| {VARIANTS[variant][2]} | {len(rs)} | {mean_spread([r['exact_match']['valid'] for r in rs])}"
+                         f" | " + " | ".join(cells) + " | " +
+                         (", ".join(f"{f}x {v:g}" for f, v in paper.items()) or "-") + " |")
+        lines += ["", "Attention on the answer's queries (every head and layer): entropy in nats / keys kept "
+                  "(keys a query may see).", "",
+                  "| variant | " + " | ".join(s[4:] for s in splits) + " |", "| --- | " +
+                  " | ".join("---" for _ in splits) + " |"]
+        for variant in VARIANTS:
+            rs = [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, variant)]
+            if not rs:
+                continue
+            cells = []
+            for s in splits:
+                a = [r["attention"][s] for r in rs if s in r["attention"]]
+                cells.append("-" if not a else f"{statistics.mean(x['entropy'] for x in a):.2f} / "
+                             f"{statistics.mean(x['kept'] for x in a):.1f} ({statistics.mean(x['seen'] for x in a):.0f})")
+            lines.append(f"| {VARIANTS[variant][2]} | " + " | ".join(cells) + " |")
+        learned = [(r["variant"], r["seed"], r["learned"]) for r in done.values()
+                   if (r["task"], r["positions"]) == (task, positions) and (r["learned"]["alpha"] or r["learned"]["scale"])]
+        if learned:
+            lines += ["", "Learned alphas (per layer, per head) and length scales:", ""]
+            for variant, seed, got in sorted(learned, key=lambda x: (list(VARIANTS).index(x[0]), x[1])):
+                lines.append(f"- {VARIANTS[variant][2]}, seed {seed}: alphas {got['alpha'] or '-'}; scale "
+                             f"{json.dumps(got['scale']) if got['scale'] else '-'}")
+        seconds = [r["train_seconds"] for r in done.values() if (r["task"], r["positions"]) == (task, positions)]
+        lines += ["", f"Training wall time per run: {statistics.mean(seconds) / 60:.1f} min on average "
+                      f"({found['config']['updates']} updates of {found['config']['batch_size']} examples).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot(found, path):
+    """exact_match.png: exact match against test length, a panel per task and positions, a line per
+    variant (mean over seeds, the band their range)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = found["runs"]
+    groups = sorted({(r["task"], r["positions"]) for r in done.values()})
+    if not groups:
+        return
+    splits = factors_of(found)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False)
+    for ax, (task, positions) in zip(axes[0], groups):
+        for variant in VARIANTS:
+            rs = [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, variant)]
+            if not rs:
+                continue
+            xs = [float(s[4:-1]) for s in splits]
+            values = [[r["exact_match"].get(s, math.nan) for r in rs] for s in splits]
+            mean = [statistics.mean(v) for v in values]
+            ax.plot(xs, mean, marker="o", label=f"{VARIANTS[variant][2]} (n={len(rs)})")
+            if len(rs) > 1:
+                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("test length / longest training length")
+        ax.set_title(f"{task}, positions {positions}")
+        ax.set_ylim(-2, 102)
+    axes[0][0].set_ylabel("exact match (%)")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(config):
+    """Train and score every run of ``config`` not yet in results.json, ``config.jobs`` at a time."""
+    found = read_results(config)
+    if config.only_report:
+        write_results(config, found)
+        return found
+    todo = [r for r in runs(config) if r.key not in found["runs"]]
+    print(f"length study: {len(todo)} runs to do, {len(found['runs'])} done", flush=True)
+
+    lock = threading.Lock()
+
+    def one(r):
+        started = time.time()
+        print(f"[start] {r.key}", flush=True)
+        result = run_one(config, r)
+        with lock:
+            found["runs"][r.key] = result
+            write_results(config, found)
+        print(f"[done] {r.key} in {(time.time() - started) / 60:.1f} min: " + ", ".join(
+            f"{s} {v:.1f}" for s, v in result["exact_match"].items()), flush=True)
+
+    with ThreadPoolExecutor(config.jobs) as pool:
+        for future in [pool.submit(one, r) for r in todo]:
+            future.result()
+    return found
+
+
+def main(argv=None):
+    from .. import configs
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["score"]:  # run_one's scoring process: score CHECKPOINT OUT STATS_EXAMPLES DEVICE
+        checkpoint, out, examples, device = argv[1:]
+        Path(out).write_text(json.dumps(score(checkpoint, int(examples), device)) + "\n", encoding="utf-8")
+        return 0
+    config = configs.parse(LengthStudyConfig, __doc__, argv)
+    try:
+        read_results(config)
+    except ValueError as e:  # another study's results: a usage error, not a traceback
+        sys.exit(f"length_study: {e}")
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
