@@ -75,7 +75,7 @@ def stub_kernels(launches):
     """Stand-ins for attention_kernel.forward and .backward with their outputs' shapes, each
     adding its Triton launches (1 forward; 3 backward: r, dk and dv, dq) to `launches`."""
     def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
-                config=attention_kernel.PACKAGE, dropout=0.0, seed=0, window=None, packed=None):
+                config=attention_kernel.PACKAGE, dropout=0.0, seed=0, window=None, packed=None, slopes=None):
         launches[0] += 1
         B, H, Tq, _ = q.shape
         og = torch.empty_like(q) if backward else None
@@ -83,7 +83,7 @@ def stub_kernels(launches):
         return torch.empty_like(q), og, torch.zeros((B * H, attention_kernel.NUM_STATS, Tq), device=q.device), blocks
 
     def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
-                 config=attention_kernel.PACKAGE, dropout=0.0, seed=0, window=None, packed=None):
+                 config=attention_kernel.PACKAGE, dropout=0.0, seed=0, window=None, packed=None, slopes=None):
         launches[0] += 3
         dalpha = torch.empty((q.shape[0] * q.shape[1], q.shape[2]), device=q.device) if alpha_grad else None
         return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dalpha

@@ -14,6 +14,8 @@
 #   bash benchmarks/gpu_session.sh vae-pack  # here, once: the 96,508 Yahoo sentences, binarized, into .carry/vae
 #   bash benchmarks/gpu_session.sh vae       # there: HSVAE against the VAE; carry [".whl", ".carry/vae"],
 #                                            # timeout_s 600
+#   bash benchmarks/gpu_session.sh length    # there: the length-extrapolation study at the paper's size;
+#                                            # carry [".whl"], timeout_s 600
 #   bash benchmarks/gpu_session.sh m30k-pack # here, once: Multi30k en-de, binarized, into .carry/m30k
 #   bash benchmarks/gpu_session.sh multi30k  # there: softmax, 1.5-entmax and alpha-entmax transformers trained
 #                                            # to their plateau; carry [".whl", ".carry/m30k"], timeout_s 600
@@ -168,6 +170,25 @@ vae)
         done
     } 2>&1 | tee "$OUT/vae.log"
     tar -C /tmp -czf "$OUT/vae.tgz" --exclude='checkpoints' vae
+    ;;
+length)
+    # The length-extrapolation study at the paper's model size (6 layers, 256 wide, 8 heads of
+    # 32), its tasks generated on the device (nothing to carry but the wheels): softmax,
+    # 1.5-entmax, ASEntmax and ASEntmax with learned alphas on reverse and sort, NAPE
+    # positions, one seed, 4 runs at a time on the GPU, then scored at 1x to 8x there.
+    # Called again on the same (warm) machine, finished runs are skipped and unfinished ones
+    # train on from their last checkpoint (LENGTH_UPDATES raises the updates of every run).
+    install
+    {
+        device_info
+        timeout 560 python3 scripts/length_study.py --device cuda --out /tmp/length --results /tmp/length/results \
+            --tasks reverse sort --variants softmax entmax15 asentmax alpha_asentmax --seeds 1 --layers 6 \
+            --embed-dim 256 --heads 8 --batch-size 128 --lr 5e-4 --warmup 1000 \
+            --updates "${LENGTH_UPDATES:-4000}" --validate-every 1000 --test-factors 1,2,4,8 --test-examples 500 \
+            --jobs 4
+        echo "== rc $?"
+    } 2>&1 | tee "$OUT/length.log"
+    cp -r /tmp/length/results "$OUT/length_study"
     ;;
 m30k-pack)
     # Multi30k en-de as data_prep/multi30k.sh prepares it (sentencepiece 8k, fairseq binary; 3 MB),

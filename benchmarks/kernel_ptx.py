@@ -47,7 +47,7 @@ from fairseq_sparse.entmax.triton_kernel import ENTMAX15, GENERIC, SPARSEMAX  # 
 from timing import tiles_setting  # noqa: E402
 
 # Pointer arguments whose element type is not the inputs' dtype.
-POINTERS_FP32 = {"ALPHA", "STATS", "BLOCKS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
+POINTERS_FP32 = {"ALPHA", "SLOPES", "STATS", "BLOCKS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
 POINTERS_I32 = {"SEG", "BOUNDS"}
 POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
 FLOATS = {"scale", "tol", "p_drop"}

@@ -60,7 +60,8 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     input) from the keys each query sees, (B or 1, Tq), to the queries' factor, broadcastable
     to (B, H, Tq, 1): the queries are multiplied by it before the scores.  ``alibi``: (H,)
     ALiBi slopes (:mod:`~.positions`), ``-slope_h |i + Tk - Tq - j|`` added to the scores
-    (a zero slope: no bias on that head); it keeps the explicit path.
+    (a zero slope: no bias on that head), inside the fused kernels' tiles for the sparse
+    normalisers; softmax with ALiBi takes the explicit path.
     ``scale``: default 1 / sqrt(D).  ``dropout``: the attention dropout probability to apply
     (0 outside training).  ``fused=False`` keeps the explicit path (benchmarks compare the
     two); ``config``: the fused kernels' ``KernelConfig`` (None: the package's).  Neither
@@ -76,7 +77,7 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
     dropout = check_dropout(dropout)
     if alibi is not None and tuple(alibi.shape) != (heads,):
         raise ValueError(f"attention: alibi takes one slope per query head, ({heads},), got {tuple(alibi.shape)}")
-    if fused and not need_weights and alibi is None and fused_attention.uses_fused_kernel(q):
+    if fused and not need_weights and (alibi is None or normalizer.sparse) and fused_attention.uses_fused_kernel(q):
         masks = fused_masks(mask, causal, key_padding_mask, q.shape[0], q.shape[2], k.shape[2], window, cu_seqlens)
         if masks is not None and not (normalizer.learned and alpha_min < FLOAT32_ALPHA_MIN):
             causal, key_padding_mask, window, cu_seqlens = masks
@@ -88,7 +89,7 @@ def attend(q, k, v, normalizer, alpha=None, alpha_min=FLOAT32_ALPHA_MIN, causal=
                 return fused_attention.entmax_attention(q, k, v, heads, causal=causal,
                                                         key_padding_mask=key_padding_mask, scale=scale,
                                                         kernel=config, dropout=dropout, window=window,
-                                                        cu_seqlens=cu_seqlens), None
+                                                        cu_seqlens=cu_seqlens, alibi=alibi), None
             return _softmax_attention(q, repeat_kv(k, heads), repeat_kv(v, heads), causal, key_padding_mask,
                                       scale, dropout, window, sequence_ids(cu_seqlens, q, k)), None
     segments = sequence_ids(cu_seqlens, q, k)

@@ -154,17 +154,18 @@ def _dot(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window, seg_ptr,
+def _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window, slope, seg_ptr,
             HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, PRECISION: tl.constexpr):
     """Scaled scores of a (BLOCK_M, BLOCK_N) tile, -inf outside the rows, keys and masks."""
     kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
                  mask=(offs_n[None, :] < Tk) & (offs_d[:, None] < D), other=0.0)
     s = _dot(q, kt, PRECISION) * scale
-    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, window, seg_ptr, CAUSAL, PACKED)
+    return _mask(s, offs_m, offs_n, _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM), Tq, Tk, window, slope, seg_ptr, CAUSAL,
+                 PACKED)
 
 
 @triton.jit
-def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window, seg_ptr,
+def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window, slope, seg_ptr,
           HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, PRECISION: tl.constexpr,
           ONE_TILE: tl.constexpr):
     """A key tile's scores in a forward pass: with ONE_TILE (every key in the first tile) the
@@ -173,7 +174,7 @@ def _tile(s_one, q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D
         return s_one
     else:
         return _scores(q, k_base, skn, skd, kpm_ptr, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                       seg_ptr, HAS_KPM, CAUSAL, PACKED, PRECISION)
+                       slope, seg_ptr, HAS_KPM, CAUSAL, PACKED, PRECISION)
 
 
 @triton.jit
@@ -186,10 +187,13 @@ def _keys_ok(kpm_ptr, offs_n, Tk, HAS_KPM: tl.constexpr):
 
 
 @triton.jit
-def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, window, seg_ptr, CAUSAL: tl.constexpr, PACKED: tl.constexpr):
+def _mask(s, offs_m, offs_n, keys_ok, Tq, Tk, window, slope, seg_ptr, CAUSAL: tl.constexpr, PACKED: tl.constexpr):
     """-inf outside the rows, the keys and (causal, aligned at the end) the past; with
     CAUSAL == WINDOWED, also the keys ``window`` or more before the query's own; with
-    PACKED, the keys of other sequences (``seg_ptr``: each position's sequence, Tq = Tk)."""
+    PACKED, the keys of other sequences (``seg_ptr``: each position's sequence, Tq = Tk).
+    ``slope``: the head's ALiBi slope, ``-slope |i + Tk - Tq - j|`` added to the scores (0: none,
+    which leaves every score as it is, bit for bit)."""
+    s = s - slope * tl.abs(offs_m[:, None] + (Tk - Tq) - offs_n[None, :]).to(tl.float32)
     valid = (offs_m[:, None] < Tq) & keys_ok[None, :]
     if PACKED:
         rows = tl.load(seg_ptr + offs_m, mask=offs_m < Tq, other=-1)
@@ -410,7 +414,7 @@ def _query_end(start_n, Tq, Tk, window, BLOCK_N: tl.constexpr, CAUSAL: tl.conste
 
 
 @triton.jit
-def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
+def _forward_kernel(Q, K, V, ALPHA, SLOPES, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                     sob, soh, som, sod, skpb, H, H_KV, Tq, Tk, D, scale, tol, max_iter, n_tiles, p_drop, seed, window,
                     HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, FIXED: tl.constexpr,
@@ -419,6 +423,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, kv, alpha, am1, k = _head(ALPHA, H, H_KV)
+    slope = tl.load(SLOPES + h)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -442,7 +447,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
     s_one = 0.0
     if ONE_TILE:
         s_one = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_nb, offs_d, Tq, Tk, D, scale, window,
-                        seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION)
+                        slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION)
 
     # 1. Row maxima, and each row's KEPT_SLOTS largest tile maxima, kept for Newton's start:
     # a tile's maximum replaces the least kept when it beats it.
@@ -452,7 +457,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
     kept_tile = tl.full([BLOCK_M, KEPT_SLOTS_C], -1, tl.int32)  # the key tile of each kept maximum
     for start_n in range(n_begin, n_end, BLOCK_N):
         s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, start_n + offs_nb, offs_d, Tq, Tk, D, scale, window,
-                  seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
+                  slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
         best = tl.max(s, axis=1)
         tl.store(blocks + start_n // BLOCK_N, tl.max(best, axis=0))
         visits += 1
@@ -487,7 +492,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
             if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                 offs_n = start_n + offs_nb
                 s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                          seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
+                          slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
                 gap = _gap(s, row_max, tau, am1)
                 visits += 1
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
@@ -525,7 +530,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
                 if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
                     offs_n = start_n + offs_nb
                     s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                              seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
+                              slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
                     z = am1 * (s - row_max[:, None]) + 1.0
                     on = z > tau[:, None]
                     # Sums of z - 1 (in (-1, 0] on the support): one pass, and the variance below
@@ -558,7 +563,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
         if _may_hold(blocks, start_n // BLOCK_N, cut, kept, kept_tile, least):
             offs_n = start_n + offs_nb
             s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                      seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
+                      slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
             gap = _gap(s, row_max, tau, am1)
             visits += 1
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:  # a tile without support adds nothing
@@ -608,7 +613,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
                 if tl.load(blocks + start_n // BLOCK_N) > float("-inf"):  # the tiles that hold support
                     offs_n = start_n + offs_nb
                     s = _tile(s_one, q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                              seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
+                              slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION, ONE_TILE)
                     gap = _gap(s, row_max, tau, am1)
                     p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
                     u = log_p - mu[:, None]
@@ -625,7 +630,7 @@ def _forward_kernel(Q, K, V, ALPHA, KPM, O, OG, STATS, BLOCKS, SEG, BOUNDS,
 
 
 @triton.jit
-def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS, SEG, BOUNDS,
+def _dkdv_kernel(Q, K, V, DO, ALPHA, SLOPES, KPM, STATS, R, DK, DV, BLOCKS, SEG, BOUNDS,
                  sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                  sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_m_tiles, n_tiles, p_drop, seed, window,
                  HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, FIXED: tl.constexpr,
@@ -663,6 +668,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS, SEG, BOUNDS,
         h = kv * groups + member
         bh = b * H + h
         alpha, am1, k = _alpha(ALPHA, h)
+        slope = tl.load(SLOPES + h)
         stats = STATS + (bh * NUM_STATS_C) * Tq
         for start_m in range(m_begin, m_end, BLOCK_M):
             # The forward's block mask: a (query tile, key tile) pair without support adds nothing.
@@ -678,8 +684,8 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS, SEG, BOUNDS,
                 do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdm + offs_d[None, :] * sdd, mask=qd_mask,
                              other=0.0)
                 row_max, tau, r = _row_threshold(stats, R + bh * Tq, offs_m, row_ok, Tq)
-                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, window, seg_base, CAUSAL,
-                          PACKED)
+                s = _mask(_dot(q, kt, PRECISION) * scale, offs_m, offs_n, keys_ok, Tq, Tk, window, slope, seg_base,
+                          CAUSAL, PACKED)
                 gap = _gap(s, row_max, tau, am1)
                 if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                     p, g, _ = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -695,7 +701,7 @@ def _dkdv_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DK, DV, BLOCKS, SEG, BOUNDS,
 
 
 @triton.jit
-def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS, SEG, BOUNDS,
+def _dq_kernel(Q, K, V, DO, ALPHA, SLOPES, KPM, STATS, R, DQ, DALPHA, BLOCKS, SEG, BOUNDS,
                sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
                sdb, sdh, sdm, sdd, skpb, H, H_KV, Tq, Tk, D, scale, n_tiles, p_drop, seed, window,
                HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, PACKED: tl.constexpr, FIXED: tl.constexpr,
@@ -704,6 +710,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS, SEG, BOUND
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid_m = tl.program_id(0)
     bh, b, h, kv, alpha, am1, k = _head(ALPHA, H, H_KV)
+    slope = tl.load(SLOPES + h)
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -734,7 +741,7 @@ def _dq_kernel(Q, K, V, DO, ALPHA, KPM, STATS, R, DQ, DALPHA, BLOCKS, SEG, BOUND
         if held:
             offs_n = start_n + offs_nb
             s = _scores(q, k_base, skn, skd, kpm_base, offs_m, offs_n, offs_d, Tq, Tk, D, scale, window,
-                        seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION)
+                        slope, seg_base, HAS_KPM, CAUSAL, PACKED, PRECISION)
             gap = _gap(s, row_max, tau, am1)
             if tl.max(tl.max(gap, axis=1), axis=0) > 0.0:
                 p, g, log_p = _prob_and_g(gap, k, FIXED, PRECISION)
@@ -847,7 +854,7 @@ def _padding_arg(key_padding_mask, q):
 
 
 def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_stats, backward=True,
-            config=PACKAGE, dropout=0.0, seed=0, window=None, packed=None):
+            config=PACKAGE, dropout=0.0, seed=0, window=None, packed=None, slopes=None):
     """(o, og, stats, blocks) for q (B, H, Tq, D), k and v (B, H_kv, Tk, D) (H_kv dividing H:
     query head h reads key/value head h // (H / H_kv), grouped-query attention, without the
     key/value heads repeated in memory); ``alpha_heads`` float32 (H,).  Without ``backward``
@@ -860,7 +867,9 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     ``window`` (with ``causal``): query i sees only the ``window`` keys up to its own, i + Tk - Tq
     (a sliding window); the key tiles before a query tile's windows are never visited.
     ``packed`` (a :class:`Packing`; B = 1, Tq = Tk): packed sequences; a query sees only its
-    own sequence's keys, and the key tiles outside its sequences are never visited."""
+    own sequence's keys, and the key tiles outside its sequences are never visited.
+    ``slopes`` float32 (H,): ALiBi, ``-slopes[h] |i + Tk - Tq - j|`` added to head h's scores
+    (None: no bias)."""
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     o = torch.empty_like(q)
@@ -873,7 +882,8 @@ def forward(q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_
     blocks = torch.full((B * H, grid[0], n_tiles), float("-inf"), dtype=torch.float32, device=q.device)
     seg, bounds = _packing_args(packed, block_m, q)
     _forward_kernel[grid](
-        q, k, v, alpha_heads, kpm, o, og if backward else o, stats, blocks, seg, bounds, *q.stride(), *k.stride(),
+        q, k, v, alpha_heads, _slopes_arg(slopes, alpha_heads), kpm, o, og if backward else o, stats, blocks, seg,
+        bounds, *q.stride(), *k.stride(),
         *v.stride(),
         *o.stride(), kpm.stride(0), H, k.shape[1], Tq, Tk, D, scale, _tolerance(q, fixed, config), MAX_NEWTON_ITER,
         n_tiles, float(dropout), int(seed), int(window or 0), DROPOUT=dropout > 0,
@@ -910,6 +920,13 @@ def _packing_args(packed, block, q):
     return packed.seg, torch.stack([packed.first[:, starts], packed.end[:, ends]], -1).to(torch.int32).contiguous()
 
 
+def _slopes_arg(slopes, alpha_heads):
+    """The ALiBi slopes (H,) float32 as the kernels read them: zeros (no bias) for None."""
+    if slopes is None:
+        return torch.zeros_like(alpha_heads)
+    return slopes.to(alpha_heads.device, torch.float32).contiguous()
+
+
 def _causal(causal, window):
     """The kernels' CAUSAL: 0, 1 (causal) or WINDOWED (causal within a sliding window; the
     callers check that ``window`` comes with ``causal``, ``fused_attention.check_window``)."""
@@ -917,7 +934,7 @@ def _causal(causal, window):
 
 
 def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_padding_mask, scale, alpha_grad,
-             config=PACKAGE, dropout=0.0, seed=0, window=None, packed=None):
+             config=PACKAGE, dropout=0.0, seed=0, window=None, packed=None, slopes=None):
     """(dq, dk, dv, dalpha of each row (B*H, Tq) or None); ``blocks`` is the forward's.  Its
     block mask is used where the backward's tiles are the forward's (they differ only where
     the forward took every key in one wider tile)."""
@@ -947,12 +964,14 @@ def backward(q, k, v, do, og, stats, blocks, alpha_heads, fixed, causal, key_pad
     # dO is read in whatever layout autograd gives it.
     kv_heads = k.shape[1]
     seg, key_bounds = _packing_args(packed, block_n, q)
+    slopes = _slopes_arg(slopes, alpha_heads)
     _dkdv_kernel[(n_tiles, B * kv_heads)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dk, dv, blocks, seg, key_bounds, *q.stride(), *k.stride(), *v.stride(),
+        q, k, v, do, alpha_heads, slopes, kpm, stats, r, dk, dv, blocks, seg, key_bounds, *q.stride(), *k.stride(),
+        *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_m_tiles, n_tiles, float(dropout), int(seed),
         int(window or 0), **common)
     _dq_kernel[(n_m_tiles, B * H)](
-        q, k, v, do, alpha_heads, kpm, stats, r, dq, dalpha, blocks, seg, _packing_args(packed, block_m, q)[1],
+        q, k, v, do, alpha_heads, slopes, kpm, stats, r, dq, dalpha, blocks, seg, _packing_args(packed, block_m, q)[1],
         *q.stride(), *k.stride(), *v.stride(),
         *do.stride(), kpm.stride(0), H, kv_heads, Tq, Tk, D, scale, n_tiles, float(dropout), int(seed),
         int(window or 0), ALPHA_GRAD=alpha_grad, **common)

@@ -79,7 +79,7 @@ def uses_fused_kernel(q):
 
 
 def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, kernel=None, dropout=0.0,
-                     window=None, cu_seqlens=None):
+                     window=None, cu_seqlens=None, alibi=None):
     """alpha-entmax attention of q (B, H, Tq, D) over k, v (B, H_kv, Tk, D); returns (B, H, Tq, D).
 
     With H_kv < H (grouped-query attention; H_kv divides H) query head h reads key/value head
@@ -100,12 +100,16 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
     ``cu_seqlens``: packed sequences (FlashAttention's varlen form): one batch row (B = 1) of
     T = Tq = Tk positions holding sequences cu_seqlens[s]:cu_seqlens[s + 1], (S + 1,) integers
     from 0 to T; a query sees only its own sequence's keys (causal within it with ``causal``),
-    and the fused kernels never visit the key tiles of other sequences.
+    and the fused kernels never visit the key tiles of other sequences.  ``alibi``: (H,) ALiBi
+    slopes, ``-alibi[h] |i + Tk - Tq - j|`` added to head h's scores, inside the kernels' tiles.
     """
     dropout = check_dropout(dropout)
     window = check_window(window, causal)
     segments = sequence_ids(cu_seqlens, q, k)
     near_one = _check(q, k, v, alpha, key_padding_mask, scale)
+    if alibi is not None and tuple(alibi.shape) != (q.shape[1],):
+        raise ValueError(f"entmax_attention: alibi takes one slope per query head, ({q.shape[1]},), "
+                         f"got {tuple(alibi.shape)}")
     scale = float(scale) if scale is not None else q.shape[-1] ** -0.5
     if isinstance(alpha, (int, float)):
         alpha = float(alpha)
@@ -117,8 +121,8 @@ def entmax_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=
         seed = int(torch.randint(0, 2**31 - 1, ())) if dropout > 0 else 0
         packed = None if segments is None else attention_kernel.packing(cu_seqlens, segments)
         return FusedEntmaxAttention.apply(q, k, v, heads, fixed, causal, key_padding_mask, scale, config, dropout,
-                                          seed, window, packed)
-    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout, window, cu_seqlens)
+                                          seed, window, packed, alibi)
+    return reference_attention(q, k, v, alpha, causal, key_padding_mask, scale, dropout, window, cu_seqlens, alibi)
 
 
 def sequence_ids(cu_seqlens, q, k):
@@ -227,7 +231,7 @@ def repeat_kv(states, heads):
 
 
 def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, scale=None, dropout=0.0, window=None,
-                        cu_seqlens=None):
+                        cu_seqlens=None, alibi=None):
     """The same attention with the scores materialised, REFERENCE_CHUNK queries at a time,
     normalised by :func:`entmax_alpha` (float32 for half inputs), attention dropout applied
     to the weights by ``F.dropout``; any device."""
@@ -245,6 +249,9 @@ def reference_attention(q, k, v, alpha, causal=False, key_padding_mask=None, sca
     for start in range(0, Tq, REFERENCE_CHUNK):
         rows = torch.arange(start, min(start + REFERENCE_CHUNK, Tq), device=q.device)
         scores = torch.matmul(q[:, :, start:start + len(rows)].to(compute), k.to(compute).transpose(-1, -2)) * scale
+        if alibi is not None:  # ALiBi on these rows only (positions.alibi_bias's, without the whole (Tq, Tk))
+            distance = (rows[:, None] + (Tk - Tq) - torch.arange(Tk, device=q.device)[None, :]).abs()
+            scores = scores - alibi.to(compute).view(1, -1, 1, 1) * distance.to(compute)
         scores = scores.masked_fill(_score_mask(Tq, Tk, causal, key_padding_mask, rows, q.device, window, segments),
                                     float("-inf"))
         probs = fixed(scores, dim=-1) if fixed else activations.entmax_alpha(scores, alpha, dim=-1)
@@ -261,7 +268,7 @@ class FusedEntmaxAttention(Function):
 
     @staticmethod
     def forward(ctx, q, k, v, alpha_heads, fixed, causal, key_padding_mask, scale, config, dropout=0.0, seed=0,
-                window=None, packed=None):
+                window=None, packed=None, slopes=None):
         q, k, v = (attention_kernel.dense(t) for t in (q, k, v))  # no copy of a permuted projection
         kpm = key_padding_mask.contiguous().view(torch.int8) if key_padding_mask is not None else None
         heads = alpha_heads.detach().to(torch.float32).contiguous()
@@ -271,10 +278,10 @@ class FusedEntmaxAttention(Function):
                                                         alpha_stats=alpha_grad,
                                                         backward=any(ctx.needs_input_grad[:4]), config=config,
                                                         dropout=dropout, seed=seed, window=window,
-                                                        packed=packed)
+                                                        packed=packed, slopes=slopes)
         ctx.save_for_backward(q, k, v, og, stats, blocks, heads, kpm)
         ctx.fixed, ctx.causal, ctx.scale, ctx.alpha_dtype, ctx.config = fixed, causal, scale, alpha_heads.dtype, config
-        ctx.dropout, ctx.seed, ctx.window, ctx.packed = dropout, seed, window, packed
+        ctx.dropout, ctx.seed, ctx.window, ctx.packed, ctx.slopes = dropout, seed, window, packed, slopes
         return o
 
     @staticmethod
@@ -289,9 +296,9 @@ class FusedEntmaxAttention(Function):
         alpha_grad = ctx.needs_input_grad[3]
         dq, dk, dv, dalpha_rows = attention_kernel.backward(
             q, k, v, do, og, stats, blocks, heads, ctx.fixed, ctx.causal, kpm, ctx.scale, alpha_grad, ctx.config,
-            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window, packed=ctx.packed)
+            dropout=ctx.dropout, seed=ctx.seed, window=ctx.window, packed=ctx.packed, slopes=ctx.slopes)
         dalpha = None
         if alpha_grad:
             B, H = q.shape[:2]
             dalpha = dalpha_rows.view(B, H, -1).sum(dim=(0, 2)).to(ctx.alpha_dtype)
-        return dq, dk, dv, dalpha, None, None, None, None, None, None, None, None, None
+        return dq, dk, dv, dalpha, None, None, None, None, None, None, None, None, None, None

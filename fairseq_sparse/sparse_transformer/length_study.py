@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from ..configs import check
+from ..configs import check, parse
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, job_env
 
 # name: (attention normaliser, length scale, as the table calls it)
@@ -71,8 +71,8 @@ class LengthStudyConfig:
     layers: int = field(default=2, metadata={"help": "decoder layers", "least": 1})
     embed_dim: int = field(default=64, metadata={"help": "model width; feed-forward 4x", "least": 1})
     heads: int = field(default=4, metadata={"help": "attention heads", "least": 2})
-    updates: int = field(default=3000, metadata={"help": "training updates per run", "least": 1})
-    lr: float = field(default=1e-3, metadata={"help": "Adam's peak learning rate (inverse square root schedule)"})
+    updates: int = field(default=8000, metadata={"help": "training updates per run", "least": 1})
+    lr: float = field(default=2e-3, metadata={"help": "Adam's peak learning rate (inverse square root schedule)"})
     warmup: int = field(default=200, metadata={"help": "warm-up updates", "least": 0})
     batch_size: int = field(default=32, metadata={"help": "examples a batch", "least": 1})
     alpha_init: float = field(default=1.5, metadata={
@@ -82,7 +82,9 @@ class LengthStudyConfig:
     min_length: int = field(default=32, metadata={"help": "shortest training prompt", "least": 1})
     max_length: int = field(default=64, metadata={"help": "longest training prompt", "least": 1})
     test_factors: str = field(default="1,2,4,8,16", metadata={"help": "test lengths as multiples of --max-length"})
-    test_examples: int = field(default=1000, metadata={"help": "examples of each test split", "least": 1})
+    test_examples: int = field(default=200, metadata={
+        "help": "examples of each test split (the task's default is 1,000; at 16x one takes a 2,049-token pass)",
+        "least": 1})
     valid_examples: int = field(default=200, metadata={"help": "examples of valid (1.5x)", "least": 1})
     stats_examples: int = field(default=8, metadata={
         "help": "examples of each split whose attention is measured (entropy, keys kept)", "least": 1})
@@ -120,8 +122,9 @@ class Run:
 
 
 def runs(config):
-    return [Run(t, v, p, s) for t in config.tasks for p in config.positions for v in config.variants
-            for s in config.seeds]
+    """Every run, seed by seed: each task and variant gets its first seed before any gets a second."""
+    return [Run(t, v, p, s) for s in config.seeds for t in config.tasks for p in config.positions
+            for v in config.variants]
 
 
 def task_arguments(config, task):
@@ -160,6 +163,7 @@ def attention_by_length(model, task, splits, examples):
     from .length_task import SyntheticDataset
 
     modules = [m for _, _, m in model.attention_modules()]
+    device = next(model.parameters()).device
     found = {}
     for split in splits:
         data = SyntheticDataset(task.examples(split)[:examples], task.dictionary, shuffle=False)
@@ -168,7 +172,7 @@ def attention_by_length(model, task, splits, examples):
             prompt_length = len(data.examples[i][0])
             for m in modules:
                 m.record_attention = True
-            model(data[i]["source"][None])
+            model(data[i]["source"][None].to(device))
             for m in modules:
                 probs = m.last_attention[0, :, prompt_length + 1:].double()  # (H, answer queries, keys)
                 entropy += float(-(probs * torch.log(probs.clamp(min=1e-30))).sum(-1).sum())
@@ -395,14 +399,12 @@ def run(config):
 
 
 def main(argv=None):
-    from .. import configs
-
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["score"]:  # run_one's scoring process: score CHECKPOINT OUT STATS_EXAMPLES DEVICE
         checkpoint, out, examples, device = argv[1:]
         Path(out).write_text(json.dumps(score(checkpoint, int(examples), device)) + "\n", encoding="utf-8")
         return 0
-    config = configs.parse(LengthStudyConfig, __doc__, argv)
+    config = parse(LengthStudyConfig, __doc__, argv)
     try:
         read_results(config)
     except ValueError as e:  # another study's results: a usage error, not a traceback

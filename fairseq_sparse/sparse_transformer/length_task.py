@@ -10,8 +10,8 @@ draw every epoch (``--train-examples`` a epoch); ``valid`` has ``--valid-example
 ``--valid-factor`` times ``--max-length`` (the length tuning may read), and ``test<F>x``
 (one split per factor of ``--test-factors``) ``--test-examples`` at F times it.  Every
 split's draw depends on the data seed and the split alone (fairseq's ``--seed`` draws
-the model's initialisation and the batches: runs of several seeds meet the same test sets).  :func:`exact_match` scores a split
-by greedy decoding of the answers.
+the model's initialisation and the batches: runs of several seeds meet the same test
+sets).  :func:`exact_match` scores a split by greedy decoding of the answers.
 """
 
 from dataclasses import dataclass, field
@@ -188,28 +188,35 @@ class LengthExtrapolationTask(FairseqTask):
         return None
 
 
+# Positions (rows x length^2 x heads) whose scores one scoring batch may hold at once.
+SCORE_BUDGET = 1 << 25
+
+
 @torch.no_grad()
 def exact_match(model, task, split, batch_size=100):
     """The share (in %) of ``split``'s examples whose answer greedy decoding gets exactly
-    right: from ``</s> prompt =``, the most probable next token, as many as the answer
-    has, token by token with the decoder's incremental state."""
+    right: from ``</s> prompt =``, the most probable next token, as many as the answer has.
+
+    Computed in one forward pass of ``</s> prompt = answer`` per batch: greedy decoding
+    reproduces the answer exactly when, at every answer position, the right token is the
+    most probable one given the right tokens before it (up to its first error greedy
+    decoding has fed exactly those tokens), so the answer is right when every answer
+    token is the argmax of its teacher-forced prediction.  A batch holds at most
+    ``batch_size`` examples, fewer for long ones (``SCORE_BUDGET``)."""
     dataset = SyntheticDataset(task.examples(split), task.dictionary, shuffle=False)
     model.eval()
-    device = next(model.parameters()).device
+    device = next(model.parameters(), torch.empty(0)).device
+    by_shape = {}
+    for prompt, answer in dataset.examples:  # one prompt and answer length a batch: no padding
+        by_shape.setdefault((len(prompt), len(answer)), []).append((prompt, answer))
     correct = 0
-    for start in range(0, len(dataset), batch_size):
-        batch = [dataset.examples[i] for i in range(start, min(start + batch_size, len(dataset)))]
-        by_shape = {}
-        for prompt, answer in batch:  # a batch of one prompt and answer length needs no padding
-            by_shape.setdefault((len(prompt), len(answer)), []).append((prompt, answer))
-        for (prompt_length, answer_length), group in by_shape.items():
-            prompts = torch.stack([dataset.encode(p, [])[:-1] for p, _ in group]).to(device)
-            answers = torch.stack([torch.tensor([task.dictionary.index(w) for w in a]) for _, a in group]).to(device)
-            state, tokens = {}, prompts[:, :1]
-            for t in range(1, prompt_length + 2 + answer_length):
-                logits = model.decoder(tokens, incremental_state=state)[0][:, -1]
-                following = prompts[:, t:t + 1] if t < prompts.shape[1] else logits.argmax(-1, keepdim=True)
-                tokens = torch.cat([tokens, following], 1)
-            got = tokens[:, prompts.shape[1]:prompts.shape[1] + answer_length]
-            correct += int((got == answers).all(1).sum())
+    for (prompt_length, answer_length), group in by_shape.items():
+        length = prompt_length + answer_length + 2
+        rows = max(1, min(batch_size, SCORE_BUDGET // (length * length * 4)))
+        for start in range(0, len(group), rows):
+            part = group[start:start + rows]
+            tokens = torch.stack([dataset.encode(p, a)[:-1] for p, a in part]).to(device)
+            logits = model(tokens)[0]
+            predicted = logits[:, prompt_length + 1:prompt_length + 1 + answer_length].argmax(-1)
+            correct += int((predicted == tokens[:, prompt_length + 2:]).all(1).sum())
     return 100.0 * correct / len(dataset)

@@ -134,3 +134,50 @@ def test_bad_arguments_are_refused_alike_on_every_path_and_numbers_of_any_librar
         == AlphaFloor(1.5, 10)
     with pytest.raises(ValueError, match="--alpha-floor-updates"):
         AlphaFloor(1.5, 2.5)
+
+
+def test_the_keys_a_query_sees_are_counted_from_every_mask():
+    from fairseq_sparse.entmax.fused_attention import keys_seen
+
+    assert keys_seen(5, 7, "cpu", causal=True).tolist() == [[3, 4, 5, 6, 7]]  # cached keys: aligned at the end
+    left = torch.tensor([[True, True, False, False, False]])  # left padding: counted from the first real key
+    assert keys_seen(5, 5, "cpu", causal=True, key_padding_mask=left).tolist() == [[1, 1, 1, 2, 3]]
+    assert keys_seen(3, 3, "cpu", key_padding_mask=torch.tensor([[False, False, True]])).tolist() == [[2, 2, 2]]
+    assert keys_seen(6, 6, "cpu", causal=True, window=2).tolist() == [[1, 2, 2, 2, 2, 2]]
+    assert keys_seen(6, 6, "cpu", causal=True, cu_seqlens=[0, 2, 6]).tolist() == [[1, 2, 1, 2, 3, 4]]
+    assert keys_seen(6, 6, "cpu", cu_seqlens=[0, 2, 6]).tolist() == [[2, 2, 4, 4, 4, 4]]
+
+
+@pytest.mark.parametrize("name", ["softmax", "entmax15", "alpha_entmax"])
+def test_a_length_scale_multiplies_each_query_by_the_factor_of_the_keys_it_sees(name):
+    """attend(length_scale=f): the queries times f(n), n counted from the masks, on the explicit
+    path (an additive mask included) and, under Triton's interpreter, on the fused one."""
+    from fairseq_sparse.entmax import has_triton_kernel, triton_kernel, use_backend
+
+    q, k, v = qkv(Tq=6, Tk=6)
+    padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    normalizer = get_normalizer(name)
+    alpha = torch.tensor([1.2, 1.5, 1.8], dtype=torch.float64) if normalizer.learned else None
+    seen_by = {}
+
+    def scale(seen):
+        seen_by["n"] = seen
+        return (1.0 + 0.3 * seen.double())[:, None, :, None]
+
+    out, _ = attend(q, k, v, normalizer, alpha=alpha, causal=True, key_padding_mask=padding, length_scale=scale)
+    n = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 4, 4]])
+    assert seen_by["n"].tolist() == n.tolist()
+    factor = (1.0 + 0.3 * n.double())[:, None, :, None]
+    want, _ = attend(q * factor, k, v, normalizer, alpha=alpha, causal=True, key_padding_mask=padding)
+    torch.testing.assert_close(out, want)
+    additive = torch.zeros(2, 1, 6, 6, dtype=torch.float64).masked_fill(
+        ~visible(6, 6, "cpu") | padding[:, None, None], torch.finfo(torch.float64).min)
+    got, _ = attend(q, k, v, normalizer, alpha=alpha, mask=additive, length_scale=scale)
+    assert seen_by["n"].tolist() == n.tolist()
+    torch.testing.assert_close(got[0], want[0])
+    if has_triton_kernel() and triton_kernel.INTERPRET and normalizer.sparse:
+        with use_backend("triton"):
+            fused, _ = attend(q.float(), k.float(), v.float(), normalizer, alpha=alpha if alpha is None else
+                              alpha.float(), causal=True, key_padding_mask=padding, length_scale=scale)
+        assert seen_by["n"].tolist() == n.tolist()
+        torch.testing.assert_close(fused[0].double(), want[0], atol=1e-5, rtol=1e-5)

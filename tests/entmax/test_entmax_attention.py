@@ -527,3 +527,38 @@ def test_packed_sequences_match_the_entmax_package_and_skip_other_sequences(alph
     with pytest.raises(ValueError, match="one batch row of as many queries as keys"):
         fused(q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), do.expand(2, -1, -1, -1),
               alpha, cu_seqlens=cu_seqlens)
+
+
+@pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.2, 1.5, 1.7, 2.0])], ids=["1.5", "per head"])
+@pytest.mark.parametrize("masks", ["causal", "full padded", "window", "packed"])
+def test_alibi_inside_the_tiles_matches_the_entmax_package(alpha, masks):
+    """ALiBi's bias, ``-slope_h |i + Tk - Tq - j|``, added inside the kernels' tiles (NAPE's
+    slopes: two heads biased, two not): the output and every gradient equal the reference's,
+    whose output is the entmax package's on the biased scores, over keys of several tiles."""
+    from fairseq_sparse.entmax.positions import alibi_slopes
+
+    T = 70
+    q, k, v, do = inputs(1, 4, T, T, 16, seed=11)
+    slopes = alibi_slopes(4, "nape")
+    kw = dict(alibi=slopes)
+    allowed = torch.ones(T, T, dtype=torch.bool)
+    if masks != "full padded":
+        kw["causal"] = True
+        allowed = allowed.tril()
+    if masks == "full padded":
+        kw["key_padding_mask"] = torch.arange(T)[None] >= 60
+        allowed = allowed & (torch.arange(T) < 60)[None, :]
+    if masks == "window":
+        kw["window"] = 9
+        allowed = allowed & (torch.arange(T)[None, :] > torch.arange(T)[:, None] - 9)
+    if masks == "packed":
+        kw["cu_seqlens"] = torch.tensor([0, 30, 70])
+        sequence = (torch.arange(T) >= 30).long()
+        allowed = allowed & (sequence[:, None] == sequence[None, :])
+    o, _ = check(q, k, v, do, alpha, **kw)
+    distance = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs().double()
+    scores = (q @ k.transpose(-1, -2)) * 16 ** -0.5 - slopes.double().view(1, -1, 1, 1) * distance
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    heads = alpha.double().view(1, -1, 1, 1) if torch.is_tensor(alpha) else alpha
+    want = reference_package.entmax_bisect(scores, heads, dim=-1, n_iter=100) @ v
+    assert_close(o, want, 2e-5, "output against the entmax package")

@@ -119,29 +119,40 @@ def test_the_decoder_only_model_trains_and_greedy_exact_match_is_decoding_by_rec
         examples = t.examples(split)
         want = 100.0 * sum(greedy_by_recomputation(model, t, p, len(a)) == a for p, a in examples) / len(examples)
         assert length_task.exact_match(model, t, split, batch_size=4) == want
-    # A model that answers right: the reference's answers scored as the model's give 100.
+    # A model that answers right: the reference's answers scored as the model's give 100; one
+    # that errs at the third answer token of the prompts that start with a symbol below 10
+    # loses exactly those (and greedy decoding by recomputation agrees example by example).
     assert length_task.exact_match(_Oracle(t), t, "test1x") == 100.0
+    wrong = _Oracle(t, errs=lambda prompt: int(prompt[0]) < 10)
+    examples = t.examples("test2x")
+    want = [not int(p[0]) < 10 for p, _ in examples]
+    assert 0 < sum(want) < len(want)
+    assert [greedy_by_recomputation(wrong, t, p, len(a)) == a for p, a in examples] == want
+    assert length_task.exact_match(wrong, t, "test2x") == 100.0 * sum(want) / len(want)
 
 
 class _Oracle(torch.nn.Module):
-    """A stand-in decoder that gives the right next token of every example (the reverse of its prompt)."""
+    """A stand-in decoder that gives the right next token of every example (the reverse of its
+    prompt), but the third answer token of the prompts ``errs`` names, for which it gives "="."""
 
-    def __init__(self, t):
+    def __init__(self, t, errs=lambda prompt: False):
         super().__init__()
-        self.t = t
+        self.t, self.errs = t, errs
         object.__setattr__(self, "decoder", self)  # not a submodule of itself
 
     def forward(self, tokens, incremental_state=None):
         d = self.t.dictionary
         logits = torch.zeros(tokens.shape[0], tokens.shape[1], len(d))
         for row in range(tokens.shape[0]):
-            words = [d[i] for i in tokens[row]]
-            if length_task.ANSWER in words:
-                at = words.index(length_task.ANSWER)
-                answer = synthetic.answer_of("reverse", words[1:at])
-                done = len(words) - at - 1
-                if done < len(answer):
-                    logits[row, -1, d.index(answer[done])] = 1.0
+            for position in range(tokens.shape[1]):  # the next token after each prefix
+                words = [d[i] for i in tokens[row, :position + 1]]
+                if length_task.ANSWER in words:
+                    at = words.index(length_task.ANSWER)
+                    answer = synthetic.answer_of("reverse", words[1:at])
+                    done = len(words) - at - 1
+                    if done < len(answer):
+                        wrong = done == 2 and self.errs(words[1:at])
+                        logits[row, position, d.index(length_task.ANSWER if wrong else answer[done])] = 1.0
         return logits, None
 
 
