@@ -190,4 +190,4 @@ def ape_trained(tmp_path_factory, tiny_bert):
 
 
 def pytest_collection_modifyitems(items):
-    ordering.scripts_first(items)
+    ordering.long_first(items)
