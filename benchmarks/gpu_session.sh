@@ -174,15 +174,16 @@ vae)
 length)
     # The length-extrapolation study at the paper's model size (6 layers, 256 wide, 8 heads of
     # 32), its tasks generated on the device (nothing to carry but the wheels): softmax,
-    # 1.5-entmax, ASEntmax and ASEntmax with learned alphas on reverse and sort, NAPE
-    # positions, one seed, 4 runs at a time on the GPU, then scored at 1x to 8x there.
+    # 1.5-entmax, ASEntmax and ASEntmax with learned alphas (the scale's start the paper's) on
+    # reverse and sort, NAPE positions, one seed, 4 runs at a time on the GPU, then scored at
+    # 1x to 8x there.
     # Called again on the same (warm) machine, finished runs are skipped and unfinished ones
     # train on from their last checkpoint (LENGTH_UPDATES raises the updates of every run).
     install
     {
         device_info
         timeout 560 python3 scripts/length_study.py --device cuda --out /tmp/length --results /tmp/length/results \
-            --tasks reverse sort --variants softmax entmax15 asentmax alpha_asentmax --seeds 1 --layers 6 \
+            --tasks reverse sort --variants softmax entmax15 asentmax_paper alpha_asentmax_paper --seeds 1 --layers 6 \
             --embed-dim 256 --heads 8 --batch-size 128 --lr 5e-4 --warmup 1000 \
             --updates "${LENGTH_UPDATES:-4000}" --validate-every 1000 --test-factors 1,2,4,8 --test-examples 500 \
             --jobs 4

@@ -1,8 +1,9 @@
 """The length-extrapolation study (fairseq_sparse.sparse_transformer.length_study): decoder-only
-models trained on synthetic tasks at prompt lengths 32 to 64, scored at 1x to 16x, one per task,
-attention variant, position option and seed; resumable, results gathered in RESULTS/.
+models trained on synthetic tasks at prompt lengths 16 to 32 (--min-length, --max-length), scored
+at 1x to 16x, one per task, attention variant, position option and seed; resumable, results
+gathered in RESULTS/.
 
-    python scripts/length_study.py [--tasks reverse sort associative_recall] [--seeds 1 2 3] [--jobs 2]
+    python scripts/length_study.py [--tasks copy flip_flop sort] [--seeds 1 2 3] [--jobs 2]
 """
 
 import sys

@@ -171,7 +171,8 @@ def test_lora_trains_the_alphas_saves_and_merges_them(tmp_path):
     torch.testing.assert_close(logits(final, tok), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("normalizer, form", [("entmax15", "adaptive"), ("alpha_entmax", "log"), ("softmax", "log")])
+@pytest.mark.parametrize("normalizer, form", [("entmax15", "adaptive"), ("alpha_entmax", "log"), ("softmax", "log"),
+                                                     ("alpha_entmax", "adaptive_paper")])
 def test_a_length_scale_decodes_with_the_cache_as_recomputed_and_is_saved(tmp_path, normalizer, form):
     tok = tokenizer(tmp_path / "llama")
     torch.manual_seed(0)

@@ -12,6 +12,11 @@ of keys it may see, so that the normaliser's scores keep their spread as the con
   at zero and b_b at ``softplus^-1(ADAPTIVE_BETA_START)``, so that the factor starts within
   ``ADAPTIVE_BETA_START`` of 1 at every length: a near-identity start, which lets a model
   first learn its task unscaled.
+- ``adaptive_paper``: the same factor started as ASEntmax's own code starts it: W_b and W_g
+  at ``nn.Linear``'s default (uniform within 1/sqrt(embed_dim)), the biases at zero, so that
+  beta starts near softplus(0) = 0.69 and gamma varies by token: the factor depends on n
+  from the first update.  Training lengths alone give a model little reason to grow beta
+  from the near-identity start; this start has it depend on n before the task is learned.
 
 log(n + 1) as in ASEntmax's own code: the first query's factor is finite and nonzero.
 n is counted by :func:`~.fused_attention.keys_seen` from the attention's masks: the
@@ -25,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LENGTH_SCALES = ("none", "log", "adaptive")
+LENGTH_SCALES = ("none", "log", "adaptive", "adaptive_paper")
 ADAPTIVE_BETA_START = 1e-3
 # gamma = GAMMA_RANGE tanh(.), as ASEntmax bounds it.
 GAMMA_RANGE = 2.0
@@ -40,10 +45,10 @@ def check_length_scale(form, option="--length-scale"):
 class LengthScale(nn.Module):
     """The query factor of ``form`` for ``heads`` heads, on the heads ``scaled`` (a (heads,)
     bool mask; None: all), the others keeping factor 1.  ``embed_dim``: the layer input's
-    width, which ``adaptive`` predicts beta and gamma from.
+    width, which the adaptive forms predict beta and gamma from.
 
     ``forward(seen, x)``: ``seen`` (B or 1, Tq) keys each query sees, ``x`` (B, Tq, E) the
-    layer input (``adaptive`` only) -> the factor (B or 1, H, Tq, 1), float32.
+    layer input (the adaptive forms only) -> the factor (B or 1, H, Tq, 1), float32.
     """
 
     def __init__(self, form, heads, embed_dim=None, scaled=None):
@@ -63,19 +68,28 @@ class LengthScale(nn.Module):
             self.weight = nn.Parameter(torch.ones(count))
         else:
             if embed_dim is None:
-                raise ValueError("LengthScale('adaptive') predicts from the layer input: give embed_dim")
+                raise ValueError(f"LengthScale({form!r}) predicts from the layer input: give embed_dim")
             self.beta = nn.Linear(embed_dim, count)
             self.gamma = nn.Linear(embed_dim, count)
             self.reset_parameters()
 
+    @property
+    def reads_input(self):
+        """Whether ``forward`` needs the layer input ``x`` (the adaptive forms)."""
+        return self.form != "log"
+
     def reset_parameters(self):
-        if self.form == "adaptive":
-            for layer in (self.beta, self.gamma):
-                nn.init.zeros_(layer.weight)
-                nn.init.zeros_(layer.bias)
-            nn.init.constant_(self.beta.bias, math.log(math.expm1(ADAPTIVE_BETA_START)))
-        else:
+        if self.form == "log":
             nn.init.ones_(self.weight)
+            return
+        for layer in (self.beta, self.gamma):
+            if self.form == "adaptive":
+                nn.init.zeros_(layer.weight)
+            else:
+                layer.reset_parameters()
+            nn.init.zeros_(layer.bias)
+        if self.form == "adaptive":
+            nn.init.constant_(self.beta.bias, math.log(math.expm1(ADAPTIVE_BETA_START)))
 
     def forward(self, seen, x=None):
         log_n = torch.log1p(seen.float().clamp(min=1))[:, None, :, None]  # (B, 1, Tq, 1)
@@ -83,7 +97,7 @@ class LengthScale(nn.Module):
             factor = self.weight.float()[None, :, None, None] * log_n
         else:
             if x is None:
-                raise ValueError("LengthScale('adaptive') needs the layer input x")
+                raise ValueError(f"LengthScale({self.form!r}) needs the layer input x")
             beta = F.softplus(self.beta(x).float()).transpose(1, 2)[..., None]  # (B, S, Tq, 1)
             gamma = GAMMA_RANGE * torch.tanh(self.gamma(x).float()).transpose(1, 2)[..., None]
             factor = 1.0 + beta * log_n ** gamma

@@ -229,8 +229,9 @@ def _add_length_scales(model, form):
     for module in attention_modules(model).values():
         if isinstance(getattr(module, LENGTH_SCALE, None), LengthScale):
             continue
-        setattr(module, LENGTH_SCALE, LengthScale(form, query_heads(module), width))
-        if form == "adaptive":
+        scale = LengthScale(form, query_heads(module), width)
+        setattr(module, LENGTH_SCALE, scale)
+        if scale.reads_input:
             module.register_forward_pre_hook(_keep_layer_input, with_kwargs=True)
             module.register_forward_hook(_drop_layer_input, with_kwargs=True)
 
@@ -282,7 +283,7 @@ def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floo
     ``floor`` (a :class:`~fairseq_sparse.entmax.AlphaFloor`) is the conversion recipe: the
     heads' lowest alpha rises with the updates that :func:`set_num_updates` (or the Trainer
     callback, :class:`fairseq_sparse.hf.trainer.SparseAttentionCallback`) reports.
-    ``length_scale`` (:mod:`fairseq_sparse.entmax.length_scale`: ``"log"`` or ``"adaptive"``)
+    ``length_scale`` (:mod:`fairseq_sparse.entmax.length_scale`: ``"log"``, ``"adaptive"`` or ``"adaptive_paper"``)
     gives each attention module a :class:`~fairseq_sparse.entmax.length_scale.LengthScale`
     (the submodule ``length_scale``, its weights saved with the model), which multiplies every
     query by a factor growing with the keys it sees; the adaptive form predicts it from the

@@ -25,7 +25,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
     ``add_zero_attn`` are refused: no architecture of the package uses them.
 
     ``positions`` (:mod:`~fairseq_sparse.entmax.positions`: none, alibi, rope, nape) and
-    ``length_scale`` (:mod:`~fairseq_sparse.entmax.length_scale`: none, log, adaptive) serve
+    ``length_scale`` (:mod:`~fairseq_sparse.entmax.length_scale`: none, log, adaptive, adaptive_paper) serve
     self-attention, for length extrapolation: RoPE rotates the queries and the keys here, at
     their positions after the cached keys, before the keys are cached; ALiBi's slopes and
     the length scale (bound to this layer's input) go to ``attend``.

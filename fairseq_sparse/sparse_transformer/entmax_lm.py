@@ -32,7 +32,8 @@ class LengthExtrapolationOptions(FairseqDataclass):
     length_scale: str = field(default="none", metadata={
         "help": f"queries scaled by the keys they see, n: one of {', '.join(LENGTH_SCALES)} (log: a learned "
                 "s_h log(n + 1) per head, scalable softmax's; adaptive: 1 + beta log(n + 1)^gamma with beta and "
-                "gamma predicted per token and head, ASEntmax's, started near 1); under --positions nape only "
+                "gamma predicted per token and head, ASEntmax's, started near 1; adaptive_paper: the same started as "
+                "ASEntmax's code starts it, beta near 0.69 and gamma by token); under --positions nape only "
                 "the heads without ALiBi are scaled"})
 
 

@@ -7,7 +7,8 @@ whose Table 1 this measures against).
 
 Variants (:data:`VARIANTS`): softmax; scalable softmax (softmax with the ``log`` length
 scale); 1.5-entmax; alpha-entmax with a learnable alpha per head; ASEntmax (1.5-entmax with
-the ``adaptive`` length scale); and the adaptive scale with learnable alphas.
+the adaptive length scale) and the adaptive scale with learnable alphas, each with the
+scale's near-identity start (``adaptive``) or ASEntmax's own (``adaptive_paper``).
 
 Each run trains with ``fairseq-train`` (resumed from its last checkpoint when the study is
 run again), keeps the checkpoint of lowest loss on ``valid`` (at 1.5x: the only length the
@@ -40,9 +41,15 @@ VARIANTS = {
     "scalable_softmax": ("softmax", "log", "scalable softmax"),
     "entmax15": ("entmax15", "none", "1.5-entmax"),
     "alpha_entmax": ("alpha_entmax", "none", "alpha-entmax"),
-    "asentmax": ("entmax15", "adaptive", "ASEntmax (1.5)"),
-    "alpha_asentmax": ("alpha_entmax", "adaptive", "ASEntmax, learned alpha"),
+    "asentmax": ("entmax15", "adaptive", "ASEntmax (1.5), identity start"),
+    "alpha_asentmax": ("alpha_entmax", "adaptive", "ASEntmax, learned alpha, identity start"),
+    "asentmax_paper": ("entmax15", "adaptive_paper", "ASEntmax (1.5), paper's start"),
+    "alpha_asentmax_paper": ("alpha_entmax", "adaptive_paper", "ASEntmax, learned alpha, paper's start"),
 }
+# The variants a study runs unless told: the adaptive scale with the start that lets it depend
+# on n from the first update (docs/results/sparse_transformer.md#length-extrapolation-cpu).
+DEFAULT_VARIANTS = ("softmax", "scalable_softmax", "entmax15", "alpha_entmax", "asentmax_paper",
+                    "alpha_asentmax_paper")
 POSITION_CHOICES = ("nape", "none", "alibi", "rope")
 
 # Vasylenko et al. (ICLR 2026), Table 1, exact match (%) as quoted by the issue this study
@@ -64,7 +71,7 @@ class LengthStudyConfig:
         "help": "results.json (every finished run, read back to skip them), results.md and exact_match.png"})
     tasks: tuple[str, ...] = field(default=("copy", "flip_flop", "sort"), metadata={
         "help": "synthetic tasks", "choices": ("copy", "reverse", "sort", "associative_recall", "flip_flop")})
-    variants: tuple[str, ...] = field(default=tuple(VARIANTS), metadata={
+    variants: tuple[str, ...] = field(default=DEFAULT_VARIANTS, metadata={
         "help": "attention variants", "choices": tuple(VARIANTS)})
     positions: tuple[str, ...] = field(default=("nape",), metadata={
         "help": "position options (entmax_transformer_lm's --positions)", "choices": POSITION_CHOICES})
@@ -160,20 +167,26 @@ def load(path):
 @torch.no_grad()
 def attention_by_length(model, task, splits, examples):
     """{split: {"entropy": mean entropy (nats), "kept": mean keys with nonzero weight, "seen": mean keys a
-    query may see}} over the answer's queries of ``examples`` examples, every head and layer."""
+    query may see, and with a length scale "factor": its mean query factor on the scaled heads}} over the
+    answer's queries of ``examples`` examples, every head and layer."""
     from .length_task import SyntheticDataset
 
     modules = [m for _, _, m in model.attention_modules()]
+    scales = [m.length_scale for m in modules if m.length_scale is not None]
+    factors = []
+    hooks = [s.register_forward_hook(lambda s, _, out: factors.append(out[:, list(s.scaled_heads)])) for s in scales]
     device = next(model.parameters()).device
     found = {}
     for split in splits:
         data = SyntheticDataset(task.examples(split)[:examples], task.dictionary, shuffle=False)
-        entropy = kept = seen = count = 0.0
+        entropy = kept = seen = count = factor = 0.0
         for i in range(len(data)):
             prompt_length = len(data.examples[i][0])
             for m in modules:
                 m.record_attention = True
+            factors.clear()
             model(data[i]["source"][None].to(device))
+            factor += sum(float(f[0, :, prompt_length + 1:].mean()) for f in factors) / max(len(factors), 1)
             for m in modules:
                 probs = m.last_attention[0, :, prompt_length + 1:].double()  # (H, answer queries, keys)
                 entropy += float(-(probs * torch.log(probs.clamp(min=1e-30))).sum(-1).sum())
@@ -183,12 +196,17 @@ def attention_by_length(model, task, splits, examples):
                 count += probs.shape[0] * probs.shape[1]
                 m.record_attention, m.last_attention = False, None
         found[split] = {"entropy": entropy / count, "kept": kept / count, "seen": seen / count}
+        if scales:
+            found[split]["factor"] = factor / len(data)
+    for hook in hooks:
+        hook.remove()
     return found
 
 
 def learned_parameters(model):
-    """The learned alphas (per layer, per head) and length scales (the ``log`` form's weights,
-    or the ``adaptive`` form's mean beta and gamma biases), for the report."""
+    """The learned alphas (per layer, per head) and the ``log`` length scale's weights, for the
+    report (the adaptive forms' factors depend on the token: :func:`attention_by_length` reports
+    their mean by length)."""
     found = {"alpha": [], "scale": []}
     for _, _, module in model.attention_modules():
         if module.head_alpha is not None:
@@ -196,10 +214,6 @@ def learned_parameters(model):
         scale = module.length_scale
         if scale is not None and scale.form == "log":
             found["scale"].append([round(float(w), 4) for w in scale.weight])
-        elif scale is not None:
-            found["scale"].append({"beta_start": [round(float(torch.nn.functional.softplus(b)), 4)
-                                                  for b in scale.beta.bias],
-                                   "gamma_start": [round(float(2 * torch.tanh(b)), 4) for b in scale.gamma.bias]})
     return found
 
 
@@ -310,7 +324,7 @@ def table(config, found):
                          f" | " + " | ".join(cells) + " | " +
                          (", ".join(f"{f}x {v:g}" for f, v in paper.items()) or "-") + " |")
         lines += ["", "Attention on the answer's queries (every head and layer): entropy in nats / keys kept "
-                  "(keys a query may see).", "",
+                  "(keys a query may see); with a length scale, its mean query factor on the scaled heads.", "",
                   "| variant | " + " | ".join(s[4:] for s in splits) + " |", "| --- | " +
                   " | ".join("---" for _ in splits) + " |"]
         for variant in VARIANTS:
@@ -321,7 +335,8 @@ def table(config, found):
             for s in splits:
                 a = [r["attention"][s] for r in rs if s in r["attention"]]
                 cells.append("-" if not a else f"{statistics.mean(x['entropy'] for x in a):.2f} / "
-                             f"{statistics.mean(x['kept'] for x in a):.1f} ({statistics.mean(x['seen'] for x in a):.0f})")
+                             f"{statistics.mean(x['kept'] for x in a):.1f} ({statistics.mean(x['seen'] for x in a):.0f})"
+                             + (f"; x{statistics.mean(x['factor'] for x in a):.2f}" if all('factor' in x for x in a) else ""))
             lines.append(f"| {VARIANTS[variant][2]} | " + " | ".join(cells) + " |")
         learned = [(r["variant"], r["seed"], r["learned"]) for r in done.values()
                    if (r["task"], r["positions"]) == (task, positions) and (r["learned"]["alpha"] or r["learned"]["scale"])]

@@ -9,7 +9,7 @@ import pytest
 from fairseq_sparse.sparse_transformer import length_study
 from tests.conftest import run_script
 
-SMALL = ["--tasks", "reverse", "--variants", "softmax", "alpha_asentmax", "--seeds", "1", "--updates", "3",
+SMALL = ["--tasks", "reverse", "--variants", "softmax", "alpha_asentmax_paper", "--seeds", "1", "--updates", "3",
          "--validate-every", "2", "--min-length", "3", "--max-length", "5", "--test-factors", "1,2",
          "--test-examples", "5", "--valid-examples", "4", "--stats-examples", "2", "--layers", "1",
          "--embed-dim", "16", "--heads", "2", "--batch-size", "4"]
@@ -26,19 +26,22 @@ def test_runs_are_scored_gathered_and_not_redone(tmp_path):
     first = run(*SMALL, "--out", out, "--results", results, "--jobs", "2")
     assert "2 runs to do, 0 done" in first.stdout
     found = json.loads((results / "results.json").read_text())
-    assert set(found["runs"]) == {"reverse/nape/softmax/seed1", "reverse/nape/alpha_asentmax/seed1"}
-    got = found["runs"]["reverse/nape/alpha_asentmax/seed1"]
+    assert set(found["runs"]) == {"reverse/nape/softmax/seed1", "reverse/nape/alpha_asentmax_paper/seed1"}
+    got = found["runs"]["reverse/nape/alpha_asentmax_paper/seed1"]
     assert set(got["exact_match"]) == {"valid", "test1x", "test2x"}
     assert all(0 <= v <= 100 for v in got["exact_match"].values())
     attention = got["attention"]["test2x"]
     assert attention["seen"] > got["attention"]["test1x"]["seen"] and 0 < attention["kept"] <= attention["seen"]
     assert len(got["learned"]["alpha"]) == 1 and len(got["learned"]["alpha"][0]) == 2  # a layer of two heads
-    assert got["learned"]["scale"][0]["beta_start"] and got["best_update"] in (2, 3)
+    assert got["best_update"] in (2, 3)
+    # The adaptive scale's mean factor on its heads, by length (ASEntmax's start: beta near 0.69).
+    assert all(got["attention"][s]["factor"] > 1 for s in ("test1x", "test2x"))
     softmax = found["runs"]["reverse/nape/softmax/seed1"]
+    assert "factor" not in softmax["attention"]["test1x"]
     # Softmax keeps every key a query sees.
     assert softmax["attention"]["test2x"]["kept"] == pytest.approx(softmax["attention"]["test2x"]["seen"])
     md = (results / "results.md").read_text()
-    assert "## reverse, positions nape" in md and "| softmax | 1 |" in md and "| ASEntmax, learned alpha | 1 |" in md
+    assert "## reverse, positions nape" in md and "| softmax | 1 |" in md and "| ASEntmax, learned alpha, paper's start | 1 |" in md
     assert "2x 0, 4x 0" in md  # the paper's softmax on reverse, beside ours
     assert (results / "exact_match.png").stat().st_size > 5000
     # Again: nothing to train, the same results.

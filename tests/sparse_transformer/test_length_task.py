@@ -157,7 +157,8 @@ class _Oracle(torch.nn.Module):
 
 
 @pytest.mark.parametrize("positions, length_scale", [
-    ("none", "none"), ("alibi", "log"), ("rope", "adaptive"), ("nape", "log"), ("fairseq", "adaptive")])
+    ("none", "none"), ("alibi", "log"), ("rope", "adaptive"), ("nape", "log"), ("fairseq", "adaptive"),
+    ("nape", "adaptive_paper")])
 def test_each_position_and_length_scale_decodes_incrementally_as_it_computes_whole(positions, length_scale):
     t, args = task(synthetic_task="copy", positions=positions, length_scale=length_scale,
                    attention_normalizer="alpha_entmax")
