@@ -65,14 +65,14 @@ except ImportError:
     adasplash = None
 
 
-def unfused(normalise, causal):
+def unfused(normalize, causal):
     def attention(q, k, v):
         scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
         if causal:
             T = scores.shape[-1]
             future = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        return torch.matmul(normalise(scores), v)
+        return torch.matmul(normalize(scores), v)
     return attention
 
 

@@ -88,7 +88,7 @@ def count(rows, args, q, k, v, alpha, tiles, scale=None, causal=None, cu_seqlens
     fwd, fwd_all, bwd, bwd_all, held, least = visits(q, k, v, alpha, causal, tiles, scale, cu_seqlens, args.window)
     total = (fwd + bwd) / (fwd_all + bwd_all)
     floor = None if least is None else (least + bwd) / (fwd_all + bwd_all)
-    print(f"| {row['T']} | {row['input']} | {held:.2f} | {row['normaliser']} | {fwd / fwd_all:.2f}x | "
+    print(f"| {row['T']} | {row['input']} | {held:.2f} | {row['normalizer']} | {fwd / fwd_all:.2f}x | "
           f"{bwd / bwd_all:.2f}x | {total:.3f}x | {'-' if floor is None else f'{floor:.3f}x'} |", flush=True)
     rows.append(dict(row, density=held, causal=causal, packed=cu_seqlens is not None, window=args.window,
                      forward=fwd / fwd_all, backward=bwd / bwd_all, total=total, least=floor))
@@ -123,7 +123,9 @@ def main():
     if args.window is not None and not args.causal:
         parser.error("--window needs --causal (a sliding window is causal)")
     if args.sources:
-        rows = [row for path in args.sources for row in json.load(open(path))]
+        # Files written before the column was spelt "normalizer" name it "normaliser".
+        rows = [{("normalizer" if k == "normaliser" else k): v for k, v in row.items()}
+                for path in args.sources for row in json.load(open(path))]
         plot(rows, args.plot)
         return
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -150,7 +152,7 @@ def main():
                 name = family if density is None else f"{family} ({density:g} asked)"
                 for label, alpha in (("1.5-entmax", 1.5),
                                      ("alpha per head", torch.linspace(1.25, 1.75, args.heads))):
-                    count(rows, args, q, k, v, alpha, tiles, T=T, input=name, family=family, normaliser=label)
+                    count(rows, args, q, k, v, alpha, tiles, T=T, input=name, family=family, normalizer=label)
     for path in args.captured:
         for layer in attention_inputs.captured(path):
             q, k, v = layer.q.to(device), layer.k.to(device), layer.v.to(device)
@@ -159,7 +161,7 @@ def main():
                 weights = attention_inputs.attention_density(layer, alpha)
                 count(rows, args, q, k, v, alpha, tiles, layer.scale, layer.causal, layer.cu_seqlens, T=q.shape[2],
                       input=f"captured {layer.module}{packed} (attention density {weights:.2f})", family="captured",
-                      module=layer.module, normaliser=label, attention_density=weights)
+                      module=layer.module, normalizer=label, attention_density=weights)
     if args.plot:
         plot(rows, args.plot)
 
@@ -175,9 +177,9 @@ def plot(rows, path):
 
     fig, ax = plt.subplots(figsize=(6.4, 5.6), layout="constrained")
     def key(r):
-        return r["family"], r["T"], r["normaliser"], r["causal"], r.get("packed", False)
+        return r["family"], r["T"], r["normalizer"], r["causal"], r.get("packed", False)
 
-    shown = [r for r in rows if r["family"] == "structured" or r["normaliser"] == "learned alphas"]
+    shown = [r for r in rows if r["family"] == "structured" or r["normalizer"] == "learned alphas"]
     for i, (family, T, label, causal, packed) in enumerate(sorted({key(r) for r in shown})):
         points = sorted((r["density"], r["total"]) for r in shown if key(r) == (family, T, label, causal, packed))
         captured = family == "captured"

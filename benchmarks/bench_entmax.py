@@ -28,7 +28,7 @@ def per_head_alpha(heads):
     return torch.linspace(1.25, 1.75, heads).view(1, heads, 1, 1).requires_grad_()
 
 
-def normalisers(heads, include_reference):
+def normalizers(heads, include_reference):
     alpha = per_head_alpha(heads)
     fns = {
         "softmax": lambda x: torch.softmax(x, -1),
@@ -62,7 +62,7 @@ def _peak_child(name, shape, heads, queue):
     torch.manual_seed(0)
     x = torch.randn(shape, requires_grad=True)
     up = torch.randn(shape)
-    fn = normalisers(heads, include_reference=True)[name]
+    fn = normalizers(heads, include_reference=True)[name]
     fn(x[:1]).backward(up[:1])  # load kernels and lazy state before measuring
     x.grad = None
     with open("/proc/self/clear_refs", "w") as f:
@@ -101,7 +101,7 @@ def main():
         shape = (args.batch, args.heads, T, T)
         x = torch.randn(shape, requires_grad=True)
         up = torch.randn(shape)
-        fns = normalisers(args.heads, include_reference=not args.no_reference)
+        fns = normalizers(args.heads, include_reference=not args.no_reference)
         base = time_fwd_bwd(fns["softmax"], x, up)
         line = f"\nT={T}: softmax {base * 1e3:.2f} ms"
         if args.memory:

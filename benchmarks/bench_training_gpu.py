@@ -203,8 +203,8 @@ def attention_call_us(device, batch, length, heads, head_dim, calls=50):
     do = torch.randn_like(q)
     scale = head_dim ** -0.5
 
-    def explicit(normalise):  # scores stored, then the row-wise normaliser (Triton on CUDA)
-        return lambda: normalise(torch.matmul(q, k.transpose(-1, -2)).float() * scale).to(dtype) @ v
+    def explicit(normalize):  # scores stored, then the row-wise normaliser (Triton on CUDA)
+        return lambda: normalize(torch.matmul(q, k.transpose(-1, -2)).float() * scale).to(dtype) @ v
 
     variants = {
         "SDPA": lambda: F.scaled_dot_product_attention(q, k, v),

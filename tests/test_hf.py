@@ -72,7 +72,7 @@ def masked_outputs(kind, output, batch):
 
 
 @contextlib.contextmanager
-def softmax_swapped(model, normalise):
+def softmax_swapped(model, normalize):
     """transformers' eager attention with its softmax replaced by ``normalise(scores, module)``:
     the reference each sparse attention is checked against."""
     current = {}
@@ -81,7 +81,7 @@ def softmax_swapped(model, normalise):
     softmax = torch.nn.functional.softmax
 
     def swapped(x, dim=None, dtype=None, **kwargs):
-        return normalise(x.to(dtype or x.dtype), current["module"]).to(dtype or x.dtype)
+        return normalize(x.to(dtype or x.dtype), current["module"]).to(dtype or x.dtype)
 
     torch.nn.functional.softmax = swapped
     try:
@@ -93,8 +93,8 @@ def softmax_swapped(model, normalise):
             h.remove()
 
 
-def package_normaliser(name):
-    def normalise(x, module):
+def package_normalizer(name):
+    def normalize(x, module):
         # Eager masks add finfo.min, on which entmax_bisect's bisection gives NaN for a padding
         # query that sees no key; -1e6 is as masked for every query that sees one.
         x = x.clamp_min(-1e6)
@@ -104,7 +104,7 @@ def package_normaliser(name):
             return entmax_package.entmax15(x.double(), dim=-1).float()
         alpha = module.head_alpha().double().view(1, -1, 1, 1).expand(x.shape[0], -1, x.shape[2], 1)
         return entmax_package.entmax_bisect(x.double(), alpha, dim=-1, n_iter=80).float()
-    return normalise
+    return normalize
 
 
 @pytest.mark.parametrize("kind", MODELS)
@@ -126,11 +126,11 @@ def test_softmax_through_our_path_is_transformers_eager_attention(kind):
 
 @pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15", "alpha_entmax"])
 @pytest.mark.parametrize("kind", MODELS)
-def test_each_sparse_normaliser_is_eager_attention_with_the_entmax_package(kind, normalizer):
+def test_each_sparse_normalizer_is_eager_attention_with_the_entmax_package(kind, normalizer):
     model, batch = build(kind), inputs(kind)
     hf.sparsify(model, normalizer)
     got = model(**batch, output_attentions=True)
-    with softmax_swapped(model, package_normaliser(normalizer)):
+    with softmax_swapped(model, package_normalizer(normalizer)):
         want = model(**batch, output_attentions=True)
     torch.testing.assert_close(masked_outputs(kind, got.logits if kind != "bert" else got.last_hidden_state, batch),
                                masked_outputs(kind, want.logits if kind != "bert" else want.last_hidden_state, batch),
@@ -175,7 +175,7 @@ def test_gradients_reach_every_heads_alpha_and_training_moves_them(kind):
 
 
 @pytest.mark.parametrize("kind", MODELS)
-def test_saved_and_loaded_with_the_same_normaliser_alphas_and_outputs(tmp_path, kind):
+def test_saved_and_loaded_with_the_same_normalizer_alphas_and_outputs(tmp_path, kind):
     model, batch = build(kind), inputs(kind)
     hf.sparsify(model, "alpha_entmax")
     with torch.no_grad():  # alphas that are not a fresh draw of the loading model's
@@ -264,7 +264,7 @@ def test_bad_arguments_are_named():
         output_of(model, inputs("bert"))
 
 
-def test_every_normaliser_of_the_registry_is_an_attention_implementation():
+def test_every_normalizer_of_the_registry_is_an_attention_implementation():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
@@ -433,7 +433,7 @@ def test_a_sliding_window_model_is_eager_attention_and_reaches_the_fused_kernel(
     batch = inputs("llama")
     hf.sparsify(model, normalizer, **({"alpha_init": "random"} if normalizer == "alpha_entmax" else {}))
     want = masked_outputs("llama", output_of(model, batch), batch)
-    with softmax_swapped(model, package_normaliser(normalizer)):
+    with softmax_swapped(model, package_normalizer(normalizer)):
         eager = masked_outputs("llama", output_of(model, batch), batch)
     torch.testing.assert_close(want, eager, atol=1e-5, rtol=1e-4)
     model.set_attn_implementation(normalizer)

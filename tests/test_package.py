@@ -43,7 +43,7 @@ print(sorted(m for m in sys.modules if m == "fairseq" or m.startswith("fairseq."
 """
 
 
-def test_the_normalisers_import_without_fairseq():
+def test_the_normalizers_import_without_fairseq():
     """``import fairseq_sparse.entmax`` needs torch alone: fairseq is not imported, so
     nothing of it is patched."""
     proc = subprocess.run([sys.executable, "-c", ENTMAX_ONLY], cwd=REPO, capture_output=True, text=True, check=True)

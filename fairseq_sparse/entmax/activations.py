@@ -360,7 +360,7 @@ class EntmaxAlphaFunction(Function):
         return dx, dalpha, None, None
 
 
-def _without_rows(x, dim, normalise):
+def _without_rows(x, dim, normalize):
     """The shapes the row kernels cannot take, handled as softmax handles them: a 0-d
     tensor is one row of one score (probability 1), and an empty tensor (no rows, or
     rows with no entries) gives an empty result.  None for every other shape."""
@@ -370,7 +370,7 @@ def _without_rows(x, dim, normalise):
     if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
         raise IndexError(f"dim {dim} is out of range for a tensor of {x.dim()} dimensions")
     if x.dim() == 0:
-        return normalise(x.reshape(1), 0).reshape(())
+        return normalize(x.reshape(1), 0).reshape(())
     if x.numel() == 0:
         return x.clone()
     return None

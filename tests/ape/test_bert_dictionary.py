@@ -30,12 +30,12 @@ def test_punctuation_inside_a_data_token_continues_the_word(tokenizer):
 @pytest.mark.parametrize("corpus", [("wmt16-17-en-de-it-subset", "train."), ("wmt17-de-en-pharma", "de-en.train.")])
 def test_merging_wordpieces_gives_back_the_data_tokenisation(tokenizer, corpus):
     prefix = shared_data("ape", corpus[0]) / corpus[1]
-    normalise = tokenizer.backend_tokenizer.normalizer.normalize_str  # the uncased BERT's lowercasing
+    normalize = tokenizer.backend_tokenizer.normalizer.normalize_str  # the uncased BERT's lowercasing
     for field in FIELDS:
         lines = read(prefix, field, 4000)
         encoded = wordpiece_ids(tokenizer, lines)
         wrong = [(line, got) for line, got in zip(lines, model_spelling(tokenizer, lines))
-                 if got != " ".join(normalise(line).split())]
+                 if got != " ".join(normalize(line).split())]
         # Only characters the vocabulary cannot spell ([UNK]) may differ.
         assert all("[UNK]" in got for _, got in wrong), wrong[:3]
         assert len(wrong) < len(lines) / 500

@@ -200,7 +200,7 @@ def test_lower_alpha_is_denser():
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > 3 * sizes[-1]
 
 
-NORMALISERS = {"sparsemax": sparsemax, "entmax15": entmax15,
+NORMALIZERS = {"sparsemax": sparsemax, "entmax15": entmax15,
                "alpha": lambda x, dim=-1: entmax_alpha(x, torch.tensor(1.3, dtype=x.dtype), dim=dim),
                "softmax": torch.softmax}
 
@@ -212,7 +212,7 @@ def test_shapes_without_rows_behave_as_softmax(name, shape, dim):
     tensor probability 1, with a gradient, as torch.softmax does (these crashed with
     reshape and index errors)."""
     x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
-    y = NORMALISERS[name](x, dim=dim)
+    y = NORMALIZERS[name](x, dim=dim)
     want = torch.softmax(x.detach(), dim)
     assert y.shape == want.shape and y.dtype == want.dtype
     torch.testing.assert_close(y.detach(), want)
@@ -223,7 +223,7 @@ def test_shapes_without_rows_behave_as_softmax(name, shape, dim):
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "alpha"])
 def test_a_dim_out_of_range_is_an_index_error_that_says_so(name):
     with pytest.raises(IndexError, match="out of range"):
-        NORMALISERS[name](torch.randn(2, 3, dtype=torch.float64), dim=2)
+        NORMALIZERS[name](torch.randn(2, 3, dtype=torch.float64), dim=2)
 
 
 def test_backend_choice_holds_in_its_own_thread_only(backend):
@@ -252,8 +252,8 @@ def test_backend_choice_holds_in_its_own_thread_only(backend):
     assert seen == ["auto", "torch" if backend == "cpp" else "cpp", "auto"] and current_backend() == backend
 
 
-@pytest.mark.parametrize("normaliser", ["sparsemax", "entmax15", "entmax_alpha"])
-def test_double_backward_matches_finite_differences(normaliser):
+@pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15", "entmax_alpha"])
+def test_double_backward_matches_finite_differences(normalizer):
     """A gradient taken with create_graph=True has a history of its own (a gradient penalty,
     a Hessian-vector product): second derivatives against finite differences in float64,
     in x and in a per-row alpha."""
@@ -263,15 +263,15 @@ def test_double_backward_matches_finite_differences(normaliser):
 
     torch.manual_seed(0)
     x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
-    if normaliser == "entmax_alpha":
+    if normalizer == "entmax_alpha":
         alpha = torch.tensor([[1.3], [1.6], [1.9]], dtype=torch.float64, requires_grad=True)
         assert gradgradcheck(entmax_alpha, (x, alpha))
     else:
-        assert gradgradcheck({"sparsemax": sparsemax, "entmax15": entmax15}[normaliser], (x,))
+        assert gradgradcheck({"sparsemax": sparsemax, "entmax15": entmax15}[normalizer], (x,))
     # The penalty term of float32 scores keeps its graph (it was silently dropped).
     x32 = torch.randn(2, 5, requires_grad=True)
-    f = (lambda t: entmax_alpha(t, 1.4)) if normaliser == "entmax_alpha" else {"sparsemax": sparsemax,
-                                                                             "entmax15": entmax15}[normaliser]
+    f = (lambda t: entmax_alpha(t, 1.4)) if normalizer == "entmax_alpha" else {"sparsemax": sparsemax,
+                                                                             "entmax15": entmax15}[normalizer]
     (g,) = torch.autograd.grad((f(x32) * torch.arange(5.0)).sum(), x32, create_graph=True)
     assert g.requires_grad
 

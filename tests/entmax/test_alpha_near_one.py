@@ -76,11 +76,11 @@ def test_attention_near_one_uses_the_precise_path():
     torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("normalise", [sparsemax, entmax15, lambda x: entmax_alpha(x, 1.3)])
+@pytest.mark.parametrize("normalize", [sparsemax, entmax15, lambda x: entmax_alpha(x, 1.3)])
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
-def test_non_float_scores_are_refused(normalise, dtype):
+def test_non_float_scores_are_refused(normalize, dtype):
     with pytest.raises(TypeError, match="floating-point scores.*" + str(dtype).replace("torch.", "")):
-        normalise(torch.tensor([[1, 1, 1]]).to(dtype))
+        normalize(torch.tensor([[1, 1, 1]]).to(dtype))
 
 
 def test_a_float_alpha_just_above_one_is_taken_and_a_rounded_tensor_is_named():

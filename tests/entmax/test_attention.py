@@ -15,19 +15,19 @@ def qkv(B=2, H=3, Tq=4, Tk=6, D=5, seed=0):
     return [torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for T in (Tq, Tk, Tk)]
 
 
-def written_out(q, k, v, masked, normalise):
+def written_out(q, k, v, masked, normalize):
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    probs = normalise(scores.masked_fill(masked, float("-inf")))
+    probs = normalize(scores.masked_fill(masked, float("-inf")))
     probs = torch.nan_to_num(probs)  # a row with no key: zeros
     return probs @ v, probs
 
 
-@pytest.mark.parametrize("name, normalise", [
+@pytest.mark.parametrize("name, normalize", [
     ("entmax15", lambda s: oracle.entmax15(s, dim=-1)),
     ("sparsemax", lambda s: oracle.sparsemax(s, dim=-1)),
     ("softmax", lambda s: torch.softmax(s, -1)),
 ])
-def test_explicit_path_with_each_kind_of_mask(name, normalise):
+def test_explicit_path_with_each_kind_of_mask(name, normalize):
     q, k, v = qkv()
     padding = torch.tensor([[False] * 5 + [True], [False] * 6])
     window = torch.ones(4, 6, dtype=torch.bool).tril(2)  # bool: True attends
@@ -38,7 +38,7 @@ def test_explicit_path_with_each_kind_of_mask(name, normalise):
                            (dict(mask=window), ~window), (dict(mask=additive), ~window),
                            (dict(causal=True, key_padding_mask=padding), causal | padding[:, None, None])):
         out, probs = attend(q, k, v, get_normalizer(name), **kwargs)
-        want_out, want_probs = written_out(q, k, v, masked, normalise)
+        want_out, want_probs = written_out(q, k, v, masked, normalize)
         torch.testing.assert_close(probs.double(), want_probs, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-5)
         if name != "softmax":

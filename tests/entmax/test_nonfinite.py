@@ -10,12 +10,12 @@ from count_attention_ops import CountOps  # (counts the read-backs: ops that wai
 
 BACKENDS = ["torch", "cpp"] + (["triton"] if has_triton_kernel() and (torch.cuda.is_available()
                                                                       or triton_kernel.INTERPRET) else [])
-NORMALISERS = {"sparsemax": lambda x, a: sparsemax(x), "entmax15": lambda x, a: entmax15(x),
+NORMALIZERS = {"sparsemax": lambda x, a: sparsemax(x), "entmax15": lambda x, a: entmax15(x),
                "alpha_entmax": lambda x, a: entmax_alpha(x, a)}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", list(NORMALISERS))
+@pytest.mark.parametrize("name", list(NORMALIZERS))
 def test_nan_and_inf_rows_are_nan_as_in_softmax_and_the_others_untouched(backend, name):
     device = "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
@@ -28,7 +28,7 @@ def test_nan_and_inf_rows_are_nan_as_in_softmax_and_the_others_untouched(backend
     invalid = torch.softmax(x, -1).isnan().any(-1)
     assert invalid.tolist() == [False, True, True, False, True], "softmax's own rule"
 
-    fn = NORMALISERS[name]
+    fn = NORMALIZERS[name]
     xs, a = x.clone().requires_grad_(), alpha.clone().requires_grad_()
     with use_backend(backend):
         y = fn(xs, a)
@@ -50,7 +50,7 @@ def test_nan_and_inf_rows_are_nan_as_in_softmax_and_the_others_untouched(backend
 
 
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch"])
-@pytest.mark.parametrize("name", list(NORMALISERS))
+@pytest.mark.parametrize("name", list(NORMALIZERS))
 def test_the_nan_rule_never_waits_for_the_device(backend, name):
     """With the fused kernels the rule above costs no value read back to the host, forward or
     backward: attention calls these in every layer of a training step, and each read-back

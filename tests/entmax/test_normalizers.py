@@ -11,7 +11,7 @@ from fairseq_sparse.entmax import NORMALIZERS, entmax15, entmax_alpha, get_norma
 from fairseq_sparse.entmax.normalizers import fixed_alpha_normalizer, normalizer_names
 
 
-def test_the_registered_normalisers():
+def test_the_registered_normalizers():
     assert normalizer_names() == ("softmax", "sparsemax", "entmax15", "alpha_entmax")
     assert normalizer_names(fixed_alpha=True) == ("softmax", "sparsemax", "entmax15")
     assert [(n.alpha, n.sparse, n.learned) for n in NORMALIZERS.values()] == [
@@ -19,7 +19,7 @@ def test_the_registered_normalisers():
     assert fixed_alpha_normalizer(2) is NORMALIZERS["sparsemax"] and fixed_alpha_normalizer(1.5) is NORMALIZERS["entmax15"]
 
 
-def test_each_normaliser_computes_its_function():
+def test_each_normalizer_computes_its_function():
     torch.manual_seed(0)
     x = torch.randn(3, 4, 9)
     torch.testing.assert_close(get_normalizer("softmax")(x, dim=1), torch.softmax(x, 1))
@@ -61,7 +61,7 @@ def entmax_125():
     del NORMALIZERS["entmax125"]
 
 
-def test_a_new_normaliser_is_one_entry_away_from_the_attention_and_the_loss(entmax_125):
+def test_a_new_normalizer_is_one_entry_away_from_the_attention_and_the_loss(entmax_125):
     from fairseq_sparse.entmax.losses import entmax_loss
     from fairseq_sparse.modules import AlphaEntmaxAttention
 

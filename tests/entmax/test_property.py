@@ -39,7 +39,7 @@ def random_case(rng):
     return x.to(dtype), dim, name, alpha
 
 
-def normalise(name, x, dim, alpha):
+def normalize(name, x, dim, alpha):
     if name == "sparsemax":
         return sparsemax(x, dim)
     if name == "entmax15":
@@ -54,7 +54,7 @@ def test_every_backend_agrees_with_the_reference_and_returns_distributions(seed)
     for _ in range(40):
         x, dim, name, alpha = random_case(rng)
         with use_backend("torch"):
-            want = normalise(name, x, dim, alpha)
+            want = normalize(name, x, dim, alpha)
         assert want.shape == x.shape and want.dtype == x.dtype
         if x.dim() == 0:
             assert want.isnan().item() == (x.isnan() | x.isposinf()).item() or want.item() == 1.0
@@ -74,7 +74,7 @@ def test_every_backend_agrees_with_the_reference_and_returns_distributions(seed)
             assert (rows[xd[valid].isneginf()] == 0).all(), "masked entries get exactly zero"
         for backend in BACKENDS:
             with use_backend(backend):
-                got = normalise(name, x, dim, alpha)
+                got = normalize(name, x, dim, alpha)
             gd = got.double().movedim(dim, -1)
             assert torch.equal(gd.isnan(), wd.isnan()), (backend, name, x.shape, dim)
             torch.testing.assert_close(gd.nan_to_num(), wd.nan_to_num(), atol=TOLERANCE[x.dtype], rtol=0,

@@ -29,19 +29,19 @@ def brute_force(probs, weights):
     return (probs * losses).sum(1)
 
 
-@pytest.mark.parametrize("name,normaliser", [("dense", lambda s: torch.softmax(s, -1)), ("sparsemax", sparsemax)])
-def test_marginalisation_is_exact_in_value_and_gradient(name, normaliser):
+@pytest.mark.parametrize("name,normalizer", [("dense", lambda s: torch.softmax(s, -1)), ("sparsemax", sparsemax)])
+def test_marginalisation_is_exact_in_value_and_gradient(name, normalizer):
     torch.manual_seed(0)
     scores = (torch.randn(4, K, dtype=torch.float64) * 2).requires_grad_()
     weights = torch.randn(K, dtype=torch.float64, requires_grad=True)
     est = build_estimator(name)(scores, decoder(weights))
-    exact = brute_force(normaliser(scores), weights)
+    exact = brute_force(normalizer(scores), weights)
     torch.testing.assert_close(est.loss, exact)
     got = torch.autograd.grad(est.surrogate.sum(), (scores, weights))
     want = torch.autograd.grad(exact.sum(), (scores, weights))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
-    support = (normaliser(scores) > 0).sum(1).to(torch.float64)
+    support = (normalizer(scores) > 0).sum(1).to(torch.float64)
     torch.testing.assert_close(est.decoder_calls, support if name == "sparsemax" else torch.full((4,), float(K),
                                                                                              dtype=torch.float64))
 

@@ -39,7 +39,7 @@ def test_softmax_equals_fairseq_in_training_mode():
 
 
 @pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15", "alpha_entmax"])
-def test_training_path_uses_the_sparse_normaliser(normalizer):
+def test_training_path_uses_the_sparse_normalizer(normalizer):
     """The fast path would silently apply softmax: check against a direct computation."""
     torch.manual_seed(0)
     attn = make(normalizer, self_attention=True).train()
@@ -125,7 +125,7 @@ def test_fully_masked_query_gives_zeros_not_nan():
     assert torch.isfinite(out).all() and bool((w[:, 0, 2] == 0).all())
 
 
-def test_bad_normaliser_is_named():
+def test_bad_normalizer_is_named():
     with pytest.raises(ValueError, match="normalizer"):
         AlphaEntmaxAttention(E, H, normalizer="softermax")
 

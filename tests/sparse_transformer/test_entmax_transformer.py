@@ -48,7 +48,7 @@ def test_all_softmax_equals_fairseq_transformer(multi30k_bin):
     torch.testing.assert_close(ours(**batch["net_input"])[0], stock(**batch["net_input"])[0], atol=1e-5, rtol=1e-5)
 
 
-def test_per_site_normalisers_and_bad_option(multi30k_bin):
+def test_per_site_normalizers_and_bad_option(multi30k_bin):
     _, model = build(multi30k_bin, "--arch", "entmax_transformer_tiny", "--attention-normalizer", "entmax15",
                      "--cross-attention-normalizer", "alpha_entmax", "--decoder-attention-normalizer", "sparsemax")
     kinds = {(site, m.normalizer.name) for site, _, m in model.attention_modules()}
