@@ -8,8 +8,9 @@ the same configuration without a parser.  ``metadata`` may add ``choices``, ``re
 ``metavar``, ``least`` (the smallest count the field takes: the parser refuses less with
 :func:`at_least`, and :func:`check` refuses it in Python), ``type`` (an argparse type that
 parses and checks one value, instead of the field's own type), ``shown`` (the default as
-the help states it) and ``repeat`` (a tuple field whose option is given once per value,
-``--x A --x B``, rather than ``--x A B``); a tuple field takes one or more values.
+the help states it), ``repeat`` (a tuple field whose option is given once per value,
+``--x A --x B``, rather than ``--x A B``) and ``positional`` (an argument without a dash,
+as the first on the command line); a tuple field takes one or more values.
 
 The real data sets live in one place, :func:`data_path`: ``$FAIRSEQ_SPARSE_DATA`` when set,
 else ``../shared/data`` beside the source checkout.
@@ -82,6 +83,9 @@ def add_options(parser, config_class):
             continue
         extra = {key: f.metadata[key] for key in ("choices", "required", "metavar", "nargs") if key in f.metadata}
         kind = at_least(f.metadata["least"]) if "least" in f.metadata else f.metadata.get("type", kind)
+        if f.metadata.get("positional"):
+            parser.add_argument(f.name, type=kind, help=help_text.replace("%", "%%"))
+            continue
         if several and f.metadata.get("repeat"):
             parser.add_argument(option, action="append", type=kind, default=list(default), help=help_text.replace(
                 "%", "%%"), **extra)

@@ -12,6 +12,7 @@ all of training (as the paper counts them) and in the last epoch (where the supp
 sparse marginalisation has shrunk).
 """
 
+import argparse
 import itertools
 import json
 import math
@@ -20,10 +21,15 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
+from ..configs import check
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, run_logged, training_done
 from ..markdown import table as markdown_table
 from . import ESTIMATORS, BitVector, Categorical
+from .images import FULL_MNIST
 
 # The paper's numbers (Tables 1-3): ssvae accuracy, signaling-game success (both %),
 # bit-vector VAE bits per dimension at D = 32 / 128; decoder calls where reported.
@@ -47,6 +53,83 @@ EXPERIMENTS = {
     "bitvector_vae/128": ("nll_bits_per_dim", False, ["--task", "bitvector_vae", "--arch", "bitvector_vae",
                                                       "--latent-bits", "128", "--lr", "2e-3"]),
 }
+
+
+# The experiments' families, each with its own epoch count (--epochs).
+FAMILIES = ("ssvae", "signaling_game", "bitvector_vae")
+DEFAULT_EPOCHS = 10
+
+
+def _json(text):
+    """--epochs' argparse type: a JSON value (a number, or an object per family)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+
+
+@dataclass(frozen=True)
+class LatentResultsConfig:
+    """The grid's options (``scripts/latent_results.py`` builds its parser from them)."""
+
+    out: Path = field(metadata={"help": "directory for logs, results.json, tables, plot", "required": True})
+    experiments: tuple[str, ...] = field(default=tuple(EXPERIMENTS), metadata={
+        "help": "experiments to run", "choices": tuple(EXPERIMENTS)})
+    estimators: Optional[tuple[str, ...]] = field(default=None, metadata={
+        "help": "only these (default: every one the experiment supports)"})
+    seeds: int = field(default=3, metadata={
+        "help": "runs per experiment and estimator: N seeds, from --first-seed on", "least": 1})
+    first_seed: int = field(default=1, metadata={
+        "help": "the first of the --seeds seeds, to add seeds to a grid run before", "least": 0})
+    dataset: str = field(default="digits", metadata={
+        "help": "images: scikit-learn's 8x8 digits (no download) or MNIST from --data", "choices": ("digits", "mnist")})
+    data: Path = field(default=FULL_MNIST, metadata={
+        "help": "MNIST-format directory for --dataset mnist", "shown": "the full MNIST, IDX files"})
+    epochs: dict = field(default_factory=dict, metadata={
+        "help": 'epochs of every experiment (a number), or per experiment as JSON, e.g. \'{"ssvae": 200}\'',
+        "type": _json, "shown": f"{DEFAULT_EPOCHS} each"})
+    batch_size: int = field(default=64, metadata={"help": "images per update", "least": 1})
+    nll_samples: int = field(default=32, metadata={
+        "help": "importance samples per image of the bit-vector VAE's NLL estimate", "least": 1})
+    fairseq_args: str = field(default="", metadata={
+        "help": 'more fairseq-train options for every run, overriding the defaults above (e.g. "--lr 5e-4 '
+                '--latent-dim 10")'})
+    warm_start_epochs: int = field(default=0, metadata={
+        "help": "ssvae only: first train this many epochs on the labelled images alone (--labelled-only), then the "
+                "whole objective from that checkpoint, as the paper's code does (100 there; 0: no warm start)",
+        "least": 0})
+    warm_start_lr: float = field(default=1e-3, metadata={"help": "Adam's learning rate in the warm start (the paper's)"})
+    jobs: int = field(default=1, metadata={
+        "help": "runs at the same time, each on its share of the cores unless OMP_NUM_THREADS is set", "least": 1})
+    gpu: bool = field(default=False, metadata={"help": "train on the GPU (default: on the CPU)"})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "keep each run's last checkpoint, as OUT/checkpoints/RUN/checkpoint_last.pt where OUT/logs/RUN.log "
+                "is its log (e.g. for scripts/bitvector_code_use.py; fairseq also keeps checkpoint_best.pt, best on "
+                "the first --valid-subset); a run trained again goes on from it; default: save none"})
+    tensorboard: bool = field(default=False, metadata={"help": "also write tensorboard logs under OUT"})
+    collect_only: bool = field(default=False, metadata={"help": "tabulate the logs already in OUT; train nothing"})
+
+    def __post_init__(self):
+        check(self)
+        epochs = self.epochs
+        if isinstance(epochs, int) and not isinstance(epochs, bool):
+            epochs = dict.fromkeys(FAMILIES, epochs)
+        if not isinstance(epochs, dict):
+            raise ValueError(f"--epochs {json.dumps(epochs)}: give a number, or a JSON object such as "
+                             "'{\"ssvae\": 3}'")
+        epochs = {**dict.fromkeys(FAMILIES, DEFAULT_EPOCHS), **epochs}
+        for family, count in epochs.items():
+            # fairseq-train reads --max-epoch 0 as no limit: a run that never ends.
+            if family not in FAMILIES or not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ValueError(f"--epochs: {family!r}: {count!r}; give each of {', '.join(FAMILIES)} a whole "
+                                 "number of epochs, at least 1")
+        object.__setattr__(self, "epochs", epochs)
+        if self.warm_start_epochs and "ssvae" not in self.experiments:
+            raise ValueError("--warm-start-epochs applies to the ssvae experiment only")
+
+    @property
+    def cpu(self):
+        return not self.gpu
 
 
 def estimators_for(experiment):
@@ -234,7 +317,7 @@ def plot(results, path):
 
 
 def run(args):
-    """The experiment on ``args`` (the script's options, checked); says each run as it ends."""
+    """The grid of ``args`` (a :class:`LatentResultsConfig`); says each run as it ends."""
     jobs, said, lock = grid(args), itertools.count(1), threading.Lock()
     print(f"{len(jobs)} runs, {args.jobs} at a time; each run's fairseq-train log is in {args.out / 'logs'}",
           flush=True)

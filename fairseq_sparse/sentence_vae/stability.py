@@ -30,13 +30,18 @@ analyses already finished are collected, not rerun.  Each analysis is written to
 of a shorter run is kept when the grid trains it on.
 """
 
+import argparse
 import json
 import shlex
 import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..compat.checkpoints import RENAMED_CRITERIA
+from ..configs import check
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, training_done
 from ..markdown import table as markdown_table
 
@@ -46,6 +51,112 @@ KNOBS = {"hsvae": (("alpha", "--prior-alpha"), ("beta", "--prior-beta")),
          "elbo": (("psi", "--kl-weight"),),
          "elbo_l1": (("psi", "--kl-weight"), ("penalty", "--regularization-weight")),
          "elbo_l2": (("psi", "--kl-weight"), ("penalty", "--regularization-weight"))}
+
+
+def settings(text):
+    """An argparse type: "10,1 1,1" -> ((10.0, 1.0), (1.0, 1.0))."""
+    try:
+        return tuple(tuple(float(v) for v in pair.split(",")) for pair in text.split())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: settings are space-separated pairs like '10,1 1,1'") from None
+
+
+def pair(text):
+    """An argparse type: "0.01,0.01" -> (0.01, 0.01)."""
+    values = settings(text)
+    if len(values) != 1 or len(values[0]) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: one pair like '0.01,0.01'")
+    return values[0]
+
+
+def probability(high_included):
+    """An argparse type: a float in [0, 1) or, with ``high_included``, in [0, 1]."""
+    interval = "[0, 1]" if high_included else "[0, 1)"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not (0 <= value <= 1 if high_included else 0 <= value < 1):
+            raise argparse.ArgumentTypeError(f"{text!r}: a probability in {interval}")
+        return value
+    parse.__name__ = "probability"
+    return parse
+
+
+def baselines(text):
+    """An argparse type: "elbo,1 elbo_l1,0.01,0.1" -> (("elbo", (1.0,)), ("elbo_l1", (0.01, 0.1)))."""
+    runs = []
+    for item in text.split():
+        objective, *values = item.split(",")
+        if objective in RENAMED_CRITERIA:
+            raise argparse.ArgumentTypeError(f"{item!r}: {objective} is now {RENAMED_CRITERIA[objective]}")
+        if objective not in ("elbo", "elbo_l1", "elbo_l2") or not 1 <= len(values) <= len(KNOBS[objective]):
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: a baseline is elbo,PSI or elbo_l1,PSI[,PENALTY] or elbo_l2,PSI[,PENALTY]")
+        try:
+            runs.append((objective, tuple(float(v) for v in values)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: PSI and PENALTY are numbers") from None
+    return tuple(runs)
+
+
+@dataclass(frozen=True)
+class StabilityConfig:
+    """The grid's options (``scripts/sentence_vae_stability.py`` builds its parser from them)."""
+
+    data: Path = field(metadata={"help": "sentence_vae DATA_DIR (train/valid/test.txt or binarized)",
+                                 "positional": True})
+    out: Path = field(metadata={"help": "directory for the runs, tables and plots", "required": True})
+    seeds: int = field(default=3, metadata={"help": "runs per setting: N seeds, from --first-seed on", "least": 1})
+    first_seed: int = field(default=1, metadata={
+        "help": "the first of the --seeds seeds, to add seeds to a grid run before", "least": 0})
+    epochs: int = field(default=10, metadata={"help": "training epochs per run", "least": 1})
+    hsvae_settings: tuple = field(default=settings("10,1 5,5 1,10"), metadata={
+        "help": "HSVAE (alpha, beta) pairs; '' for none", "type": settings, "shown": "'10,1 5,5 1,10'"})
+    hsvae_weights: tuple = field(default=(0.01, 0.01), metadata={
+        "help": "HSVAE's KL weights psi,lambda", "type": pair, "shown": "the authors' 0.01,0.01"})
+    hsvae_options: str = field(default="", metadata={
+        "help": "more fairseq-train options for the HSVAE runs, e.g. --hsvae-options='--spike-std 0.05 "
+                "--hard-slab' (the authors' sampler)"})
+    mat_vae_settings: tuple = field(default=settings("1,1 1,10 0.1,10"), metadata={
+        "help": "MAT-VAE (psi, lambda) pairs; '' for none", "type": settings, "shown": "'1,1 1,10 0.1,10'"})
+    baselines: tuple = field(default=(), metadata={
+        "help": "e.g. 'elbo,0.01 elbo,1 elbo_l1,0.01 elbo_l2,0.01'", "type": baselines, "shown": "none"})
+    latent_dim: int = field(default=32, metadata={"help": "latent code dimensions", "least": 1})
+    embed_dim: int = field(default=256, metadata={"help": "word embedding width", "least": 1})
+    hidden_dim: int = field(default=512, metadata={"help": "GRU encoder and decoder width", "least": 1})
+    dropout: float = field(default=0.0, metadata={
+        "help": "dropout on the word embeddings and decoder states of every run, against overfitting a small "
+                "training set; the authors' code has none", "type": probability(high_included=False)})
+    word_dropout: float = field(default=0.0, metadata={
+        "help": "every run's decoder reads each input word as <unk> with this probability in training (Bowman et "
+                "al. 2016), so that it leans on the code; the authors' code has none",
+        "type": probability(high_included=True)})
+    lr: float = field(default=8e-4, metadata={"help": "Adam's learning rate"})
+    batch_size: int = field(default=256, metadata={"help": "sentences per update", "least": 1})
+    analyse: bool = field(default=False, metadata={
+        "help": "also classify the test split from each run's frozen encoder (fairseq-sparse-sentence-vae-analysis)"})
+    jobs: int = field(default=1, metadata={
+        "help": "runs at the same time, each on its share of the cores unless OMP_NUM_THREADS is set", "least": 1})
+    gpu: bool = field(default=False, metadata={
+        "help": "train on the (first) CUDA GPU, --jobs runs sharing it; the analysis stays on the CPU (default: "
+                "train on the CPU)"})
+
+    def __post_init__(self):
+        check(self)
+        for name, high_included in (("dropout", False), ("word_dropout", True)):
+            value = getattr(self, name)
+            if not (0 <= value <= 1 if high_included else 0 <= value < 1):
+                raise ValueError(f"--{name.replace('_', '-')} {value}: a probability in "
+                                 f"{'[0, 1]' if high_included else '[0, 1)'}")
+        if not (self.hsvae_settings or self.mat_vae_settings or self.baselines):
+            raise ValueError("nothing to run: give HSVAE or MAT-VAE settings or baselines")
+
+    @property
+    def cpu(self):
+        return not self.gpu
 
 
 def knob_names(objective):
@@ -186,10 +297,10 @@ def table(results, analysed):
 
 
 def run(args):
-    """The experiment on ``args`` (the script's options, checked)."""
+    """The grid of ``args`` (a :class:`StabilityConfig`)."""
     grid = [(objective, setting, seed)
             for objective, setting in ([("hsvae", s) for s in args.hsvae_settings]
-                                       + [("mat_vae", s) for s in args.mat_vae_settings] + args.baselines)
+                                       + [("mat_vae", s) for s in args.mat_vae_settings] + list(args.baselines))
             for seed in range(args.first_seed, args.first_seed + args.seeds)]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         done = list(pool.map(lambda job: run_one(args, *job), grid))

@@ -1,12 +1,13 @@
 """scripts/latent_results.py: a small grid through fairseq-train, tabulated next to the
 paper's numbers, with the decoder-calls plot; a second call collects without training."""
 
+import dataclasses
 import json
-from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
-from fairseq_sparse.latent.results import grid, table
+from fairseq_sparse.latent.results import LatentResultsConfig, grid, table
 from tests.conftest import run_script
 
 
@@ -132,10 +133,21 @@ def test_bit_vector_rows_keep_three_decimals():
 
 def test_first_seed_adds_seeds_to_an_earlier_grid():
     """Seeds 2 and 3 of a grid whose seed 1 ran before: the runs (and so the log names) are 2 and 3."""
-    args = Namespace(experiments=["bitvector_vae/32"], estimators=["gumbel", "sfe_plus"], seeds=2, first_seed=2)
-    assert grid(args) == [("bitvector_vae/32", "gumbel", 2), ("bitvector_vae/32", "gumbel", 3),
-                          ("bitvector_vae/32", "sfe_plus", 2), ("bitvector_vae/32", "sfe_plus", 3)]
-    assert [seed for _, _, seed in grid(Namespace(**{**vars(args), "first_seed": 1, "seeds": 3}))][:3] == [1, 2, 3]
+    config = LatentResultsConfig(out=Path("grid"), experiments=("bitvector_vae/32",), estimators=("gumbel", "sfe_plus"),
+                                 seeds=2, first_seed=2)
+    assert grid(config) == [("bitvector_vae/32", "gumbel", 2), ("bitvector_vae/32", "gumbel", 3),
+                            ("bitvector_vae/32", "sfe_plus", 2), ("bitvector_vae/32", "sfe_plus", 3)]
+    assert [seed for _, _, seed in grid(dataclasses.replace(config, first_seed=1, seeds=3))][:3] == [1, 2, 3]
+
+
+def test_the_configuration_is_checked_in_python_as_on_the_command_line():
+    assert LatentResultsConfig(out=Path("grid"), epochs=4).epochs == dict.fromkeys(
+        ("ssvae", "signaling_game", "bitvector_vae"), 4)
+    assert LatentResultsConfig(out=Path("grid"), epochs={"ssvae": 2}).epochs["bitvector_vae"] == 10
+    with pytest.raises(ValueError, match="--seeds 0: must be at least 1"):
+        LatentResultsConfig(out=Path("grid"), seeds=0)
+    with pytest.raises(ValueError, match="--warm-start-epochs applies to the ssvae experiment only"):
+        LatentResultsConfig(out=Path("grid"), experiments=("signaling_game",), warm_start_epochs=2)
 
 
 def test_decoder_calls_figure_has_whole_epochs_and_readable_call_axes(tmp_path):

@@ -5,6 +5,7 @@ one trained on when asked for more epochs, and seeds added to a grid later; the 
 option and the commands it makes."""
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -12,9 +13,9 @@ import statistics
 import pytest
 
 from fairseq_sparse.sentence_vae import stability
+from fairseq_sparse.sentence_vae.stability import StabilityConfig, baselines
 from tests.conftest import run_script, shared_data
 
-from sentence_vae_stability import baselines
 
 
 def run(data, out, *extra, epochs=2):
@@ -131,15 +132,15 @@ def test_a_count_of_zero_is_an_error_naming_the_option(tmp_path, option):
 
 
 def test_baselines_and_their_commands(tmp_path):
-    args = argparse.Namespace(
-        data=tmp_path, hsvae_weights=(0.01, 0.01), hsvae_options="--hard-slab", latent_dim=6, embed_dim=16,
-        hidden_dim=32, dropout=0.3, word_dropout=1.0, lr=1e-3, batch_size=32, epochs=2, cpu=True)
     runs = baselines("elbo,1 elbo_l1,0.01,0.1 elbo_l2,0.5")
-    assert runs == [("elbo", (1.0,)), ("elbo_l1", (0.01, 0.1)), ("elbo_l2", (0.5,))]
+    assert runs == (("elbo", (1.0,)), ("elbo_l1", (0.01, 0.1)), ("elbo_l2", (0.5,)))
+    args = StabilityConfig(data=tmp_path, out=tmp_path / "out", hsvae_options="--hard-slab", latent_dim=6,
+                           embed_dim=16, hidden_dim=32, dropout=0.3, word_dropout=1.0, lr=1e-3, batch_size=32,
+                           epochs=2, baselines=runs)
     cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
     assert "--cpu" in cmd
-    assert "--cpu" not in stability.train_command(argparse.Namespace(**dict(vars(args), cpu=False)),
-                                                  *runs[1], 1, tmp_path / "ckpt")  # --gpu
+    assert "--cpu" not in stability.train_command(dataclasses.replace(args, gpu=True),
+                                                  *runs[1], 1, tmp_path / "ckpt")
     assert cmd[cmd.index("--criterion") + 1] == "elbo_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
     assert cmd[cmd.index("--kl-weight") + 1] == "0.01" and cmd[cmd.index("--regularization-weight") + 1] == "0.1"
     assert cmd[cmd.index("--dropout") + 1] == "0.3"  # every run's, baselines' too
@@ -151,3 +152,8 @@ def test_baselines_and_their_commands(tmp_path):
             baselines(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="vae_l1 is now elbo_l1"):  # the former name
         baselines("vae_l1,0.01")
+    # Python callers meet the command line's rules.
+    with pytest.raises(ValueError, match="nothing to run"):
+        StabilityConfig(data=tmp_path, out=tmp_path, hsvae_settings=(), mat_vae_settings=())
+    with pytest.raises(ValueError, match=r"--dropout 1: a probability in \[0, 1\)"):
+        StabilityConfig(data=tmp_path, out=tmp_path, dropout=1)
