@@ -68,7 +68,7 @@ def test_vae_names_models_and_objectives_are_named_for_what_they_compute():
     import fairseq_sparse  # noqa: F401  (registers the plugin)
     from fairseq.criterions import CRITERION_REGISTRY
 
-    from fairseq_sparse.compat.checkpoints import RENAMED_CRITERIA
+    from fairseq_sparse.checkpoint_migrations import RENAMED_CRITERIA
 
     with_vae = {name for name in CRITERION_REGISTRY if "vae" in name}
     assert with_vae == set(RENAMED_CRITERIA) | {"hsvae", "mat_vae"}, with_vae

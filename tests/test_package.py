@@ -89,7 +89,7 @@ def test_imported_before_fairseq_the_plugin_loads_with_fairseq(ape_trained):
 LINES = ("sparse_transformer", "ape", "latent", "sentence_vae")
 CORE = ("entmax", "modules", "compat")
 # Top-level helper modules of the core, importable from every research line.
-HELPERS = ("markdown", "experiments", "text", "configs")
+HELPERS = ("markdown", "experiments", "text", "configs", "checkpoint_migrations")
 
 
 def _imports(path):
@@ -119,8 +119,9 @@ def test_imports_point_one_way(home):
     """Research lines import the core (and its helpers, and the Hugging Face integration), and the
     sparse_transformer line (whose transformer the APE models extend), never another line; the core
     imports no research line; entmax imports nothing of the package beyond itself; the Hugging Face
-    integration imports entmax and the helpers that import no fairseq; no model imports a task."""
-    allowed = {"entmax": {"entmax"}, "modules": {"entmax", "modules"}, "compat": {"compat"},
+    integration imports entmax and the helpers that import no fairseq; compat imports the plugin's
+    own checkpoint migrations, which it applies on loading; no model imports a task."""
+    allowed = {"entmax": {"entmax"}, "modules": {"entmax", "modules"}, "compat": {"compat", "checkpoint_migrations"},
                "hf": {"hf", "entmax", "configs", "markdown", "text"},
                "sparse_transformer": {"sparse_transformer", "hf", *CORE, *HELPERS},
                "ape": {"ape", "sparse_transformer", *CORE, *HELPERS},

@@ -14,15 +14,9 @@ dicts and lists; ``cfg`` as plain containers; ``args`` as an
 their options there); and the metrics state, whose meters keep whatever value a
 criterion logged, which may be a numpy scalar.
 
-Checkpoints of this plugin's older versions also keep options where those versions
-declared them: ``--classification-weight`` (``ssvae``) and ``--nll-samples``
-(``bitvector_vae``) were options of the ``latent_marginalization`` criterion and
-are now the models' own.  fairseq rebuilds a criterion from a checkpoint's config
-(``fairseq-validate``), which would fail on the unknown keys, so on loading they are
-moved to the model's config (or dropped, for a model that has no such option).  The
-sentence VAE's objectives ``vae``, ``vae_l1`` and ``vae_l2`` are now ``elbo``,
-``elbo_l1`` and ``elbo_l2`` ("vae" names models): a checkpoint's criterion is renamed
-on loading.
+The same load passes every checkpoint through the plugin's own migrations
+(:mod:`fairseq_sparse.checkpoint_migrations`), the one place where this plugin's older
+checkpoints are brought up to date.
 """
 
 import argparse
@@ -30,11 +24,6 @@ import functools
 
 import numpy as np
 import torch
-
-# {criterion option that moved to a model: the model that owns it now}
-MOVED_TO_MODEL = {"classification_weight": "ssvae", "nll_samples": "bitvector_vae"}
-# {criterion's former name: its name now}
-RENAMED_CRITERIA = {"vae": "elbo", "vae_l1": "elbo_l1", "vae_l2": "elbo_l2"}
 
 
 def _numpy_scalar_globals():
@@ -50,37 +39,12 @@ def _numpy_scalar_globals():
 FAIRSEQ_CHECKPOINT_GLOBALS = [argparse.Namespace, *_numpy_scalar_globals()]
 
 
-def move_options(state):
-    """Move the options of MOVED_TO_MODEL from a checkpoint's criterion config to its model's,
-    and give a criterion of RENAMED_CRITERIA its name now."""
-    from omegaconf import open_dict
-
-    cfg = state.get("cfg")
-    criterion = cfg.get("criterion") if cfg is not None else None
-    if criterion is not None and criterion.get("_name") in RENAMED_CRITERIA:
-        with open_dict(criterion):
-            criterion["_name"] = RENAMED_CRITERIA[criterion["_name"]]
-    args = state.get("args")
-    if getattr(args, "criterion", None) in RENAMED_CRITERIA:
-        args.criterion = RENAMED_CRITERIA[args.criterion]
-    if criterion is None or not any(option in criterion for option in MOVED_TO_MODEL):
-        return state
-    model = cfg.get("model")
-    with open_dict(criterion):
-        for option, owner in MOVED_TO_MODEL.items():
-            if option not in criterion:
-                continue
-            value = criterion.pop(option)
-            if model is not None and model.get("_name") == owner and option not in model:
-                with open_dict(model):
-                    model[option] = value
-    return state
-
-
 def apply():
-    """Add the classes of fairseq checkpoints to torch's weights-only allow-list, and move
-    the options of older checkpoints on loading (idempotent)."""
+    """Add the classes of fairseq checkpoints to torch's weights-only allow-list, and apply
+    the plugin's migrations on loading (idempotent)."""
     from fairseq import checkpoint_utils
+
+    from ..checkpoint_migrations import migrate
 
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:  # torch < 2.4 loads with weights_only=False anyway
@@ -90,6 +54,6 @@ def apply():
 
         @functools.wraps(original)
         def upgrade_state_dict(state):
-            return move_options(original(state))
+            return migrate(original(state))
 
         checkpoint_utils._upgrade_state_dict = upgrade_state_dict

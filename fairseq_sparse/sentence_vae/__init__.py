@@ -6,7 +6,7 @@ from .. import load_plugin
 
 load_plugin()
 
-from ..compat.checkpoints import RENAMED_CRITERIA  # noqa: E402
+from ..checkpoint_migrations import RENAMED_CRITERIA  # noqa: E402
 from . import bert_sentence_vae, elbo, hsvae, mat_vae, regularized, sentence_vae, task  # noqa: E402,F401
 
 for _former, _now in RENAMED_CRITERIA.items():  # the objectives' former names, refused by their names now

@@ -15,7 +15,7 @@ penalty.  "vae" names models (``sentence_vae``, and the papers' ``hsvae`` and
 ``mat_vae``, whose objectives carry their names), never a bare objective: ``vae``,
 ``vae_l1`` and ``vae_l2``, the former names of ``elbo``, ``elbo_l1`` and ``elbo_l2``,
 are refused with their names now (``refuse_former_name``); checkpoints that hold them
-load renamed (``compat.checkpoints``).
+load renamed (``checkpoint_migrations``).
 """
 
 import math

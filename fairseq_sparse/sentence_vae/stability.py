@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compat.checkpoints import RENAMED_CRITERIA
+from ..checkpoint_migrations import RENAMED_CRITERIA
 from ..configs import check
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, training_done
 from ..markdown import table as markdown_table

@@ -94,7 +94,7 @@ def test_options_that_moved_from_the_criterion_to_a_model_move_when_an_older_che
     checkpoint's config, which failed on the unknown key until they were moved on loading."""
     from omegaconf import OmegaConf
 
-    from fairseq_sparse.compat.checkpoints import move_options
+    from fairseq_sparse.checkpoint_migrations import move_options
 
     def older(model):
         cfg = OmegaConf.create({"model": {"_name": model, "hidden_dim": 8},
@@ -119,7 +119,7 @@ def test_a_sentence_vae_checkpoint_of_a_former_objective_name_loads_renamed():
 
     from omegaconf import OmegaConf
 
-    from fairseq_sparse.compat.checkpoints import move_options
+    from fairseq_sparse.checkpoint_migrations import move_options
 
     for former, now in (("vae", "elbo"), ("vae_l1", "elbo_l1"), ("vae_l2", "elbo_l2")):
         cfg = OmegaConf.create({"model": {"_name": "sentence_vae"}, "criterion": {"_name": former, "kl_weight": 0.5}})
