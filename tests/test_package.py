@@ -137,6 +137,29 @@ def test_imports_point_one_way(home):
                 assert not (len(parts) > 2 and "task" in parts[2]), f"{path.relative_to(REPO)}: a model imports {module}"
 
 
+def test_no_module_imports_back_a_module_that_imports_it():
+    """Modules of the package (packages' ``__init__`` aside) form no import cycle, direct or
+    through others, so that a reader following a call never returns to a file already left."""
+    modules = {"fairseq_sparse." + ".".join(path.relative_to(REPO / "fairseq_sparse").with_suffix("").parts): path
+               for path in (REPO / "fairseq_sparse").rglob("*.py") if path.name != "__init__.py"}
+    graph = {name: sorted({m for m in _imports(path) if m in modules and m != name}) for name, path in modules.items()}
+    state, stack = {}, []
+
+    def visit(name):
+        state[name] = "open"
+        stack.append(name)
+        for other in graph[name]:
+            assert state.get(other) != "open", " -> ".join(stack[stack.index(other):] + [other])
+            if other not in state:
+                visit(other)
+        state[name] = "done"
+        stack.pop()
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+
+
 @pytest.mark.parametrize("helper", HELPERS)
 def test_helpers_import_only_helpers(helper):
     """The top-level helpers serve every line, so they hold nothing of one: they import no research

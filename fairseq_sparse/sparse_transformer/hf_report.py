@@ -17,7 +17,7 @@ import torch
 
 from ..hf import attends_causally, attention_alphas, attention_modules, evaluating, from_pretrained, load_tokenizer
 from ..text import read_lines
-from . import report, stats
+from . import stats
 
 SITE = "self"
 
@@ -52,7 +52,7 @@ def alphas_of(model):
 
 @torch.no_grad()
 def collect(model, tokenizer, causal, sentences, keep, max_length, batch_size=32):
-    """The sums of :func:`report.add_sentence` per (site, layer) over ``sentences`` (one
+    """The sums of :func:`stats.add_sentence` per (site, layer) over ``sentences`` (one
     string each), and the attention maps of the ``keep`` ids."""
     kind = "decoder" if causal else "encoder"
     specials = set(tokenizer.all_special_tokens)
@@ -72,7 +72,7 @@ def collect(model, tokenizer, causal, sentences, keep, max_length, batch_size=32
             words = stats.word_ids_from_pieces(pieces, specials) if kind == "encoder" else None
             for layer, weights in enumerate(attentions):
                 p = weights[b][:, real][:, :, real].float()
-                report.add_sentence(acc[(SITE, layer)], p, kind, pieces, words)
+                stats.add_sentence(acc[(SITE, layer)], p, kind, pieces, words)
                 if sid in keep:
                     rows = pieces[1:] + ["(next)"] if causal else pieces
                     maps[(sid, SITE, layer)] = (p.clone(), rows, pieces)
@@ -80,7 +80,7 @@ def collect(model, tokenizer, causal, sentences, keep, max_length, batch_size=32
 
 
 def analyse(path, text, sentence_ids, max_sentences, max_length, tokenizer=None):
-    """The report's statistics (the shape :func:`report.analyse` gives) of the model at
+    """The report's statistics (the shape :func:`.report.analyse` gives) of the model at
     ``path`` over the first ``max_sentences`` lines of ``text`` (tokenized by the tokenizer
     saved with the model, or the one at ``tokenizer``)."""
     model, tokenizer, causal = load(path, tokenizer)
@@ -94,11 +94,11 @@ def analyse(path, text, sentence_ids, max_sentences, max_length, tokenizer=None)
     return dict(
         sites=(SITE,), alphas=alphas, initial=initial,
         change={sl: [a - i for a, i in zip(alphas[sl], initial[sl])] for sl in alphas},
-        density=report.per_head(acc, "density"), support=report.per_head(acc, "support"),
+        density=stats.per_head(acc, "density"), support=stats.per_head(acc, "support"),
         allowed={sl: a["allowed"] / a["queries"] for sl, a in acc.items()},
         diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
-        previous=report.per_head(acc, "previous", "previous_queries"),
-        same_word=report.per_head(acc, "same_word", "same_word_queries"),
-        tokens=report.favourite_tokens(acc), series=None, maps=maps, sentences=len(sentences),
+        previous=stats.per_head(acc, "previous", "previous_queries"),
+        same_word=stats.per_head(acc, "same_word", "same_word_queries"),
+        tokens=stats.favourite_tokens(acc), series=None, maps=maps, sentences=len(sentences),
         title=f"`{path}` ({type(model).__name__}, {model.config._attn_implementation})", corpus=f"`{text}`",
-        query_labels={SITE: report.QUERY_LABELS[causal]})
+        query_labels={SITE: stats.QUERY_LABELS[causal]})

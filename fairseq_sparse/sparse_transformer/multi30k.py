@@ -42,7 +42,7 @@ from ..experiments import (FAIRSEQ_GENERATE, FAIRSEQ_PREPROCESS, FAIRSEQ_TRAIN, 
                            generate_hypotheses)
 from ..markdown import table as markdown_table
 from ..text import read_lines
-from .stats import pool_by_site
+from .stats import per_head, pool_by_site
 
 # The attention report as a module of this interpreter, as fairseq's commands (experiments.py).
 ATTENTION_REPORT = [sys.executable, "-m", "fairseq_sparse.sparse_transformer.report"]
@@ -190,8 +190,8 @@ def train_all(data, out, args):
 
 def epoch_records(log, key):
     """{epoch: fairseq's last record holding ``key``} of a ``--log-format json`` log.  One per
-    epoch: fairseq may write a line more than once, and a rerun of a finished experiment
-    resumes (trains nothing) and appends to the earlier log."""
+    epoch, however often a line was written: a rerun of a finished experiment resumes (trains
+    nothing) and appends to the earlier log."""
     epochs = {}
     for line in Path(log).read_text(encoding="utf-8").splitlines():
         if f'"{key}"' in line:
@@ -336,7 +336,7 @@ def bleu(data, checkpoint, references, args):
 def attention_summary(checkpoint, data):
     """({site: (mean density, mean alpha, largest alpha change)}, {(site, layer): head diversity})
     on the validation split."""
-    from .report import collect, load, per_head
+    from .report import collect, load
 
     model, task = load(checkpoint, data)
     acc, _, _ = collect(model, task, "valid", 1014, set())

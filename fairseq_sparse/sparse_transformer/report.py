@@ -36,10 +36,6 @@ from . import figures, stats  # (importing this package loads the plugin: models
 
 # A head holds a role when its score reaches this.
 ROLE_THRESHOLD = 0.5
-# Token types found in fewer sentences are not a head's favourite: too few to say.
-MIN_TOKEN_SENTENCES = 10
-# The rows of an attention map: {whether the queries predict the next token: label}.
-QUERY_LABELS = {False: "query (token at the position)", True: "query (token it predicts)"}
 
 
 def load(path, data):
@@ -139,7 +135,7 @@ def collect(model, task, split, max_sentences, keep_sentences):
                                 if kind[site] != "encoder" else pieces[queries])
                         maps[(sid, site, layer)] = (p.clone(), rows, pieces[site])
                     if counted:
-                        add_sentence(acc[(site, layer)], p, kind[site], pieces[site], words.get(site))
+                        stats.add_sentence(acc[(site, layer)], p, kind[site], pieces[site], words.get(site))
                 missing.discard(sid)
                 seen += counted
             if seen >= max_sentences and not missing:
@@ -150,55 +146,6 @@ def collect(model, task, split, max_sentences, keep_sentences):
         raise ValueError(f"--sentences {' '.join(map(str, sorted(missing)))}: longer than the model's positions "
                          f"{model.max_positions()}, so left out of split {split}")
     return acc, maps, seen
-
-
-def add_sentence(a, p, kind, pieces, words=None):
-    """Add one sentence's attention ``p`` (H, queries, keys) of a site of ``kind``
-    (``encoder``, ``decoder`` self-attention or ``cross``) to its sums ``a``; ``pieces``
-    label the keys, ``words`` (encoder) the word of each."""
-    allowed = torch.ones(p.shape[1:], dtype=torch.bool)
-    if kind == "decoder":
-        allowed = torch.tril(allowed)
-    a["queries"] += p.size(1)
-    a["density"] = a["density"] + stats.density(p, allowed)
-    a["support"] = a["support"] + stats.support(p, allowed)
-    a["allowed"] += float(allowed.sum())
-    a["diversity"] += float(stats.head_diversity(p))
-    if kind != "cross":
-        a["previous"] = a["previous"] + stats.previous_token_score(p)
-        a["previous_queries"] += p.size(1) - 1
-    tokens = a.setdefault("tokens", {})
-    for piece, mass in stats.token_mass(p, pieces).items():
-        if piece in tokens:
-            tokens[piece][0] += mass
-            tokens[piece][1] += p.size(1)
-            tokens[piece][2] += 1
-        else:
-            tokens[piece] = [mass, p.size(1), 1]
-    if kind == "encoder":
-        score, count = stats.same_word_score(p, words)
-        a["same_word"] = a["same_word"] + score
-        a["same_word_queries"] += count
-
-
-def per_head(acc, key, count_key="queries"):
-    return {sl: (a[key] / max(a[count_key], 1)).tolist() for sl, a in acc.items() if count_key in a and a[count_key]}
-
-
-def favourite_tokens(acc, min_sentences=MIN_TOKEN_SENTENCES):
-    """{(site, layer): [(piece, share) per head]}: the key token type each head puts most
-    weight on, as the share of the weight of the queries of the sentences holding it,
-    among the pieces found in at least ``min_sentences`` sentences."""
-    out = {}
-    for sl, a in acc.items():
-        frequent = [(piece, mass / queries) for piece, (mass, queries, sentences) in a.get("tokens", {}).items()
-                    if sentences >= min_sentences]
-        if not frequent:
-            continue
-        heads = len(frequent[0][1])
-        out[sl] = [max(((piece, float(share[h])) for piece, share in frequent), key=lambda x: x[1])
-                   for h in range(heads)]
-    return out
 
 
 def head_table(values, sites, fmt="{:.3f}"):
@@ -234,15 +181,15 @@ def analyse(model, task, args):
         alphas={sl: a.tolist() for sl, a in model.head_alphas().items()},
         initial=initial,
         change=({sl: c.tolist() for sl, c in model.head_alpha_changes().items()} if initial is not None else None),
-        density=per_head(acc, "density"), support=per_head(acc, "support"),
+        density=stats.per_head(acc, "density"), support=stats.per_head(acc, "support"),
         allowed={sl: a["allowed"] / a["queries"] for sl, a in acc.items()},
         diversity={sl: a["diversity"] / a["queries"] for sl, a in acc.items()},
-        previous=per_head(acc, "previous", "previous_queries"),
-        same_word=per_head(acc, "same_word", "same_word_queries"),
-        tokens=favourite_tokens(acc),
+        previous=stats.per_head(acc, "previous", "previous_queries"),
+        same_word=stats.per_head(acc, "same_word", "same_word_queries"),
+        tokens=stats.favourite_tokens(acc),
         series=alpha_series(model, args) if args.trajectory else None,
         maps=maps, sentences=sentences, title=f"`{args.path}`", corpus=f"Split `{args.split}`",
-        query_labels={site: QUERY_LABELS[model.normalizer_site(site) != "encoder"] for site in model.attention_sites})
+        query_labels={site: stats.QUERY_LABELS[model.normalizer_site(site) != "encoder"] for site in model.attention_sites})
 
 
 def map_stem(sid, site, layer):
@@ -381,7 +328,7 @@ def markdown_report(result):
         "## Head roles", "",
         f"Mean weight a head puts on the previous token (self-attention), on the other pieces of the same word "
         f"(encoder, words split into several subwords) and on its favourite key token type (the share of the "
-        f"weight of the queries of sentences that hold it, among the types in at least {MIN_TOKEN_SENTENCES} "
+        f"weight of the queries of sentences that hold it, among the types in at least {stats.MIN_TOKEN_SENTENCES} "
         f"sentences); heads at or above {ROLE_THRESHOLD}:", "",
         table(["role", "site, layer", "head", "score"], roles(result) or [["(none)", "", "", ""]]), "",
         "Previous-token score per head:", "",

@@ -204,3 +204,61 @@ def word_ids_from_pieces(pieces, specials=()):
 
 def max_head_diversity(num_heads):
     return math.log(num_heads)
+
+
+# The report's sums over sentences, one dict per (site, layer), for fairseq and Hugging Face
+# models alike.
+
+# Token types found in fewer sentences are not a head's favourite: too few to say.
+MIN_TOKEN_SENTENCES = 10
+# The rows of an attention map: {whether the queries predict the next token: label}.
+QUERY_LABELS = {False: "query (token at the position)", True: "query (token it predicts)"}
+
+
+def add_sentence(a, p, kind, pieces, words=None):
+    """Add one sentence's attention ``p`` (H, queries, keys) of a site of ``kind``
+    (``encoder``, ``decoder`` self-attention or ``cross``) to its sums ``a``; ``pieces``
+    label the keys, ``words`` (encoder) the word of each."""
+    allowed = torch.ones(p.shape[1:], dtype=torch.bool)
+    if kind == "decoder":
+        allowed = torch.tril(allowed)
+    a["queries"] += p.size(1)
+    a["density"] = a["density"] + density(p, allowed)
+    a["support"] = a["support"] + support(p, allowed)
+    a["allowed"] += float(allowed.sum())
+    a["diversity"] += float(head_diversity(p))
+    if kind != "cross":
+        a["previous"] = a["previous"] + previous_token_score(p)
+        a["previous_queries"] += p.size(1) - 1
+    tokens = a.setdefault("tokens", {})
+    for piece, mass in token_mass(p, pieces).items():
+        if piece in tokens:
+            tokens[piece][0] += mass
+            tokens[piece][1] += p.size(1)
+            tokens[piece][2] += 1
+        else:
+            tokens[piece] = [mass, p.size(1), 1]
+    if kind == "encoder":
+        score, count = same_word_score(p, words)
+        a["same_word"] = a["same_word"] + score
+        a["same_word_queries"] += count
+
+
+def per_head(acc, key, count_key="queries"):
+    return {sl: (a[key] / max(a[count_key], 1)).tolist() for sl, a in acc.items() if count_key in a and a[count_key]}
+
+
+def favourite_tokens(acc, min_sentences=MIN_TOKEN_SENTENCES):
+    """{(site, layer): [(piece, share) per head]}: the key token type each head puts most
+    weight on, as the share of the weight of the queries of the sentences holding it,
+    among the pieces found in at least ``min_sentences`` sentences."""
+    out = {}
+    for sl, a in acc.items():
+        frequent = [(piece, mass / queries) for piece, (mass, queries, sentences) in a.get("tokens", {}).items()
+                    if sentences >= min_sentences]
+        if not frequent:
+            continue
+        heads = len(frequent[0][1])
+        out[sl] = [max(((piece, float(share[h])) for piece, share in frequent), key=lambda x: x[1])
+                   for h in range(heads)]
+    return out
