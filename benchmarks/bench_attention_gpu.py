@@ -30,7 +30,7 @@ AdaSplash's.
     python benchmarks/bench_attention_gpu.py --inputs structured --block-density 0.3 --lengths 1024 4096 16384
 
 ``--inputs structured`` draws q and k with the structure of trained attention (a local band,
-a few global keys, a diffuse rest: ``fairseq_sparse.entmax.attention_inputs``), its noise
+a few global keys, a diffuse rest: ``attention_inputs.py``), its noise
 found on one head of up to 2,048 positions for ``--block-density``, its band and global keys
 those ``--fit CAPTURE`` reads off a capture; the block density our kernel then finds at each
 length is printed.  ``--inputs captured --captured CAPTURE`` times a capture's q, k and v
@@ -53,7 +53,8 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():  # before the kernels are defined: --device cpu runs them interpreted
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fairseq_sparse.entmax import (attention_inputs, attention_kernel, entmax15, entmax_alpha, entmax_attention,
+import attention_inputs
+from fairseq_sparse.entmax import (attention_kernel, entmax15, entmax_alpha, entmax_attention,
                                    has_triton_kernel, sparsemax, support_size, use_backend)
 from timing import describe, interleaved_ms, paired_ratio
 

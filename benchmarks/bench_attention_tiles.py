@@ -32,7 +32,8 @@ import torch
 if not torch.cuda.is_available():  # before the kernels are defined
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fairseq_sparse.entmax import attention_inputs, attention_kernel  # noqa: E402
+import attention_inputs  # noqa: E402
+from fairseq_sparse.entmax import attention_kernel  # noqa: E402
 from fairseq_sparse.entmax.fused_attention import sequence_ids  # noqa: E402
 from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 

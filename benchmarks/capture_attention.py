@@ -1,7 +1,7 @@
 """Capture the q, k and v of a trained model's attention, for bench_attention_tiles.py --captured:
-a Hugging Face model's over sentences packed into one sequence (fairseq_sparse.hf.capture),
+a Hugging Face model's over sentences packed into one sequence (capture_hf.py),
 or a fairseq transformer's self-attention over a split's sentences packed with their offsets
-(fairseq_sparse.sparse_transformer.capture).
+(capture_fairseq.py).
 
     python benchmarks/capture_attention.py --model outputs/hf/models/recipe_seed1 \\
         --text ../shared/data/text/hsvae-dbpedia14/test.txt --out outputs/captured_dbpedia.pt
@@ -33,12 +33,12 @@ def main():
     if args.model is not None:
         if args.text is None:
             parser.error("--model needs --text")
-        from fairseq_sparse.hf.capture import capture
+        from capture_hf import capture
         result, source = capture(args.model, args.text, args.length, args.packed), args.model
     else:
         if args.data is None:
             parser.error("--checkpoint needs --data")
-        from fairseq_sparse.sparse_transformer.capture import capture
+        from capture_fairseq import capture
         result, source = capture(args.checkpoint, args.data, args.split, args.length), args.checkpoint
     torch.save(result, args.out)
     print(f"captured {len(result['layers'])} attention modules of {source} over {args.length} positions: {args.out}")

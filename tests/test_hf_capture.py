@@ -1,12 +1,12 @@
-"""Capturing a trained model's q, k and v (fairseq_sparse.hf.capture) for the kernel's
+"""Capturing a trained model's q, k and v (benchmarks/capture_hf.py) for the kernel's
 benchmarks, and the tile benchmark on a capture."""
 
 import torch
 
 import fairseq_sparse.hf as hf
-from fairseq_sparse.entmax import attention_inputs
+import attention_inputs
 from fairseq_sparse.entmax.fused_attention import reference_attention
-from fairseq_sparse.hf.capture import capture
+from capture_hf import capture
 from tests.conftest import run_script, shared_data, sparse_bert
 
 

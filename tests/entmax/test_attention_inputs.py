@@ -1,9 +1,9 @@
-"""The input families of the kernel tests and benchmarks (fairseq_sparse.entmax.attention_inputs)."""
+"""The input families of the kernel tests and benchmarks (benchmarks/attention_inputs.py)."""
 
 import pytest
 import torch
 
-from fairseq_sparse.entmax import attention_inputs
+import attention_inputs
 from tests.conftest import run_script
 
 

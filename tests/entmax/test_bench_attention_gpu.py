@@ -6,7 +6,7 @@ import re
 
 import torch
 
-from fairseq_sparse.hf.capture import capture
+from capture_hf import capture
 from tests.conftest import run_script, shared_data, sparse_bert
 
 SMALL = ("--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--repeats", "1", "--no-reference",

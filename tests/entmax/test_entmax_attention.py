@@ -363,7 +363,7 @@ def test_on_structured_inputs_only_tiles_with_support_are_visited(alpha, causal)
     maxima's pass (every tile in reach) the forward visits the tiles with support only,
     allowing one pass's worth of tiles found empty on the way (the backward visits only the
     mask's pairs, which the gradients above went through)."""
-    from fairseq_sparse.entmax import attention_inputs
+    import attention_inputs
 
     q, k, v = attention_inputs.banded(2, 2, 96, 16, width=3.0, noise=0.3, seed=1)
     q, k, v = q.double(), k.double(), v.double()

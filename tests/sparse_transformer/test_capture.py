@@ -1,4 +1,4 @@
-"""Captures of a trained fairseq transformer's self-attention (fairseq_sparse.sparse_transformer.capture):
+"""Captures of a trained fairseq transformer's self-attention (benchmarks/capture_fairseq.py):
 the packed q, k and v give back, with their offsets, the attention the model computed sentence by
 sentence, and the tile benchmark counts them, and structured inputs fitted to them."""
 
@@ -10,7 +10,7 @@ import fairseq_sparse
 fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold for torch.load
 from fairseq import checkpoint_utils
 
-from fairseq_sparse.entmax import attention_inputs
+import attention_inputs
 from fairseq_sparse.entmax.fused_attention import reference_attention
 from tests.conftest import REPO, run_cli, run_script
 

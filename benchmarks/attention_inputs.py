@@ -6,9 +6,9 @@
   position, a few global keys every query attends to, a diffuse rest), with the *block
   density*, the share of (query tile, key tile) pairs that hold support, as the parameter.
 - ``captured``: the q, k and v a trained model's attention saw, with its heads' alphas
-  (:func:`fairseq_sparse.hf.capture.capture` writes them for a Hugging Face model,
-  :func:`fairseq_sparse.sparse_transformer.capture.capture` for a fairseq transformer's
-  packed sentences; :func:`captured` reads them).
+  (``capture_hf.capture`` writes them for a Hugging Face model, ``capture_fairseq.capture``
+  for a fairseq transformer's packed sentences, both through ``capture_attention.py``;
+  :func:`captured` reads them).
 
 The scores come from q and k, since the kernels compute them: with random Fourier features
 phi of the positions (Rahimi & Recht, 2007), phi(i).phi(j) ~ exp(-(i - j)^2 / (2 w^2)), and
@@ -28,7 +28,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .fused_attention import packed_ids, reference_attention, visible
+from fairseq_sparse.entmax.fused_attention import packed_ids, reference_attention, visible
 
 # The share of dimensions of q and k that carry the band, and that carry noise.
 BAND_SHARE, NOISE_SHARE = 0.75, 0.2

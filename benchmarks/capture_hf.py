@@ -12,8 +12,8 @@ positions with the sentences' offsets (``cu_seqlens``), as a packing collator gi
 
 import torch
 
-from . import attention_alphas, attention_modules, from_pretrained, query_heads
-from ..text import read_lines
+from fairseq_sparse.hf import attention_alphas, attention_modules, from_pretrained, query_heads
+from fairseq_sparse.text import read_lines
 
 
 def _projections(module):

@@ -1,6 +1,6 @@
 """Capture the queries, keys and values a trained fairseq transformer's self-attention sees,
-packed, for the kernel's tests and benchmarks (``entmax.attention_inputs.captured`` reads
-what this writes, as it reads :func:`fairseq_sparse.hf.capture.capture`'s).
+packed, for the kernel's tests and benchmarks (``attention_inputs.captured`` reads what
+this writes, as it reads ``capture_hf.capture``'s).
 
 The sentence pairs of a split are run through the model one at a time, in order (the
 decoder teacher-forced on the reference), and each self-attention module's projected q,
@@ -15,7 +15,7 @@ words, which packing into one row does not keep; it is left out.
 import torch
 from fairseq import checkpoint_utils
 
-from ..modules import AlphaEntmaxAttention
+from fairseq_sparse.modules import AlphaEntmaxAttention
 
 
 @torch.no_grad()
