@@ -49,6 +49,12 @@ def _batch_by_size_drops_the_last_batch():
     return sum(len(b) for b in batches) < 9
 
 
+def _log_file_gets_a_handler_per_progress_bar():
+    from .log_file import adds_a_handler_per_progress_bar
+
+    return adds_a_handler_per_progress_bar()
+
+
 PATCHES = (
     Patch("checkpoints", ("torch.serialization's weights-only allow-list", "checkpoint_utils._upgrade_state_dict"),
           "fairseq checkpoints load under torch >= 2.6 (weights_only) without turning pickle safety off, and the "
@@ -71,6 +77,9 @@ PATCHES = (
           "message and module, so that the warnings that matter are seen", lambda: True),
     Patch("prefetch", ("iterators.BackgroundConsumer.run", "an atexit hook"),
           "a finished run exits cleanly instead of aborting on fairseq's prefetching thread"),
+    Patch("log_file", ("progress_bar.progress_bar",),
+          "with --log-file, each epoch's progress bar attached another handler for the same file, so every line a "
+          "progress bar logs was written once more per epoch gone by", _log_file_gets_a_handler_per_progress_bar),
     Patch("generation", ("SequenceGenerator.__init__",),
           "a hypothesis that no token can continue (a sparse output layer at the length limit) ends with a score "
           "below every other, instead of fairseq-generate failing with `AssertionError: 200 < 200`"),
