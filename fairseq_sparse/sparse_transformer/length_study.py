@@ -15,7 +15,8 @@ run again), keeps the checkpoint of lowest loss on ``valid`` (at 1.5x: the only 
 choice reads), then scores every split and measures its attention as the length grows.  A
 finished run's result goes into ``RESULTS/results.json`` at once, so that an interrupted
 study (or one continued in another checkout holding that file) redoes nothing finished;
-``RESULTS/results.md`` and ``RESULTS/exact_match.png`` are written from it after every run.
+``RESULTS/results.md``, ``RESULTS/exact_match.png`` and ``RESULTS/attention.png`` are written
+from it after every run.
 """
 
 import dataclasses
@@ -68,7 +69,8 @@ class LengthStudyConfig:
     out: Path = field(default=Path("outputs/length_study"), metadata={
         "help": "checkpoints and training logs, one directory per run"})
     results: Path = field(default=Path("docs/results/length_study"), metadata={
-        "help": "results.json (every finished run, read back to skip them), results.md and exact_match.png"})
+        "help": "results.json (every finished run, read back to skip them), results.md, exact_match.png and "
+                "attention.png"})
     tasks: tuple[str, ...] = field(default=("copy", "flip_flop", "sort"), metadata={
         "help": "synthetic tasks", "choices": ("copy", "reverse", "sort", "associative_recall", "flip_flop")})
     variants: tuple[str, ...] = field(default=DEFAULT_VARIANTS, metadata={
@@ -284,6 +286,7 @@ def write_results(config, found):
     path.with_suffix(".tmp").replace(path)  # whole or not at all
     (config.results / "results.md").write_text(table(config, found), encoding="utf-8")
     plot(found, config.results / "exact_match.png")
+    plot_attention(found, config.results / "attention.png")
 
 
 def mean_spread(values):
@@ -308,7 +311,9 @@ def table(config, found):
     splits = factors_of(found)
     lines = ["# Length extrapolation: exact match (%) by test length", "",
              "Written by `scripts/length_study.py` from `results.json`; mean ± sd over seeds (n = runs).", "",
-             "Options: " + ", ".join(f"{k} {v}" for k, v in found["config"].items()), ""]
+             "Options: " + ", ".join(f"{k} {v}" for k, v in found["config"].items()), "",
+             "![exact match against test length](exact_match.png)", "",
+             "![attention entropy and keys kept against test length](attention.png)", ""]
     groups = sorted({(r["task"], r["positions"]) for r in done.values()})
     for task, positions in groups:
         lines += [f"## {task}, positions {positions}", "",
@@ -353,7 +358,7 @@ def table(config, found):
 
 def plot(found, path):
     """exact_match.png: exact match against test length, a panel per task and positions, a line per
-    variant (mean over seeds, the band their range)."""
+    variant (mean over seeds, the band their range; the seeds are counted in results.md)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -373,17 +378,67 @@ def plot(found, path):
             xs = [float(s[4:-1]) for s in splits]
             values = [[r["exact_match"].get(s, math.nan) for r in rs] for s in splits]
             mean = [statistics.mean(v) for v in values]
-            ax.plot(xs, mean, marker="o", label=f"{VARIANTS[variant][2]} (n={len(rs)})")
+            color = f"C{list(VARIANTS).index(variant)}"  # one colour a variant in every panel
+            ax.plot(xs, mean, marker="o", color=color, label=VARIANTS[variant][2])
             if len(rs) > 1:
-                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
+                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], color=color, alpha=0.15)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("test length / longest training length")
         ax.set_title(f"{task}, positions {positions}")
         ax.set_ylim(-2, 102)
     axes[0][0].set_ylabel("exact match (%)")
-    axes[0][-1].legend(fontsize=7, loc="upper right")
+    _legend(fig, axes)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _legend(fig, axes):
+    """One legend for every panel, below them: each variant that any panel draws, once."""
+    handles = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(handles), 4), fontsize=8)
+
+
+def plot_attention(found, path):
+    """attention.png: the attention on the answer's queries against test length, a column per
+    task and positions, a line per variant (mean over seeds): its entropy (nats) above, the share
+    of the keys a query may see that keep a nonzero weight below (softmax's drop only where a
+    weight underflows float32)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = found["runs"]
+    groups = sorted({(r["task"], r["positions"]) for r in done.values()})
+    if not groups:
+        return
+    splits = factors_of(found)
+    fig, axes = plt.subplots(2, len(groups), figsize=(4.5 * len(groups), 6.4), squeeze=False, sharex=True)
+    for column, (task, positions) in enumerate(groups):
+        for variant in VARIANTS:
+            rs = [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, variant)]
+            if not rs:
+                continue
+            xs = [float(s[4:-1]) for s in splits]
+            at = [[r["attention"][s] for r in rs if s in r["attention"]] for s in splits]
+            entropy = [statistics.mean(a["entropy"] for a in runs) if runs else math.nan for runs in at]
+            kept = [statistics.mean(a["kept"] / a["seen"] for a in runs) if runs else math.nan for runs in at]
+            color = f"C{list(VARIANTS).index(variant)}"
+            axes[0][column].plot(xs, entropy, marker="o", color=color, label=VARIANTS[variant][2])
+            axes[1][column].plot(xs, kept, marker="o", color=color, label=VARIANTS[variant][2])
+        axes[0][column].set_title(f"{task}, positions {positions}")
+        axes[1][column].set_xscale("log", base=2)
+        axes[1][column].set_xlabel("test length / longest training length")
+        axes[1][column].set_ylim(0, 1.05)
+    axes[0][0].set_ylabel("entropy (nats)")
+    axes[1][0].set_ylabel("keys kept / keys seen")
+    _legend(fig, axes)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -43,7 +43,8 @@ def test_runs_are_scored_gathered_and_not_redone(tmp_path):
     md = (results / "results.md").read_text()
     assert "## reverse, positions nape" in md and "| softmax | 1 |" in md and "| ASEntmax, learned alpha, paper's start | 1 |" in md
     assert "2x 0, 4x 0" in md  # the paper's softmax on reverse, beside ours
-    assert (results / "exact_match.png").stat().st_size > 5000
+    assert (results / "exact_match.png").stat().st_size > 5000 and (results / "attention.png").stat().st_size > 5000
+    assert "![exact match against test length](exact_match.png)" in md
     # Again: nothing to train, the same results.
     again = run(*SMALL, "--out", out, "--results", results)
     assert "0 runs to do, 2 done" in again.stdout
