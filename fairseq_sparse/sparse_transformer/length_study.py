@@ -356,9 +356,9 @@ def table(config, found):
     return "\n".join(lines) + "\n"
 
 
-def plot(found, path):
-    """exact_match.png: exact match against test length, a panel per task and positions, a line per
-    variant (mean over seeds, the band their range; the seeds are counted in results.md)."""
+def _figure(found, rows, height):
+    """(pyplot, figure, axes, [(task, positions, {variant: its runs})], test splits): a column per
+    task and positions, ``rows`` rows; None when no run is done."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -367,33 +367,22 @@ def plot(found, path):
     done = found["runs"]
     groups = sorted({(r["task"], r["positions"]) for r in done.values()})
     if not groups:
-        return
-    splits = factors_of(found)
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False)
-    for ax, (task, positions) in zip(axes[0], groups):
-        for variant in VARIANTS:
-            rs = [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, variant)]
-            if not rs:
-                continue
-            xs = [float(s[4:-1]) for s in splits]
-            values = [[r["exact_match"].get(s, math.nan) for r in rs] for s in splits]
-            mean = [statistics.mean(v) for v in values]
-            color = f"C{list(VARIANTS).index(variant)}"  # one colour a variant in every panel
-            ax.plot(xs, mean, marker="o", color=color, label=VARIANTS[variant][2])
-            if len(rs) > 1:
-                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], color=color, alpha=0.15)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("test length / longest training length")
-        ax.set_title(f"{task}, positions {positions}")
-        ax.set_ylim(-2, 102)
-    axes[0][0].set_ylabel("exact match (%)")
-    _legend(fig, axes)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+        return None
+    columns = []
+    for task, positions in groups:
+        by_variant = {v: [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, v)]
+                      for v in VARIANTS}
+        columns.append((task, positions, {v: rs for v, rs in by_variant.items() if rs}))
+    fig, axes = plt.subplots(rows, len(groups), figsize=(4.5 * len(groups), height), squeeze=False, sharex=True)
+    for column, (task, positions, _) in enumerate(columns):
+        axes[0][column].set_title(f"{task}, positions {positions}")
+        axes[-1][column].set_xscale("log", base=2)
+        axes[-1][column].set_xlabel("test length / longest training length")
+    return plt, fig, axes, columns, factors_of(found)
 
 
-def _legend(fig, axes):
-    """One legend for every panel, below them: each variant that any panel draws, once."""
+def _finish(plt, fig, axes, path):
+    """One legend for every panel, below them (each variant that any panel draws, once); saved."""
     handles = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -401,6 +390,33 @@ def _legend(fig, axes):
     fig.tight_layout()
     fig.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(len(handles), 4), fontsize=8)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _color(variant):
+    return f"C{list(VARIANTS).index(variant)}"  # one colour a variant in every panel
+
+
+def plot(found, path):
+    """exact_match.png: exact match against test length, a panel per task and positions, a line per
+    variant (mean over seeds, the band their range; the seeds are counted in results.md)."""
+    made = _figure(found, 1, 3.6)
+    if made is None:
+        return
+    plt, fig, axes, columns, splits = made
+    xs = [float(s[4:-1]) for s in splits]
+    for ax, (_, _, by_variant) in zip(axes[0], columns):
+        for variant, rs in by_variant.items():
+            values = [[r["exact_match"].get(s, math.nan) for r in rs] for s in splits]
+            ax.plot(xs, [statistics.mean(v) for v in values], marker="o", color=_color(variant),
+                    label=VARIANTS[variant][2])
+            if len(rs) > 1:
+                ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], color=_color(variant),
+                                alpha=0.15)
+        ax.set_ylim(-2, 102)
+    axes[0][0].set_ylabel("exact match (%)")
+    _finish(plt, fig, axes, path)
 
 
 def plot_attention(found, path):
@@ -408,38 +424,22 @@ def plot_attention(found, path):
     task and positions, a line per variant (mean over seeds): its entropy (nats) above, the share
     of the keys a query may see that keep a nonzero weight below (softmax's drop only where a
     weight underflows float32)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    done = found["runs"]
-    groups = sorted({(r["task"], r["positions"]) for r in done.values()})
-    if not groups:
+    made = _figure(found, 2, 6.4)
+    if made is None:
         return
-    splits = factors_of(found)
-    fig, axes = plt.subplots(2, len(groups), figsize=(4.5 * len(groups), 6.4), squeeze=False, sharex=True)
-    for column, (task, positions) in enumerate(groups):
-        for variant in VARIANTS:
-            rs = [r for r in done.values() if (r["task"], r["positions"], r["variant"]) == (task, positions, variant)]
-            if not rs:
-                continue
-            xs = [float(s[4:-1]) for s in splits]
+    plt, fig, axes, columns, splits = made
+    xs = [float(s[4:-1]) for s in splits]
+    for column, (_, _, by_variant) in enumerate(columns):
+        for variant, rs in by_variant.items():
             at = [[r["attention"][s] for r in rs if s in r["attention"]] for s in splits]
             entropy = [statistics.mean(a["entropy"] for a in runs) if runs else math.nan for runs in at]
             kept = [statistics.mean(a["kept"] / a["seen"] for a in runs) if runs else math.nan for runs in at]
-            color = f"C{list(VARIANTS).index(variant)}"
-            axes[0][column].plot(xs, entropy, marker="o", color=color, label=VARIANTS[variant][2])
-            axes[1][column].plot(xs, kept, marker="o", color=color, label=VARIANTS[variant][2])
-        axes[0][column].set_title(f"{task}, positions {positions}")
-        axes[1][column].set_xscale("log", base=2)
-        axes[1][column].set_xlabel("test length / longest training length")
+            for row, values in enumerate((entropy, kept)):
+                axes[row][column].plot(xs, values, marker="o", color=_color(variant), label=VARIANTS[variant][2])
         axes[1][column].set_ylim(0, 1.05)
     axes[0][0].set_ylabel("entropy (nats)")
     axes[1][0].set_ylabel("keys kept / keys seen")
-    _legend(fig, axes)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _finish(plt, fig, axes, path)
 
 
 def run(config):
