@@ -69,16 +69,21 @@ def pair(text):
     return values[0]
 
 
+def _probability_interval(value, high_included):
+    """The interval ``value`` must lie in, where it lies outside it (None where it is inside)."""
+    inside = value is not None and (0 <= value <= 1 if high_included else 0 <= value < 1)
+    return None if inside else ("[0, 1]" if high_included else "[0, 1)")
+
+
 def probability(high_included):
     """An argparse type: a float in [0, 1) or, with ``high_included``, in [0, 1]."""
-    interval = "[0, 1]" if high_included else "[0, 1)"
-
     def parse(text):
         try:
             value = float(text)
         except ValueError:
             value = None
-        if value is None or not (0 <= value <= 1 if high_included else 0 <= value < 1):
+        interval = _probability_interval(value, high_included)
+        if interval is not None:
             raise argparse.ArgumentTypeError(f"{text!r}: a probability in {interval}")
         return value
     parse.__name__ = "probability"
@@ -147,10 +152,9 @@ class StabilityConfig:
     def __post_init__(self):
         check(self)
         for name, high_included in (("dropout", False), ("word_dropout", True)):
-            value = getattr(self, name)
-            if not (0 <= value <= 1 if high_included else 0 <= value < 1):
-                raise ValueError(f"--{name.replace('_', '-')} {value}: a probability in "
-                                 f"{'[0, 1]' if high_included else '[0, 1)'}")
+            interval = _probability_interval(getattr(self, name), high_included)
+            if interval is not None:
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)}: a probability in {interval}")
         if not (self.hsvae_settings or self.mat_vae_settings or self.baselines):
             raise ValueError("nothing to run: give HSVAE or MAT-VAE settings or baselines")
 
