@@ -28,10 +28,34 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from fairseq_sparse.entmax.fused_attention import packed_ids, reference_attention, visible
+from fairseq_sparse.entmax import AttentionOptions, attend, get_normalizer
+from fairseq_sparse.entmax.masks import packed_ids, visible
+from fairseq_sparse.entmax.normalizers import fixed_alpha_normalizer
 
 # The share of dimensions of q and k that carry the band, and that carry noise.
 BAND_SHARE, NOISE_SHARE = 0.75, 0.2
+
+
+def entmax_attend(q, k, v, alpha, key_padding_mask=None, **options):
+    """``attend``'s output with alpha-entmax at ``alpha``: a float (2: sparsemax, 1.5:
+    1.5-entmax, else alpha-entmax at that alpha on every head) or one alpha per head, (H,),
+    whose values are read to check them (no bound is promised); ``options``: the fields of
+    ``AttentionOptions`` (``fused=False``: the explicit path)."""
+    if not torch.is_tensor(alpha) and float(alpha) in (1.5, 2.0):
+        normalizer, heads = fixed_alpha_normalizer(alpha), None
+    else:
+        normalizer = get_normalizer("alpha_entmax")
+        heads = alpha if torch.is_tensor(alpha) else torch.full(
+            (q.shape[1],), float(alpha), dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
+            device=q.device)
+    out, _ = attend(q, k, v, normalizer, alpha=heads, options=AttentionOptions(**options),
+                    key_padding_mask=key_padding_mask)
+    return out
+
+
+def explicit_attend(q, k, v, alpha, **kw):
+    """:func:`entmax_attend` on the explicit path: the reference of the fused kernels."""
+    return entmax_attend(q, k, v, alpha, fused=False, **kw)
 
 
 def gaussian(batch, heads, length, head_dim, seed=0):
@@ -109,7 +133,7 @@ def block_density(q, k, alpha, tiles=(64, 64), causal=False):
     if Tk > 4096:
         raise ValueError(f"block_density: {Tk} keys; measured up to 4,096")
     eye = torch.eye(Tk, dtype=q.dtype).expand(*q.shape[:2], Tk, Tk)
-    p = reference_attention(q, k, eye, alpha, causal=causal)  # the probabilities themselves
+    p = explicit_attend(q, k, eye, alpha, causal=causal)  # the probabilities themselves
     tiles_held, weights = _held(p, causal, None, tiles)
     return float(tiles_held.mean()), float(weights.mean())
 
@@ -154,8 +178,8 @@ def _weights(q, k, alpha, causal=False, scale=None, cu_seqlens=None):
     T = q.shape[2]
     eye = torch.eye(T, dtype=torch.float64).expand(*q.shape[:2], T, T)
     alpha = alpha.double() if torch.is_tensor(alpha) else alpha
-    return reference_attention(q.double(), k.double(), eye, alpha, causal=causal, scale=scale,
-                               cu_seqlens=cu_seqlens)[0]
+    return explicit_attend(q.double(), k.double(), eye, alpha, causal=causal, scale=scale,
+                           cu_seqlens=cu_seqlens)[0]
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ reference path and the authors' ``entmax`` package (``entmax_bisect``) are
 timed for comparison.  Peak memory is the extra memory one forward+backward
 allocates, as a ratio to SDPA's.
 
-Our fused kernel (``fairseq_sparse.entmax.entmax_attention``: the scores are
+Our fused kernel (``fairseq_sparse.entmax.attend`` on its fused path: the scores are
 recomputed tile by tile, never stored) is timed at alpha = 1.5 (the passes over the keys
 it makes: ``bench_attention_passes.py``) and with a learnable
 alpha per head, and AdaSplash (deep-spin/adasplash, ``adasplash(q, k, v, alpha=1.5)``)
@@ -54,8 +54,8 @@ if not torch.cuda.is_available():  # before the kernels are defined: --device cp
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import attention_inputs
-from fairseq_sparse.entmax import (attention_kernel, entmax15, entmax_alpha, entmax_attention,
-                                   has_triton_kernel, sparsemax, support_size, use_backend)
+from attention_inputs import entmax_attend
+from fairseq_sparse.entmax import entmax15, entmax_alpha, has_triton_kernel, sparsemax, support_size, use_backend
 from timing import describe, interleaved_ms, paired_ratio
 
 DEVICE = "cuda"  # --device sets it
@@ -91,8 +91,8 @@ def variants(heads, causal, lengths_pow2):
         "sparsemax (triton)": unfused(sparsemax, causal),
         "entmax15 (triton)": unfused(entmax15, causal),
         "alpha-entmax per head (triton)": unfused(lambda s: entmax_alpha(s, alpha), causal),
-        "fused entmax15 (ours)": lambda q, k, v: entmax_attention(q, k, v, 1.5, causal=causal),
-        "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attention(q, k, v, head_alpha, causal=causal),
+        "fused entmax15 (ours)": lambda q, k, v: entmax_attend(q, k, v, 1.5, causal=causal),
+        "fused alpha-entmax per head (ours)": lambda q, k, v: entmax_attend(q, k, v, head_alpha, causal=causal),
         "alpha-entmax per head (torch ref)": ("torch", unfused(lambda s: entmax_alpha(s, alpha), causal)),
         "entmax package entmax_bisect": unfused(
             lambda s: reference_package.entmax_bisect(s.float(), alpha, dim=-1).to(s.dtype), causal),
@@ -178,9 +178,10 @@ def main():
                                             noise=noise, seed=T)
             q, k, v = (t.to(DEVICE, dtype).requires_grad_() for t in drawn)
             with torch.no_grad():
-                blocks = attention_kernel.forward(q.detach(), k.detach(), v.detach(),
-                                                  torch.full((args.heads,), 1.5, device=DEVICE), 2, args.causal, None,
-                                                  args.head_dim ** -0.5, alpha_stats=False, backward=False)[3]
+                from fairseq_sparse.entmax import kernels
+                call = kernels.Call(fixed=kernels.ENTMAX15, scale=args.head_dim ** -0.5, causal=args.causal)
+                blocks = kernels.forward(q.detach(), k.detach(), v.detach(), torch.full((args.heads,), 1.5, device=DEVICE),
+                                         call, alpha_stats=False, backward=False).blocks
                 reach = blocks.shape[1] * blocks.shape[2]  # not causal: every pair is in reach
                 if args.causal:
                     reach = sum(min(blocks.shape[2], (m + 1) * blocks.shape[2] // blocks.shape[1])

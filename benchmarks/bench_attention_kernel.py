@@ -1,7 +1,7 @@
 """Where the fused entmax attention's time goes: forward against backward, solver variants, tile shapes.
 
 In one run on one GPU this times the forward kernel alone (as in training: og and the
-row statistics written) and forward+backward of ``entmax_attention``, next to SDPA's
+row statistics written) and forward+backward of the fused attention (``attend``), next to SDPA's
 forward and forward+backward, for variants of the kernel:
 
 - the package's kernel at alpha = 1.5;
@@ -28,6 +28,7 @@ this script, not a timing).
 """
 
 import argparse
+import dataclasses
 import functools
 import os
 import statistics
@@ -40,10 +41,11 @@ if not CUDA:  # before the kernels are defined
 
 import torch.nn.functional as F  # noqa: E402
 
-from fairseq_sparse.entmax import attention_kernel, entmax_attention, use_backend  # noqa: E402
-from fairseq_sparse.entmax.attention_kernel import PACKAGE, KernelConfig  # noqa: E402
+from attention_inputs import entmax_attend  # noqa: E402
+from fairseq_sparse.entmax import kernels, use_backend  # noqa: E402
+from fairseq_sparse.entmax.kernels import PACKAGE, KernelConfig, fixed_kind  # noqa: E402
+from fairseq_sparse.entmax.kernels.config import DIAG_PASSES, blocks  # noqa: E402
 from fairseq_sparse.entmax.reference import newton_tol  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 from timing import describe, interleaved_ms, paired_ratio  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, warps, stages); None: the package's default for the device.
@@ -80,7 +82,7 @@ def variants(head_alpha, tile_sweep, shapes=None):
         return
     yield "1.5", 1.5, "package", PACKAGE
     # The tolerances of float32, float16 (the package's for half-precision inputs:
-    # attention_kernel._tolerance) and bfloat16.
+    # kernels.config.tolerance) and bfloat16.
     for tol_dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = newton_tol(tol_dtype)
         name = f"{str(tol_dtype)[6:]} tol {tol:.1e}"
@@ -140,13 +142,18 @@ def main():
         for name, alpha, variant, config in variants(head_alpha, args.tile_sweep, args.shapes):
             per_head = torch.is_tensor(alpha)
             alpha_heads = alpha.detach().float() if per_head else torch.full((heads,), alpha, device=device)
-            forward = functools.partial(attention_kernel.forward, q.detach(), k.detach(), v.detach(), alpha_heads,
-                                        fixed_kind(alpha), args.causal, None, scale, alpha_stats=per_head, config=config)
-            attention = functools.partial(entmax_attention, q, k, v, alpha, causal=args.causal, kernel=config)
+            call = kernels.Call(fixed=fixed_kind(alpha), scale=scale, causal=args.causal, config=config)
+            forward = functools.partial(kernels.forward, q.detach(), k.detach(), v.detach(), alpha_heads, call,
+                                        alpha_stats=per_head)
+            attention = functools.partial(entmax_attend, q, k, v, alpha, causal=args.causal, kernel=config)
             try:  # each variant once, untimed: it compiles, counts its passes and gives its gradients
-                o, _, stats, _ = forward()
-                rows_per_tile = attention_kernel._blocks(args.head_dim, device, config)[0]
-                passes = stats[:, attention_kernel.STAT_PASSES, ::rows_per_tile].mean().item()
+                counted = kernels.forward(q.detach(), k.detach(), v.detach(), alpha_heads,
+                                          dataclasses.replace(call, config=dataclasses.replace(config,
+                                                                                               diagnostics=True)),
+                                          alpha_stats=per_head)
+                o = forward().o
+                rows_per_tile = blocks(args.head_dim, device, config)[0]
+                passes = counted.diagnostics[:, DIAG_PASSES, ::rows_per_tile].mean().item()
                 fwd_bwd(attention)()
                 grads = (q.grad.detach().clone(), head_alpha.grad.detach().clone() if per_head else None)
             except Exception as e:  # e.g. a tile shape over the shared memory: say so and go on

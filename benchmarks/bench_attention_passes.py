@@ -1,6 +1,6 @@
 """Passes over the key tiles that the fused entmax attention's forward kernel makes.
 
-The forward kernel (``fairseq_sparse/entmax/attention_kernel.py``) computes each key
+The forward kernel (``fairseq_sparse/entmax/kernels/forward_pass.py``) computes each key
 tile's scores on every pass: one for the row maxima, one per Newton step on the
 threshold, one on the support for alpha = 2 and 1.5 (unless the Newton passes certified
 the exact threshold themselves), and one for the output.  Each pass costs a Q K^T over
@@ -28,17 +28,18 @@ import torch
 if not torch.cuda.is_available():  # before the kernels are defined
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fairseq_sparse.entmax import attention_kernel, reference  # noqa: E402
-from fairseq_sparse.entmax.fused_attention import reference_attention  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
+from attention_inputs import explicit_attend  # noqa: E402
+from fairseq_sparse.entmax import kernels, reference  # noqa: E402
+from fairseq_sparse.entmax.kernels import fixed_kind  # noqa: E402
+from fairseq_sparse.entmax.kernels.config import DIAG_PASSES  # noqa: E402
 
 
 def kernel_passes(q, k, v, heads, kind, causal, tiles):
     """(passes of each query tile (B * H, query tiles), output) of one forward at ``tiles``."""
-    config = attention_kernel.KernelConfig(tiles=(*tiles, 4, None))
-    o, _, stats, _ = attention_kernel.forward(q, k, v, heads, kind, causal, None, q.shape[-1] ** -0.5,
-                                              alpha_stats=False, config=config)
-    return stats[:, attention_kernel.STAT_PASSES, ::tiles[0]].cpu(), o
+    config = kernels.KernelConfig(tiles=(*tiles, 4, None), diagnostics=True)
+    out = kernels.forward(q, k, v, heads, kernels.Call(fixed=kind, scale=q.shape[-1] ** -0.5, causal=causal,
+                                                       config=config), alpha_stats=False)
+    return out.diagnostics[:, DIAG_PASSES, ::tiles[0]].cpu(), out.o
 
 
 def plain_passes(q, k, heads, causal, block_m):
@@ -83,8 +84,8 @@ def main():
             heads = (alpha if torch.is_tensor(alpha) else torch.full((args.heads,), alpha)).float().to(device)
             counted, o = kernel_passes(q, k, v, heads, fixed_kind(alpha), args.causal, tuple(args.tiles))
             plain = plain_passes(q, k, heads, args.causal, args.tiles[0]).float()
-            o_ref = reference_attention(q.double().cpu(), k.double().cpu(), v.double().cpu(),
-                                        alpha if not torch.is_tensor(alpha) else alpha.double(), causal=args.causal)
+            o_ref = explicit_attend(q.double().cpu(), k.double().cpu(), v.double().cpu(),
+                                    alpha if not torch.is_tensor(alpha) else alpha.double(), causal=args.causal)
             difference = (o.cpu().double() - o_ref).abs().max().item()
             print(f"{T:6d}  {name:24s} " + " ".join(f"{c.mean():8.2f} ({c.max():3.0f})" for c in (plain, counted))
                   + f" {counted.mean() / plain.mean():6.2f}  {difference:15.2e}", flush=True)

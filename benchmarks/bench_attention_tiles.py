@@ -6,7 +6,7 @@ The forward kernel makes one pass for the row maxima, one per Newton step, maybe
 the support, one for the output and maybe one for the alpha statistics; it skips a key
 tile once the tile can hold no support for any row of its query tile (every Newton
 iterate is a lower bound of the threshold, so such a tile stays off the support), and
-records its visits (``STAT_TILES``).  Visiting every tile in every pass would make
+records its visits (``KernelConfig.diagnostics``).  Visiting every tile in every pass would make
 passes x tiles.  The backward kernels (dk and dv over query tiles, dq and d alpha over
 key tiles) visit only the pairs of the forward's block mask, against every pair before;
 the causal mask's pairs past the diagonal are never counted.
@@ -33,9 +33,10 @@ if not torch.cuda.is_available():  # before the kernels are defined
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import attention_inputs  # noqa: E402
-from fairseq_sparse.entmax import attention_kernel  # noqa: E402
-from fairseq_sparse.entmax.fused_attention import sequence_ids  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
+from fairseq_sparse.entmax import kernels  # noqa: E402
+from fairseq_sparse.entmax.kernels import fixed_kind  # noqa: E402
+from fairseq_sparse.entmax.kernels.config import DIAG_PASSES, DIAG_TILES  # noqa: E402
+from fairseq_sparse.entmax.masks import sequence_ids  # noqa: E402
 
 
 def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None, window=None):
@@ -51,22 +52,23 @@ def visits(q, k, v, alpha, causal, tiles, scale=None, cu_seqlens=None, window=No
     device = q.device
     H = q.shape[1]
     heads = alpha.float().to(device) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=device)
-    config = attention_kernel.KernelConfig(tiles=(*tiles, 4, None))
+    config = kernels.KernelConfig(tiles=(*tiles, 4, None), diagnostics=True)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    packed = None if cu_seqlens is None else attention_kernel.packing(cu_seqlens, sequence_ids(cu_seqlens, q, k))
-    _, _, stats, blocks = attention_kernel.forward(q, k, v, heads, fixed_kind(alpha), causal, None, scale,
-                                                   alpha_stats=torch.is_tensor(alpha), config=config,
-                                                   packed=packed, window=window)
+    packed = None if cu_seqlens is None else kernels.packing(cu_seqlens, sequence_ids(cu_seqlens, q, k))
+    call = kernels.Call(fixed=fixed_kind(alpha), scale=scale, causal=causal, window=window, packed=packed,
+                        config=config)
+    out = kernels.forward(q, k, v, heads, call, alpha_stats=torch.is_tensor(alpha))
+    counts, blocks = out.diagnostics, out.blocks
     block_m, block_n = tiles
     Tq, Tk = q.shape[2], k.shape[2]
     starts = torch.arange(0, Tq, block_m, device=device)
-    # Key tiles in reach of each query tile (the kernels' _key_end).
+    # Key tiles in reach of each query tile (the kernels' tiles._key_end).
     ends = (starts + block_m + (Tk - Tq)).clamp(0, Tk) if causal else torch.full_like(starts, Tk)
     reach = (ends + block_n - 1) // block_n  # (query tiles,)
-    passes = stats[:, attention_kernel.STAT_PASSES, ::block_m]  # (B * H, query tiles)
+    passes = counts[:, DIAG_PASSES, ::block_m]  # (B * H, query tiles)
     forward_all = float((passes * reach[None, :]).sum())
-    forward_new = float(stats[:, attention_kernel.STAT_TILES, ::block_m].sum())
-    pairs = float(reach.sum()) * stats.shape[0]
+    forward_new = float(counts[:, DIAG_TILES, ::block_m].sum())
+    pairs = float(reach.sum()) * counts.shape[0]
     held = float(torch.isfinite(blocks).sum())
     support = torch.isfinite(blocks).sum(-1)  # (B * H, query tiles)
     least = None if packed is not None or window is not None else float((reach[None, :] + (passes - 1) * support).sum())

@@ -7,7 +7,7 @@ the left as fairseq does, --tokens target tokens per batch).  Models are
 ``transformer_iwslt_de_en`` sized (6 + 6 layers, 512 wide, 4 heads; --arch): fairseq's
 stock ``transformer`` (softmax through ``F.multi_head_attention_forward``) and our
 ``entmax_transformer`` with each normaliser, on the fused attention path
-(``entmax_attention``; SDPA for softmax) and on the explicit one (scores stored,
+(the Triton kernels; SDPA for softmax) and on the explicit one (scores stored,
 Triton row-wise normaliser).  Every figure is a ratio to the stock transformer in the
 same run, taken round by round: all the models stay on the GPU, every round gives each
 of them one step on the same batch, in a rotating order (``timing.interleaved_ms``), and
@@ -56,7 +56,7 @@ from fairseq import options, tasks
 
 import fairseq_sparse
 from fairseq_sparse import markdown
-from fairseq_sparse.entmax.attention_kernel import KernelConfig
+from fairseq_sparse.entmax.kernels import KernelConfig
 from fairseq_sparse.modules import AlphaEntmaxAttention
 
 from kernel_variants import SCORES_RECOMPUTED  # this script's folder is on sys.path
@@ -194,7 +194,8 @@ def attention_call_us(device, batch, length, heads, head_dim, calls=50):
     GPU is done with them.  Where the two agree, the host paces these calls."""
     import time
 
-    from fairseq_sparse.entmax import entmax15, entmax_alpha, entmax_attention
+    from attention_inputs import entmax_attend
+    from fairseq_sparse.entmax import entmax15, entmax_alpha
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     q, k, v = (torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype, requires_grad=True)
@@ -208,9 +209,9 @@ def attention_call_us(device, batch, length, heads, head_dim, calls=50):
 
     variants = {
         "SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
-        "1.5-entmax, fused": lambda: entmax_attention(q, k, v, 1.5),
+        "1.5-entmax, fused": lambda: entmax_attend(q, k, v, 1.5),
         "1.5-entmax, explicit": explicit(lambda s: entmax15(s, dim=-1)),
-        "alpha-entmax per head, fused": lambda: entmax_attention(q, k, v, alpha),
+        "alpha-entmax per head, fused": lambda: entmax_attend(q, k, v, alpha),
         "alpha-entmax per head, explicit": explicit(lambda s: entmax_alpha(s, alpha.view(1, -1, 1, 1), dim=-1)),
     }
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

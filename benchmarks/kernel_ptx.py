@@ -13,7 +13,7 @@ tensor-core products, and from ptxas the registers a thread uses and the bytes i
 spills to local memory (stores; ptxas gives a thread at most 255 registers and spills
 the rest): a static measure of a change's cost where no GPU is at hand (it says
 nothing of memory traffic or time; time needs a GPU).  The attention kernels are
-compiled with the tiles the package launches them with (``attention_kernel._blocks``)
+compiled with the tiles the package launches them with (``kernels.config.blocks``)
 at head dim 64 and, at bf16 for the two normalisers the training benchmark times, 128
 (``D128``: ``transformer_iwslt_de_en``'s 512 wide, 4 heads); ``--tiles`` compiles them
 with other tiles instead, to compare shapes.
@@ -42,12 +42,12 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from fairseq_sparse.entmax import attention_kernel, triton_kernel  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import ENTMAX15, GENERIC, SPARSEMAX  # noqa: E402
+from fairseq_sparse.entmax.kernels import backward_pass, config, forward_pass, rows  # noqa: E402
+from fairseq_sparse.entmax.kernels.config import ENTMAX15, GENERIC, SPARSEMAX  # noqa: E402
 from timing import tiles_setting  # noqa: E402
 
 # Pointer arguments whose element type is not the inputs' dtype.
-POINTERS_FP32 = {"ALPHA", "SLOPES", "STATS", "BLOCKS", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
+POINTERS_FP32 = {"ALPHA", "SLOPES", "STATS", "BLOCKS", "DIAGNOSTICS_OUT", "R", "DALPHA", "alpha_ptr", "dalpha_ptr"}
 POINTERS_I32 = {"SEG", "BOUNDS"}
 POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
 FLOATS = {"scale", "tol", "p_drop"}
@@ -75,11 +75,11 @@ def signature(kernel, dtype, constexprs):
 
 def variants(tiles=None):
     """(label, kernel, input dtype, constexprs, num_warps) as the package launches them
-    (attention_kernel.forward/backward, triton_kernel.forward/backward) on a GPU; ``tiles``
+    (forward_pass.forward, backward_pass.backward, rows.forward/backward) on a GPU; ``tiles``
     (BLOCK_M, BLOCK_N, warps) replaces the attention kernels' own."""
     for dtype, head_dim in (("bf16", 64), ("fp32", 64), ("bf16", 128)):
         precision = "ieee" if dtype == "fp32" else "tf32"
-        block_m, block_n, block_d, launch = attention_kernel._blocks(head_dim, "cuda")
+        block_m, block_n, block_d, launch = config.blocks(head_dim, "cuda")
         warps = launch["num_warps"]
         if tiles is not None:
             block_m, block_n, warps = tiles
@@ -92,31 +92,35 @@ def variants(tiles=None):
             # Attention dropout at bf16 (BERT-family fine-tuning), none at float32.
             common = dict(FIXED=fixed, **masks, **tile, DROPOUT=dtype == "bf16")
             backward = dict(common, USE_BLOCKS=True)
-            forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, ONE_TILE=False)
-            yield (f"attention_forward {name} {dtype}{suffix}", attention_kernel._forward_kernel, dtype, forward, warps)
+            forward = dict(common, ALPHA_STATS=fixed == GENERIC, WRITE_OG=True, ONE_TILE=False, DIAGNOSTICS=False)
+            forward_kernel = forward_pass._forward_kernel
+            yield (f"attention_forward {name} {dtype}{suffix}", forward_kernel, dtype, forward, warps)
             if dtype == "bf16" and tiles is None:
                 # Keys that fit one tile, as wide as the package makes it for them (ONE_TILE_KEYS).
-                one = attention_kernel.ONE_TILE_KEYS
-                yield (f"attention_forward {name} {dtype}{suffix} one tile of {one}", attention_kernel._forward_kernel,
+                one = config.ONE_TILE_KEYS
+                yield (f"attention_forward {name} {dtype}{suffix} one tile of {one}", forward_kernel,
                        dtype, dict(forward, BLOCK_N=one, ONE_TILE=True), warps)
-            yield (f"attention_dkdv {name} {dtype}{suffix}", attention_kernel._dkdv_kernel, dtype, backward, warps)
-            yield (f"attention_dq {name} {dtype}{suffix}", attention_kernel._dq_kernel, dtype,
+                if fixed == GENERIC and not suffix:  # the benchmarks' counts of passes and tiles
+                    yield (f"attention_forward {name} {dtype} diagnostics", forward_kernel, dtype,
+                           dict(forward, DIAGNOSTICS=True), warps)
+            yield (f"attention_dkdv {name} {dtype}{suffix}", backward_pass._dkdv_kernel, dtype, backward, warps)
+            yield (f"attention_dq {name} {dtype}{suffix}", backward_pass._dq_kernel, dtype,
                    dict(backward, ALPHA_GRAD=fixed == GENERIC), warps)
             # A sliding window (Mistral's layers), and packed sequences (cu_seqlens).
-            for mask, given in (("window", dict(CAUSAL=attention_kernel.WINDOWED)), ("packed", dict(PACKED=True))):
+            for mask, given in (("window", dict(CAUSAL=config.WINDOWED)), ("packed", dict(PACKED=True))):
                 if dtype == "bf16" and fixed == ENTMAX15 and not suffix:
-                    yield (f"attention_forward {name} {dtype} {mask}", attention_kernel._forward_kernel, dtype,
+                    yield (f"attention_forward {name} {dtype} {mask}", forward_kernel, dtype,
                            dict(forward, **given), warps)
-                    yield (f"attention_dkdv {name} {dtype} {mask}", attention_kernel._dkdv_kernel, dtype,
+                    yield (f"attention_dkdv {name} {dtype} {mask}", backward_pass._dkdv_kernel, dtype,
                            dict(backward, **given), warps)
-                    yield (f"attention_dq {name} {dtype} {mask}", attention_kernel._dq_kernel, dtype,
+                    yield (f"attention_dq {name} {dtype} {mask}", backward_pass._dq_kernel, dtype,
                            dict(backward, ALPHA_GRAD=False, **given), warps)
         if not suffix:
-            yield (f"attention_r {dtype}", attention_kernel._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
+            yield (f"attention_r {dtype}", backward_pass._r_kernel, dtype, dict(BLOCK_R=64, BLOCK_D=64), 4)
     for fixed, name in ((GENERIC, "alpha per row"), (ENTMAX15, "1.5-entmax"), (SPARSEMAX, "sparsemax")):
-        yield (f"rowwise_forward {name} fp32", triton_kernel._forward_kernel, "fp32",
+        yield (f"rowwise_forward {name} fp32", rows._forward_kernel, "fp32",
                dict(FIXED=fixed, BLOCK=1024), 4)
-        yield (f"rowwise_backward {name} fp32", triton_kernel._backward_kernel, "fp32",
+        yield (f"rowwise_backward {name} fp32", rows._backward_kernel, "fp32",
                dict(FIXED=fixed, ALPHA_GRAD=fixed == GENERIC, BLOCK=1024), 4)
 
 

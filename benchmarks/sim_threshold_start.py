@@ -4,7 +4,7 @@ AdaSplash v2 (deep-spin/adasplash) finds 1.5-entmax's threshold from a histogram
 pass for the row maxima, one more pass counts each row's scores in a few bins of the window
 where the support lies, z in [0, 1] (counts only, packed into one integer per score
 position, so a tile adds no reduction), and the threshold of the binned scores starts the
-iteration.  Our forward (``fairseq_sparse/entmax/attention_kernel.py``) starts Newton
+iteration.  Our forward (``fairseq_sparse/entmax/kernels/forward_pass.py``) starts Newton
 instead from the threshold of each row's 8 largest key-tile maxima, found in the maxima's
 pass.  Either start is a lower bound of the row's threshold (a subset of the keys, or every
 score lowered to its bin's lower edge, only lowers h(tau)), which the kernel's solver needs
@@ -36,9 +36,9 @@ import torch
 if not torch.cuda.is_available():  # before the kernels are defined (--check-kernel)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from fairseq_sparse.entmax import attention_kernel  # noqa: E402
+from fairseq_sparse.entmax import kernels  # noqa: E402
+from fairseq_sparse.entmax.kernels import config, fixed_kind  # noqa: E402
 from fairseq_sparse.entmax.reference import MAX_NEWTON_ITER, newton_tol  # noqa: E402
-from fairseq_sparse.entmax.triton_kernel import fixed_kind  # noqa: E402
 
 # Newton's tolerance on the step for a generic alpha, as the kernel takes it (_tolerance):
 # float32's for float32 inputs, float16's for half-precision ones.
@@ -108,9 +108,9 @@ def starts(z, alpha, fixed, tol, block_n):
     T = z.shape[1]
     pad = (-T) % block_n
     tile_max = torch.nn.functional.pad(z, (0, pad), value=-math.inf).view(z.shape[0], -1, block_n).max(2).values
-    kept = tile_max.topk(min(attention_kernel.KEPT_SLOTS, tile_max.shape[1]), dim=1).values
-    margin = attention_kernel.SUBSET_MARGIN.value  # as the kernel starts: a little below the kept threshold
-    package = subset_threshold(kept, alpha, fixed, attention_kernel.SUBSET_NEWTON_STEPS.value, tol) - margin
+    kept = tile_max.topk(min(config.KEPT_SLOTS, tile_max.shape[1]), dim=1).values
+    margin = config.SUBSET_MARGIN.value  # as the kernel starts: a little below the kept threshold
+    package = subset_threshold(kept, alpha, fixed, config.SUBSET_NEWTON_STEPS.value, tol) - margin
 
     def histogram(bins):  # every score in [0, 1] lowered to its bin's lower edge; below 0 dropped
         edges = torch.where(z >= 0, torch.floor(z * bins) / bins, -math.inf)
@@ -125,10 +125,10 @@ def kernel_threshold_passes(q, k, alpha, causal, tiles):
     """The kernel's own passes per query tile for the threshold with the package's solver, on
     inputs in their dtype: its count less the maxima's and the output's passes."""
     heads = alpha if torch.is_tensor(alpha) else torch.full((q.shape[1],), alpha)
-    _, _, stats, _ = attention_kernel.forward(q, k, k, heads.float(), fixed_kind(alpha), causal, None,
-                                           q.shape[-1] ** -0.5, alpha_stats=False,
-                                           config=attention_kernel.KernelConfig(tiles=(*tiles, 4)))
-    return stats[:, attention_kernel.STAT_PASSES, ::tiles[0]] - 2
+    call = kernels.Call(fixed=fixed_kind(alpha), scale=q.shape[-1] ** -0.5, causal=causal,
+                        config=kernels.KernelConfig(tiles=(*tiles, 4), diagnostics=True))
+    out = kernels.forward(q, k, k, heads.float(), call, alpha_stats=False)
+    return out.diagnostics[:, config.DIAG_PASSES, ::tiles[0]] - 2
 
 
 def model_scores(q, k, causal):

@@ -290,13 +290,14 @@ def test_what_would_change_the_scores_is_refused_not_dropped():
     attend = hf.attention_function("sparsemax")
     with pytest.raises(ValueError, match="passes position_bias, which this attention does not apply"):
         attend(module, q, q, q, None, position_bias=torch.zeros(1, 4, 3, 3))
-    out, weights = attend(module, q, q, q, None)
+    out, weights = attend(module, q, q, q, None, output_attentions=True)
     assert out.shape == (1, 3, 4, 8) and torch.allclose(weights.sum(-1), torch.ones(1, 4, 3))
+    assert attend(module, q, q, q, None)[1] is None  # weights not asked for: none kept
 
 
 @pytest.mark.parametrize("kind, normalizer", [("bert", "alpha_entmax"), ("llama", "entmax15")])
 def test_the_fused_kernel_serves_padding_and_causal_masks_with_the_same_outputs(kind, normalizer, monkeypatch):
-    """Where entmax_attention runs (CUDA; here CPU tensors under Triton's interpreter), a
+    """Where the fused kernels run (CUDA; here CPU tensors under Triton's interpreter), a
     padding and/or causal mask goes to the fused kernel, with the explicit path's outputs."""
     from fairseq_sparse.entmax import use_backend
 
@@ -406,13 +407,13 @@ def test_a_wrong_floor_is_an_error_naming_the_option(make, message):
 def fused_calls(monkeypatch):
     """The keyword arguments of every call that reaches the fused kernels from here on (skips
     where they cannot run on CPU: Triton's interpreter, set by tests/conftest.py)."""
-    from fairseq_sparse.entmax import fused_attention, has_triton_kernel, triton_kernel
+    from fairseq_sparse.entmax import attention, has_triton_kernel
 
-    if not (has_triton_kernel() and triton_kernel.INTERPRET):
+    if not (has_triton_kernel() and attention.kernels.INTERPRET):
         pytest.skip("needs Triton's interpreter (TRITON_INTERPRET=1, set by tests/conftest.py)")
     calls = []
-    fused = fused_attention.entmax_attention
-    monkeypatch.setattr(fused_attention, "entmax_attention", lambda *a, **k: calls.append(k) or fused(*a, **k))
+    fused = attention._fused_entmax
+    monkeypatch.setattr(attention, "_fused_entmax", lambda *a, **k: calls.append(k) or fused(*a, **k))
     return calls
 
 

@@ -19,7 +19,6 @@ from .activations import (  # noqa: F401
     support_size,
     use_backend,
 )
-from .attention import attend  # noqa: F401
-from .fused_attention import entmax_attention  # noqa: F401
+from .attention import AttentionOptions, attend  # noqa: F401
 from .head_alpha import AlphaFloor, HeadAlpha  # noqa: F401
 from .normalizers import NORMALIZERS, Normalizer, get_normalizer, register_normalizer  # noqa: F401

@@ -26,7 +26,7 @@ about 4e-8 / (alpha - 1)), so a call whose smallest alpha is below
 
 On CPU a fused C++ kernel is used (built at install time, or compiled on first use:
 ``cpp_kernel.py``), on CUDA a fused Triton kernel when Triton is installed
-(``triton_kernel.py``; it also keeps half and bfloat16 rows in their dtype in memory);
+(``kernels/rows.py``; it also keeps half and bfloat16 rows in their dtype in memory);
 otherwise the pure-PyTorch reference in ``reference.py``.
 """
 
@@ -40,9 +40,9 @@ from torch.autograd import Function
 from . import cpp_kernel, reference
 
 try:
-    from . import triton_kernel
+    from .kernels import rows as row_kernels
 except ImportError:  # no Triton (e.g. CPU-only torch)
-    triton_kernel = None
+    row_kernels = None
 
 # Below this alpha a float32 row sums to 1 only within about 4e-8 / (alpha - 1): such calls
 # are computed in float64.
@@ -63,7 +63,7 @@ def has_cpp_kernel():
 
 
 def has_triton_kernel():
-    return triton_kernel is not None
+    return row_kernels is not None
 
 
 @contextlib.contextmanager
@@ -78,7 +78,7 @@ def use_backend(name):
     if name == "cpp" and cpp_kernel.load() is None:
         raise RuntimeError("the C++ entmax kernel is neither built nor compilable here (no C++ compiler or ninja?): "
                            "see fairseq_sparse/entmax/cpp_kernel.py")
-    if name == "triton" and triton_kernel is None:
+    if name == "triton" and row_kernels is None:
         raise RuntimeError("the Triton entmax kernel needs the `triton` package (CUDA builds of torch ship it)")
     token = _backend.set(name)
     try:
@@ -106,7 +106,7 @@ def _use_cpp(x):
 
 def _use_triton(x):
     backend = current_backend()
-    if backend == "torch" or triton_kernel is None or not triton_kernel.supports(x):
+    if backend == "torch" or row_kernels is None or not row_kernels.supports(x):
         return False
     # CPU tensors reach the kernel only under Triton's interpreter, and only when asked
     # for by name (the tests); otherwise the C++ kernel serves the CPU.
@@ -183,7 +183,7 @@ def _row_kernels_forward(x2, alpha):
     kernels would otherwise each do something else (drop the NaN and renormalise, zero
     the row, or return scores), and a diverging run would be hidden."""
     if _use_triton(x2):
-        y2 = triton_kernel.forward(x2, alpha)
+        y2 = row_kernels.forward(x2, alpha)
     elif _use_cpp(x2):
         y2 = cpp_kernel.load().forward(x2, _kernel_alpha(alpha, x2), reference.newton_tol(x2.dtype))
     else:
@@ -198,7 +198,7 @@ def _row_kernels_forward(x2, alpha):
 def _row_kernels_backward(y2, dy2, alpha, alpha_grad):
     """Gradients of each row (and of its alpha); NaN for a NaN row, as softmax gives."""
     if _use_triton(y2):
-        dx, da = triton_kernel.backward(y2, dy2, alpha, alpha_grad)
+        dx, da = row_kernels.backward(y2, dy2, alpha, alpha_grad)
     elif _use_cpp(y2):
         dx, da = cpp_kernel.load().backward(y2, dy2, _kernel_alpha(alpha, y2), alpha_grad)
         da = da.reshape(-1, 1) if alpha_grad else None

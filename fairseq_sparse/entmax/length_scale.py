@@ -19,7 +19,7 @@ of keys it may see, so that the normaliser's scores keep their spread as the con
   from the near-identity start; this start has it depend on n before the task is learned.
 
 log(n + 1) as in ASEntmax's own code: the first query's factor is finite and nonzero.
-n is counted by :func:`~.fused_attention.keys_seen` from the attention's masks: the
+n is counted by :func:`~.masks.keys_seen` from the attention's masks: the
 query's position plus one under causal attention (cached keys and packed sequences
 included), the sequence's unpadded length otherwise.
 """

@@ -17,7 +17,7 @@ attention, as they are; this adapter only reshapes): the eager attention with it
 (scores ``scaling q.k``, the mask added, the normaliser in float32, dropout in training),
 whose probabilities are returned as the attention weights (``output_attentions=True``),
 with their exact zeros; on CUDA a mask that is padding and/or causal goes to the fused
-``entmax_attention`` instead (attention dropout in training included), where no weights are asked for.
+kernels instead (attention dropout in training included), where no weights are asked for.
 
 ``alpha_entmax`` learns one alpha per query head (Correia, Niculae & Martins, EMNLP 2019)
 through the :class:`~fairseq_sparse.entmax.HeadAlpha` that :func:`sparsify` adds to each

@@ -11,7 +11,7 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from ..entmax.attention import attend
+from ..entmax.attention import AttentionOptions, attend
 from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
 from ..entmax.normalizers import get_normalizer, normalizer_names
 
@@ -81,12 +81,12 @@ def attention_function(name):
             length_scale = lambda seen: scale(seen, layer_input)  # noqa: E731
         # Sliding-window layers (Mistral, Qwen2, Gemma's local layers) name their window beside
         # the mask that applies it, so that the fused kernels can skip the keys outside it.
+        options = AttentionOptions(causal=causal, window=kwargs.get("sliding_window"), scale=scaling,
+                                   dropout=dropout if module.training else 0.0, length_scale=length_scale)
         output, probs = attend(
             query, key, value, normalizer, alpha=head_alpha() if normalizer.learned else None,
-            alpha_min=head_alpha.alpha_min if normalizer.learned else ALPHA_MIN, causal=causal, mask=mask,
-            scale=scaling, dropout=dropout if module.training else 0.0,
-            need_weights=_wants_weights(module, kwargs), window=kwargs.get("sliding_window"),
-            length_scale=length_scale)
+            alpha_min=head_alpha.alpha_min if normalizer.learned else ALPHA_MIN, options=options, mask=mask,
+            need_weights=_wants_weights(module, kwargs))
         return output.transpose(1, 2).contiguous(), probs
 
     attend_in_transformers.__name__ = f"{name}_attention_forward"

@@ -5,7 +5,7 @@ or alpha-entmax with a learnable alpha per head (Correia, Niculae & Martins,
 import torch
 from fairseq.modules import MultiheadAttention
 
-from ..entmax.attention import attend
+from ..entmax.attention import AttentionOptions, attend
 from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
 from ..entmax.length_scale import LengthScale, check_length_scale
 from ..entmax.positions import alibi_slopes, check_positions, rotate, unpositioned_heads
@@ -48,7 +48,7 @@ class AlphaEntmaxAttention(MultiheadAttention):
         self.causal_attn_mask = causal_attn_mask
         # False keeps the explicit path everywhere (benchmarks compare the two).
         self.use_fused_kernel = True
-        # How the fused kernels run (an attention_kernel.KernelConfig; None: the package's).
+        # How the fused kernels run (a kernels.KernelConfig; None: the package's).
         self.kernel_config = None
         # A registry entry (fairseq_sparse.entmax.normalizers), resolved once here.
         self.normalizer = get_normalizer(normalizer)
@@ -113,13 +113,13 @@ class AlphaEntmaxAttention(MultiheadAttention):
         if self.length_scale is not None:
             inputs = query.transpose(0, 1)  # (bsz, T, E): the layer input, which the adaptive scale reads
             length_scale = lambda seen: self.length_scale(seen, inputs)  # noqa: E731
+        options = AttentionOptions(causal=causal, scale=self.scaling,
+                                   dropout=self.dropout_module.p if dropping else 0.0, length_scale=length_scale,
+                                   alibi=self.alibi_slopes, fused=self.use_fused_kernel, kernel=self.kernel_config)
         attn, probs = attend(
             q, k, v, self.normalizer, alpha=self.head_alpha() if self.head_alpha is not None else None,
-            alpha_min=self.head_alpha.alpha_min if self.head_alpha is not None else ALPHA_MIN, causal=causal,
-            key_padding_mask=key_padding_mask, mask=mask, scale=self.scaling,
-            dropout=self.dropout_module.p if dropping else 0.0, need_weights=weighed,
-            fused=self.use_fused_kernel, config=self.kernel_config, length_scale=length_scale,
-            alibi=self.alibi_slopes)
+            alpha_min=self.head_alpha.alpha_min if self.head_alpha is not None else ALPHA_MIN, options=options,
+            key_padding_mask=key_padding_mask, mask=mask, need_weights=weighed)
         if beam > 1:
             attn = attn.view(kv_bsz, self.num_heads, beam, tgt_len, self.head_dim).transpose(1, 2)
             if probs is not None:

@@ -6,10 +6,11 @@ import entmax as entmax_package
 import pytest
 import torch
 
-from fairseq_sparse.entmax import entmax_alpha, has_triton_kernel, reference, triton_kernel, use_backend
+from fairseq_sparse.entmax import entmax_alpha, has_triton_kernel, reference, use_backend
+from fairseq_sparse.entmax.activations import row_kernels
 
 BACKENDS = ["torch", "cpp"] + (["triton"] if has_triton_kernel() and (torch.cuda.is_available()
-                                                                      or triton_kernel.INTERPRET) else [])
+                                                                      or row_kernels.INTERPRET) else [])
 
 
 def proposition_1(y, dy, alpha):

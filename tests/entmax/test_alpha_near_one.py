@@ -6,7 +6,7 @@ import entmax as entmax_package
 import pytest
 import torch
 
-from fairseq_sparse.entmax import entmax15, entmax_alpha, entmax_attention, get_normalizer, sparsemax, use_backend
+from fairseq_sparse.entmax import attend, entmax15, entmax_alpha, get_normalizer, sparsemax, use_backend
 from fairseq_sparse.modules import AlphaEntmaxAttention, HeadAlpha
 
 
@@ -71,7 +71,7 @@ def test_attention_with_alpha_min_one_at_its_bound_is_softmax_not_nan():
 def test_attention_near_one_uses_the_precise_path():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 6, 8) * 3 for _ in range(3))
-    out = entmax_attention(q, k, v, 1 + 1e-6)
+    out, _ = attend(q, k, v, get_normalizer("alpha_entmax"), alpha=torch.full((2,), 1 + 1e-6, dtype=torch.float64))
     want = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1) @ v
     torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
 

@@ -6,8 +6,8 @@ import entmax as oracle
 import pytest
 import torch
 
-from fairseq_sparse.entmax import get_normalizer
-from fairseq_sparse.entmax.attention import attend, fused_masks, visible
+from fairseq_sparse.entmax import AttentionOptions, attend, get_normalizer
+from fairseq_sparse.entmax.masks import read_mask, visible
 
 
 def qkv(B=2, H=3, Tq=4, Tk=6, D=5, seed=0):
@@ -34,10 +34,11 @@ def test_explicit_path_with_each_kind_of_mask(name, normalize):
     additive = torch.zeros(2, 1, 4, 6, dtype=torch.float64).masked_fill(~window, torch.finfo(torch.float64).min)
     causal = ~visible(4, 6, "cpu")
     assert causal[0].tolist() == [False] * 3 + [True] * 3  # the last query is aligned with the last key
-    for kwargs, masked in ((dict(causal=True), causal), (dict(key_padding_mask=padding), padding[:, None, None]),
+    causally = AttentionOptions(causal=True)
+    for kwargs, masked in ((dict(options=causally), causal), (dict(key_padding_mask=padding), padding[:, None, None]),
                            (dict(mask=window), ~window), (dict(mask=additive), ~window),
-                           (dict(causal=True, key_padding_mask=padding), causal | padding[:, None, None])):
-        out, probs = attend(q, k, v, get_normalizer(name), **kwargs)
+                           (dict(options=causally, key_padding_mask=padding), causal | padding[:, None, None])):
+        out, probs = attend(q, k, v, get_normalizer(name), need_weights=True, **kwargs)
         want_out, want_probs = written_out(q, k, v, masked, normalize)
         torch.testing.assert_close(probs.double(), want_probs, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-5)
@@ -49,7 +50,8 @@ def test_learned_alphas_per_head_and_a_query_that_sees_no_key():
     q, k, v = qkv(H=3)
     alpha = torch.tensor([1.2, 1.5, 1.9], dtype=torch.float64)
     padding = torch.tensor([[True] * 6, [False] * 6])
-    out, probs = attend(q, k, v, get_normalizer("alpha_entmax"), alpha=alpha, key_padding_mask=padding)
+    out, probs = attend(q, k, v, get_normalizer("alpha_entmax"), alpha=alpha, key_padding_mask=padding,
+                        need_weights=True)
     scores = (q[1] @ k[1].transpose(-1, -2)) * 5 ** -0.5
     for h, a in enumerate(alpha.tolist()):
         torch.testing.assert_close(probs[1, h].double(), oracle.entmax_bisect(scores[h], a, dim=-1), atol=1e-5,
@@ -69,51 +71,48 @@ def test_masks_read_as_causal_and_padding_or_not():
     padding = torch.tensor([[False] * 5, [True, True, False, False, False]])  # left-padded
     allowed = visible(T, T, "cpu")[None] & ~padding[:, None, :]
     hf_mask = torch.zeros(B, 1, T, T).masked_fill(~allowed[:, None], low)
-    causal, kpm, window, _ = fused_masks(hf_mask, False, None, B, T, T)
+    causal, kpm, window, _ = read_mask(hf_mask, False, None, B, T, T)
     assert causal and torch.equal(kpm, padding) and window is None
     bidirectional = torch.zeros(B, 1, 1, T).masked_fill(padding[:, None, None], low)
-    assert fused_masks(bidirectional, False, None, B, T, T)[0] is False
-    assert fused_masks(torch.zeros(B, 1, T, T), False, None, B, T, T) == (False, None, None, None)
+    assert read_mask(bidirectional, False, None, B, T, T)[0] is False
+    assert read_mask(torch.zeros(B, 1, T, T), False, None, B, T, T) == (False, None, None, None)
     in_window = allowed & torch.ones(T, T, dtype=torch.bool).triu(-1)  # each query and the key before it
     windowed = torch.zeros(B, 1, T, T).masked_fill(~in_window[:, None], low)
-    assert fused_masks(windowed, False, None, B, T, T) is None
-    assert fused_masks(windowed, False, None, B, T, T, window=3) is None
-    causal, kpm, window, _ = fused_masks(windowed, False, None, B, T, T, window=2)
+    assert read_mask(windowed, False, None, B, T, T) is None
+    assert read_mask(windowed, False, None, B, T, T, window=3) is None
+    causal, kpm, window, _ = read_mask(windowed, False, None, B, T, T, window=2)
     assert causal and torch.equal(kpm, padding) and window == 2
-    causal, kpm, window, _ = fused_masks(hf_mask, False, None, B, T, T, window=T)  # a window over every key
+    causal, kpm, window, _ = read_mask(hf_mask, False, None, B, T, T, window=T)  # a window over every key
     assert causal and torch.equal(kpm, padding) and window == T
-    assert fused_masks(torch.randn(B, 1, T, T), False, None, B, T, T) is None  # a bias
-    assert fused_masks(None, True, padding, B, T, T) == (True, padding, None, None)
-    assert fused_masks(None, True, padding, B, T, T, window=2) == (True, padding, 2, None)
+    assert read_mask(torch.randn(B, 1, T, T), False, None, B, T, T) is None  # a bias
+    assert read_mask(None, True, padding, B, T, T) == (True, padding, None, None)
+    assert read_mask(None, True, padding, B, T, T, window=2) == (True, padding, 2, None)
     segments = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2])
     same = segments[:, None] == segments[None, :]
     for causal in (False, True):
         allowed = same & visible(8, 8, "cpu") if causal else same
         packed = torch.zeros(1, 1, 8, 8).masked_fill(~allowed, low)
-        got = fused_masks(packed, False, None, 1, 8, 8)
+        got = read_mask(packed, False, None, 1, 8, 8)
         assert got[:3] == (causal, None, None) and got[3].tolist() == [0, 3, 5, 8], got
-        assert fused_masks(packed.expand(2, 1, 8, 8), False, None, 2, 8, 8) is None  # packing is one batch row
+        assert read_mask(packed.expand(2, 1, 8, 8), False, None, 2, 8, 8) is None  # packing is one batch row
     holed = allowed.clone()
     holed[6, 5] = False
-    assert fused_masks(torch.zeros(1, 1, 8, 8).masked_fill(~holed, low), False, None, 1, 8, 8) is None
+    assert read_mask(torch.zeros(1, 1, 8, 8).masked_fill(~holed, low), False, None, 1, 8, 8) is None
 
 
 def test_bad_arguments_are_refused_alike_on_every_path_and_numbers_of_any_library_are_taken():
     """Dropout outside [0, 1) (NaN included), a window of no keys or without causal, no
-    key/value heads: refused by the entry point and by the reference the fused kernel's
-    messages name, never run; numpy and torch numbers are taken wherever Python ones are,
-    and packed offsets as a list."""
+    key/value heads: refused by the entry point on either path, never run; numpy and torch
+    numbers are taken wherever Python ones are, and packed offsets as a list."""
     import numpy as np
 
     from fairseq_sparse.entmax import AlphaFloor
-    from fairseq_sparse.entmax.fused_attention import reference_attention
-    from fairseq_sparse.entmax.normalizers import get_normalizer
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))
     entmax15 = get_normalizer("entmax15")
-    paths = {"attend": lambda **kw: attend(q, k, v, entmax15, **kw),
-             "reference": lambda **kw: reference_attention(q, k, v, 1.5, **kw)}
+    paths = {"fused": lambda **kw: attend(q, k, v, entmax15, options=AttentionOptions(**kw)),
+             "explicit": lambda **kw: attend(q, k, v, entmax15, options=AttentionOptions(fused=False, **kw))}
     for bad, message in ((dict(dropout=-0.1), r"dropout must lie in \[0, 1\), got -0.1"),
                          (dict(dropout=float("nan")), r"dropout must lie in \[0, 1\), got nan"),
                          (dict(dropout=1.0), r"dropout must lie in \[0, 1\)"),
@@ -123,13 +122,16 @@ def test_bad_arguments_are_refused_alike_on_every_path_and_numbers_of_any_librar
         for name, path in paths.items():
             with pytest.raises(ValueError, match=message):
                 path(**bad)
-    with pytest.raises(ValueError, match="2 query heads cannot share 0 key/value heads"):
+    with pytest.raises(ValueError, match="H_kv dividing H=2"):
         attend(q, k[:, :0], v[:, :0], entmax15)
-    want = reference_attention(q, k, v, 1.5, causal=True, window=3)
+    want = attend(q, k, v, entmax15, options=AttentionOptions(causal=True, window=3, fused=False))[0]
     for window in (np.int64(3), torch.tensor(3)):
-        torch.testing.assert_close(attend(q, k, v, entmax15, causal=True, window=window)[0], want)
-    packed = reference_attention(q, k, v, 1.5, causal=True, cu_seqlens=torch.tensor([0, 2, 6]))
-    torch.testing.assert_close(attend(q, k, v, entmax15, causal=True, cu_seqlens=[0, 2, 6])[0], packed)
+        torch.testing.assert_close(attend(q, k, v, entmax15, options=AttentionOptions(causal=True, window=window))[0],
+                                   want)
+    packed = attend(q, k, v, entmax15, options=AttentionOptions(causal=True, cu_seqlens=torch.tensor([0, 2, 6]),
+                                                                fused=False))[0]
+    torch.testing.assert_close(attend(q, k, v, entmax15, options=AttentionOptions(causal=True,
+                                                                                  cu_seqlens=[0, 2, 6]))[0], packed)
     assert AlphaFloor(np.float32(1.5), np.int64(10)) == AlphaFloor(torch.tensor(1.5), torch.tensor(10)) \
         == AlphaFloor(1.5, 10)
     with pytest.raises(ValueError, match="--alpha-floor-updates"):
@@ -137,7 +139,7 @@ def test_bad_arguments_are_refused_alike_on_every_path_and_numbers_of_any_librar
 
 
 def test_the_keys_a_query_sees_are_counted_from_every_mask():
-    from fairseq_sparse.entmax.fused_attention import keys_seen
+    from fairseq_sparse.entmax.masks import keys_seen
 
     assert keys_seen(5, 7, "cpu", causal=True).tolist() == [[3, 4, 5, 6, 7]]  # cached keys: aligned at the end
     left = torch.tensor([[True, True, False, False, False]])  # left padding: counted from the first real key
@@ -150,9 +152,10 @@ def test_the_keys_a_query_sees_are_counted_from_every_mask():
 
 @pytest.mark.parametrize("name", ["softmax", "entmax15", "alpha_entmax"])
 def test_a_length_scale_multiplies_each_query_by_the_factor_of_the_keys_it_sees(name):
-    """attend(length_scale=f): the queries times f(n), n counted from the masks, on the explicit
+    """AttentionOptions(length_scale=f): the queries times f(n), n counted from the masks, on the explicit
     path (an additive mask included) and, under Triton's interpreter, on the fused one."""
-    from fairseq_sparse.entmax import has_triton_kernel, triton_kernel, use_backend
+    from fairseq_sparse.entmax import has_triton_kernel, use_backend
+    from fairseq_sparse.entmax.kernels import INTERPRET
 
     q, k, v = qkv(Tq=6, Tk=6)
     padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
@@ -164,20 +167,21 @@ def test_a_length_scale_multiplies_each_query_by_the_factor_of_the_keys_it_sees(
         seen_by["n"] = seen
         return (1.0 + 0.3 * seen.double())[:, None, :, None]
 
-    out, _ = attend(q, k, v, normalizer, alpha=alpha, causal=True, key_padding_mask=padding, length_scale=scale)
+    causal, scaled = AttentionOptions(causal=True), AttentionOptions(causal=True, length_scale=scale)
+    out, _ = attend(q, k, v, normalizer, alpha=alpha, options=scaled, key_padding_mask=padding)
     n = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 4, 4]])
     assert seen_by["n"].tolist() == n.tolist()
     factor = (1.0 + 0.3 * n.double())[:, None, :, None]
-    want, _ = attend(q * factor, k, v, normalizer, alpha=alpha, causal=True, key_padding_mask=padding)
+    want, _ = attend(q * factor, k, v, normalizer, alpha=alpha, options=causal, key_padding_mask=padding)
     torch.testing.assert_close(out, want)
     additive = torch.zeros(2, 1, 6, 6, dtype=torch.float64).masked_fill(
         ~visible(6, 6, "cpu") | padding[:, None, None], torch.finfo(torch.float64).min)
-    got, _ = attend(q, k, v, normalizer, alpha=alpha, mask=additive, length_scale=scale)
+    got, _ = attend(q, k, v, normalizer, alpha=alpha, mask=additive, options=AttentionOptions(length_scale=scale))
     assert seen_by["n"].tolist() == n.tolist()
     torch.testing.assert_close(got[0], want[0])
-    if has_triton_kernel() and triton_kernel.INTERPRET and normalizer.sparse:
+    if has_triton_kernel() and INTERPRET and normalizer.sparse:
         with use_backend("triton"):
             fused, _ = attend(q.float(), k.float(), v.float(), normalizer, alpha=alpha if alpha is None else
-                              alpha.float(), causal=True, key_padding_mask=padding, length_scale=scale)
+                              alpha.float(), options=scaled, key_padding_mask=padding)
         assert seen_by["n"].tolist() == n.tolist()
         torch.testing.assert_close(fused[0].double(), want[0], atol=1e-5, rtol=1e-5)

@@ -1,4 +1,4 @@
-"""The fused entmax attention kernels (``attention_kernel.py``) against autograd through
+"""The fused entmax attention kernels (``entmax/kernels/``) against autograd through
 the float64 reference, ``entmax_alpha(scale Q K^T) V``: outputs and the gradients in q,
 k, v and each head's alpha.  On CUDA where there is a GPU, otherwise on CPU tensors
 under Triton's interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py), which
@@ -10,14 +10,47 @@ import entmax as reference_package
 import pytest
 import torch
 
-from fairseq_sparse.entmax import entmax_attention, fused_attention as attention, has_triton_kernel, triton_kernel, use_backend
-from fairseq_sparse.entmax import attention_kernel, reference
-from fairseq_sparse.entmax.fused_attention import reference_attention
+from attention_inputs import entmax_attend, explicit_attend
+from fairseq_sparse.entmax import has_triton_kernel, reference, use_backend
+
+kernels = pytest.importorskip("fairseq_sparse.entmax.kernels")
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from fairseq_sparse.entmax.kernels.tiles import dropout_keep  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or triton_kernel.INTERPRET)),
+pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or kernels.INTERPRET)),
                                 reason="needs Triton, and CUDA or TRITON_INTERPRET=1")
 HEAD_ALPHAS = [1.05, 1.3, 1.5, 1.8, 2.0]
+
+
+def kernel_forward(q, k, v, heads, alpha, causal, key_padding_mask, scale, alpha_stats, config=kernels.PACKAGE,
+                   **call):
+    """kernels.forward for the fixed ``alpha`` (a float) or per-head ones, with the forward's
+    diagnostics (passes and tiles visited) counted."""
+    config = dataclasses.replace(config, diagnostics=True)
+    call = kernels.Call(fixed=kernels.fixed_kind(alpha), scale=scale, causal=causal,
+                        key_padding_mask=key_padding_mask, config=config, **call)
+    return kernels.forward(q, k, v, heads, call, alpha_stats=alpha_stats)
+
+
+@triton.jit
+def _kept_kernel(OUT, seed, p_drop, Tq, Tk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    bh = tl.program_id(2)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (offs_m[:, None] < Tq) & (offs_n[None, :] < Tk)
+    kept = dropout_keep(seed, bh, offs_m, offs_n, Tq, Tk, p_drop, True)
+    tl.store(OUT + (bh.to(tl.int64) * Tq + offs_m[:, None]) * Tk + offs_n[None, :], kept.to(tl.int8), mask=inside)
+
+
+def kept_weights(seed, batch_heads, Tq, Tk, dropout, device):
+    """(B * H, Tq, Tk) bool: the weights attention dropout keeps in the kernels' calls with
+    ``seed`` and ``dropout`` (the same Philox draws, ``tiles.dropout_keep``)."""
+    out = torch.empty((batch_heads, Tq, Tk), dtype=torch.int8, device=device)
+    _kept_kernel[(triton.cdiv(Tq, 16), triton.cdiv(Tk, 16), batch_heads)](out, int(seed), float(dropout), Tq, Tk,
+                                                                          BLOCK_M=16, BLOCK_N=16)
+    return out.bool()
 
 
 def inputs(B, H, Tq, Tk, D, seed=0, spread=2.0):
@@ -35,7 +68,7 @@ def fused(q, k, v, do, alpha, dtype=torch.float32, **kw):
     a = alpha.detach().to(DEVICE, torch.float32).clone().requires_grad_() if torch.is_tensor(alpha) else alpha
     kw = {n: (t.to(DEVICE) if torch.is_tensor(t) else t) for n, t in kw.items()}
     with use_backend("triton"):
-        o = entmax_attention(*leaves, a, **kw)
+        o = entmax_attend(*leaves, a, **kw)
     (o.float() * do.to(DEVICE, torch.float32)).sum().backward()
     grads = [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
     return o, grads
@@ -45,7 +78,7 @@ def expected(q, k, v, do, alpha, **kw):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     a = alpha.detach().double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
     with use_backend("torch"):
-        o = reference_attention(*leaves, a, **kw)
+        o = explicit_attend(*leaves, a, **kw)
     (o * do).sum().backward()
     return o, [t.grad for t in leaves] + [a.grad if torch.is_tensor(a) else None]
 
@@ -106,10 +139,9 @@ def test_solver_makes_fewer_passes_than_newton_from_zero(alpha):
     o_ref, _ = expected(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = torch.full((1,), float(alpha), device=DEVICE)
-    o, _, stats, _ = attention_kernel.forward(q32, k32, v32, heads, triton_kernel.fixed_kind(alpha), True,
-                                              mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=False)
-    assert_close(o, o_ref, 2e-5, "output")
-    block_m = attention_kernel._forward_blocks(16, Tk, DEVICE, attention_kernel.PACKAGE)[0]
+    out = kernel_forward(q32, k32, v32, heads, alpha, True, mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=False)
+    assert_close(out.o, o_ref, 2e-5, "output")
+    block_m = kernels.config.forward_blocks(16, Tk, DEVICE)[0]
     scores = (q @ k.transpose(-1, -2) * 0.25).masked_fill(mask[:, None, None, :], float("-inf"))
     scores = scores.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool).triu(Tk - Tq + 1), float("-inf"))
     for b in range(2):
@@ -119,7 +151,7 @@ def test_solver_makes_fewer_passes_than_newton_from_zero(alpha):
                                        reference.newton_tol(torch.float32))
         per_tile = torch.nn.functional.pad(steps, (0, -Tq % block_m)).view(-1, block_m).amax(1)
         plain = 1 + per_tile + (alpha in (1.5, 2.0)) + 1
-        counted = stats[b, attention_kernel.STAT_PASSES, ::block_m].cpu().long()
+        counted = out.diagnostics[b, kernels.config.DIAG_PASSES, ::block_m].cpu().long()
         assert bool((counted <= plain).all()) and counted.sum() < plain.sum(), (b, counted, plain)
 
 
@@ -127,9 +159,9 @@ def test_kernel_setting_is_checked():
     """A tile the kernel cannot take is refused by name; the configuration cannot be changed
     once made."""
     with pytest.raises(ValueError, match="tiles"):
-        attention_kernel.KernelConfig(tiles=(8, 16, 1))
+        kernels.KernelConfig(tiles=(8, 16, 1))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        attention_kernel.PACKAGE.one_tile = False
+        kernels.PACKAGE.one_tile = False
 
 
 def test_other_tile_shapes_match_the_reference():
@@ -137,11 +169,11 @@ def test_other_tile_shapes_match_the_reference():
     other heights and widths than the default, every kernel, still exact; the package's
     configuration keeps the device's default."""
     q, k, v, do = inputs(1, 2, 37, 29, 16, seed=5, spread=1.0)
-    config = attention_kernel.KernelConfig(tiles=(32, 16, 1))
-    assert attention_kernel._blocks(16, DEVICE, config)[:2] == (32, 16)
+    config = kernels.KernelConfig(tiles=(32, 16, 1))
+    assert kernels.config.blocks(16, DEVICE, config)[:2] == (32, 16)
     check(q, k, v, do, torch.tensor([1.3, 1.8]), causal=True, key_padding_mask=torch.arange(29)[None] > 25,
           kernel=config)
-    assert attention_kernel._blocks(16, DEVICE)[:2] == ((16, 16) if DEVICE == "cpu" else (64, 64))
+    assert kernels.config.blocks(16, DEVICE)[:2] == ((16, 16) if DEVICE == "cpu" else (64, 64))
 
 
 PER_HEAD = torch.tensor([1.1, 1.5, 1.9])
@@ -161,28 +193,27 @@ def test_keys_that_fit_one_tile_are_scored_once(alpha, Tk, tiles):
     heads = alpha.float() if torch.is_tensor(alpha) else torch.full((3,), alpha)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     shape = dict(tiles=(*tiles, 1)) if tiles else {}
-    assert attention_kernel._forward_blocks(16, Tk, DEVICE, attention_kernel.KernelConfig(**shape))[4]
+    assert kernels.config.forward_blocks(16, Tk, DEVICE, kernels.KernelConfig(**shape))[4]
     runs = []
     for once in (True, False):
-        runs.append(attention_kernel.forward(q32, k32, v32, heads.to(DEVICE), triton_kernel.fixed_kind(alpha), True,
-                                             mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=torch.is_tensor(alpha),
-                                             config=attention_kernel.KernelConfig(one_tile=once, **shape)))
+        runs.append(kernel_forward(q32, k32, v32, heads.to(DEVICE), alpha, True, mask.to(DEVICE).view(torch.int8), 0.25,
+                                   alpha_stats=torch.is_tensor(alpha),
+                                   config=kernels.KernelConfig(one_tile=once, **shape)))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
-    check(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25,
-          kernel=attention_kernel.KernelConfig(**shape))
+    check(q, k, v, do, alpha, causal=True, key_padding_mask=mask, scale=0.25, kernel=kernels.KernelConfig(**shape))
 
 
 def test_forward_tiles_for_keys_that_fit_one():
     """On CUDA the forward kernel widens (or narrows) its key tile to the next power of two
     for up to ONE_TILE_KEYS keys, from the 32 it takes at head dim 128; not beyond, not
     with KernelConfig.tiles set, not with one_tile=False; the interpreter keeps its 16 x 16 tiles."""
-    blocks = attention_kernel._forward_blocks
+    blocks = kernels.config.forward_blocks
     assert [blocks(128, keys, "cuda")[1::3] for keys in (45, 64, 65, 10)] == [
         (64, True), (64, True), (32, False), (16, True)]
     assert blocks(64, 33, "cuda")[:2] + (blocks(64, 33, "cuda")[4],) == (64, 64, True)
-    tiles = attention_kernel.KernelConfig(tiles=(32, 16, 1))
+    tiles = kernels.KernelConfig(tiles=(32, 16, 1))
     assert blocks(128, 45, "cuda", tiles)[1::3] == (16, False) and blocks(128, 16, "cuda", tiles)[1::3] == (16, True)
-    assert blocks(128, 45, "cuda", attention_kernel.KernelConfig(one_tile=False))[1::3] == (32, False)
+    assert blocks(128, 45, "cuda", kernels.KernelConfig(one_tile=False))[1::3] == (32, False)
     assert blocks(16, 13, "cpu")[1::3] == (16, True) and blocks(16, 17, "cpu")[1::3] == (16, False)
 
 
@@ -200,7 +231,7 @@ def test_permuted_inputs_are_used_in_place():
     assert torch.equal(o_perm, o) and all(torch.equal(a, b) for a, b in zip(grads_perm, grads))
     assert [g.stride() for g in grads_perm[:3]] == [t.stride() for t in as_fairseq]
     wide = torch.cat([q, q], dim=-1)[..., :16]  # every other 16 of 32: gaps
-    assert attention_kernel.dense(wide).is_contiguous() and attention_kernel.dense(as_fairseq[1]) is as_fairseq[1]
+    assert kernels.dense(wide).is_contiguous() and kernels.dense(as_fairseq[1]) is as_fairseq[1]
     o_gaps, grads_gaps = fused(wide, k, v, do, alpha, causal=True)
     assert torch.equal(o_gaps, o) and all(torch.equal(a, b) for a, b in zip(grads_gaps, grads))
 
@@ -218,7 +249,7 @@ def test_forward_matches_the_entmax_package():
     scores = q @ k.transpose(-1, -2) / 4.0
     want = reference_package.entmax_bisect(scores, alpha.view(1, 3, 1, 1), dim=-1, n_iter=100) @ v
     with use_backend("triton"):
-        got = entmax_attention(*(t.to(DEVICE, torch.float32) for t in (q, k, v)), alpha.float().to(DEVICE))
+        got = entmax_attend(*(t.to(DEVICE, torch.float32) for t in (q, k, v)), alpha.float().to(DEVICE))
     assert_close(got, want, 1e-5, "output")
 
 
@@ -239,7 +270,7 @@ def test_rows_without_keys_are_zero_with_zero_gradients():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_half_precision(dtype):
     """Inputs, output and gradients in half precision; the threshold solved in float32 (to
-    float16's Newton tolerance: attention_kernel._tolerance).  Compared with the float64
+    float16's Newton tolerance: kernels.config.tolerance).  Compared with the float64
     reference on the same (rounded) inputs."""
     q, k, v, do = (t.to(dtype).double() for t in inputs(1, 2, 19, 24, 32, seed=11, spread=1.0))
     tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
@@ -250,40 +281,40 @@ def test_kernel_runs_when_asked_and_reference_otherwise(monkeypatch):
     """On CPU the kernels run only under use_backend("triton") (the interpreter); by
     default CPU tensors take the reference path, with the same result."""
     calls = []
-    real = attention.attention_kernel.forward
-    monkeypatch.setattr(attention.attention_kernel, "forward", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = kernels.FusedEntmaxAttention.apply
+    monkeypatch.setattr(kernels.FusedEntmaxAttention, "apply", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     q, k, v, _ = (t.float().to(DEVICE) for t in inputs(1, 2, 9, 9, 16))
     with use_backend("triton"):
-        fused_out = entmax_attention(q, k, v, 1.5)
+        fused_out = entmax_attend(q, k, v, 1.5)
     assert calls == [1]
     with use_backend("torch"):
-        ref_out = entmax_attention(q, k, v, 1.5)
+        ref_out = entmax_attend(q, k, v, 1.5)
     assert calls == [1]
     torch.testing.assert_close(fused_out, ref_out, atol=1e-5, rtol=1e-5)
 
 
 def test_wide_heads_take_the_reference_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(attention.attention_kernel, "forward", lambda *a, **kw: calls.append(1))
+    monkeypatch.setattr(kernels.FusedEntmaxAttention, "apply", lambda *a, **kw: calls.append(1))
     q, k, v, _ = (t.float().to(DEVICE) for t in inputs(1, 1, 3, 4, 256))
     with use_backend("triton"):
-        got = entmax_attention(q, k, v, 1.5)
+        got = entmax_attend(q, k, v, 1.5)
     assert calls == []
-    torch.testing.assert_close(got, reference_attention(q, k, v, 1.5))
+    torch.testing.assert_close(got, explicit_attend(q, k, v, 1.5))
 
 
 def test_bad_input_is_refused_by_name():
     q, k, v, _ = (t.float() for t in inputs(1, 2, 4, 5, 16))
-    with pytest.raises(ValueError, match=r"one value per head, shape \(2,\)"):
-        entmax_attention(q, k, v, torch.tensor([1.5, 1.5, 1.5]))
+    with pytest.raises(ValueError, match=r"one value per head, \(2,\)"):
+        entmax_attend(q, k, v, torch.tensor([1.5, 1.5, 1.5]))
     with pytest.raises(ValueError, match=r"alpha must lie in \(1, 2\]"):
-        entmax_attention(q, k, v, 1.0)
+        entmax_attend(q, k, v, 1.0)
     with pytest.raises(ValueError, match=r"alpha must lie in \(1, 2\]"):
-        entmax_attention(q, k, v, torch.tensor([1.5, 2.5]))
+        entmax_attend(q, k, v, torch.tensor([1.5, 2.5]))
     with pytest.raises(ValueError, match="key_padding_mask must be bool of shape"):
-        entmax_attention(q, k, v, 1.5, key_padding_mask=torch.zeros(1, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="k and v must be"):
-        entmax_attention(q, k, v[..., :8], 1.5)
+        entmax_attend(q, k, v, 1.5, key_padding_mask=torch.zeros(1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"v \(B, H_kv, Tk, any\)"):
+        entmax_attend(q, k, v[:, :, :3], 1.5)
 
 
 def test_alpha_gradient_near_one_and_in_closed_form():
@@ -349,8 +380,8 @@ def test_double_backward_is_refused_with_a_message():
     q, k, v, _ = inputs(1, 2, 8, 8, 16)
     q, k, v = (t.float().requires_grad_() for t in (q, k, v))
     with use_backend("triton"):
-        o = entmax_attention(q, k, v, 1.5)
-    with pytest.raises(RuntimeError, match="no double backward.*reference_attention"):
+        o = entmax_attend(q, k, v, 1.5)
+    with pytest.raises(RuntimeError, match=r"no double backward.*attend\(\.\.\., fused=False\)"):
         torch.autograd.grad(o.sum(), q, create_graph=True)
 
 
@@ -373,19 +404,18 @@ def test_on_structured_inputs_only_tiles_with_support_are_visited(alpha, causal)
     check(q, k, v, do, alpha, causal=causal, key_padding_mask=mask, scale=0.25)
 
     heads = alpha.float() if torch.is_tensor(alpha) else torch.full((2,), alpha)
-    _, _, stats, blocks = attention_kernel.forward(
-        *(t.to(DEVICE, torch.float32) for t in (q, k, v)), heads.to(DEVICE), triton_kernel.fixed_kind(alpha), causal,
-        mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=torch.is_tensor(alpha),
-        config=attention_kernel.KernelConfig(tiles=(16, 16, 1)))
+    out = kernel_forward(*(t.to(DEVICE, torch.float32) for t in (q, k, v)), heads.to(DEVICE), alpha, causal,
+                         mask.to(DEVICE).view(torch.int8), 0.25, alpha_stats=torch.is_tensor(alpha),
+                         config=kernels.KernelConfig(tiles=(16, 16, 1)))
     with use_backend("torch"):
-        probs = reference_attention(q, k, torch.eye(96, dtype=torch.float64).expand(2, 2, 96, 96), alpha,
+        probs = explicit_attend(q, k, torch.eye(96, dtype=torch.float64).expand(2, 2, 96, 96), alpha,
                                     causal=causal, key_padding_mask=mask, scale=0.25)
     support = (probs > 0).view(2, 2, 6, 16, 6, 16).any(5).any(3).reshape(4, 6, 6)
-    assert torch.equal(torch.isfinite(blocks).cpu(), support)
+    assert torch.equal(torch.isfinite(out.blocks).cpu(), support)
     assert 0 < support.float().mean() < 0.6
     reach = torch.tensor([min(6, m + 1) if causal else 6 for m in range(6)], dtype=torch.float32)
-    passes = stats[:, attention_kernel.STAT_PASSES, ::16].cpu()
-    visited = stats[:, attention_kernel.STAT_TILES, ::16].cpu()
+    passes = out.diagnostics[:, kernels.config.DIAG_PASSES, ::16].cpu()
+    visited = out.diagnostics[:, kernels.config.DIAG_TILES, ::16].cpu()
     held = support.sum(-1).float()
     assert bool((visited <= reach + (passes - 1) * held + (reach - held)).all()), (visited, passes, held)
     assert visited.sum() < 0.8 * (passes * reach).sum()
@@ -403,14 +433,14 @@ def test_grouped_query_attention_reads_the_key_value_heads_without_repeating_the
     o, grads = check(q, k, v, do, alpha, causal=causal, key_padding_mask=mask)
     assert grads[1].shape == grads[2].shape == (2, 2, 30, 16)
     with pytest.raises(ValueError, match="H_kv dividing H=4"):
-        entmax_attention(q.float(), k[:, :1].expand(2, 3, 30, 16).float(), v[:, :1].expand(2, 3, 30, 16).float(), 1.5)
+        entmax_attend(q.float(), k[:, :1].expand(2, 3, 30, 16).float(), v[:, :1].expand(2, 3, 30, 16).float(), 1.5)
 
 
 @pytest.mark.parametrize("alpha", [1.5, torch.tensor([1.2, 1.5, 1.7, 2.0])], ids=["1.5", "per head"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_attention_dropout_in_the_kernel_is_the_reference_with_the_same_pattern(alpha, causal):
     """Dropout 0.3 inside the fused kernels: the output and every gradient are the
-    reference's with the weights the kernels keep (attention_kernel.kept_weights, the same
+    reference's with the weights the kernels keep (kept_weights, the same
     Philox draws, regenerated in the backward) zeroed and the rest scaled by 1 / 0.7; about
     70% of the weights are kept, and another seed keeps others."""
     q, k, v, do = inputs(2, 4, 19, 27, 16, seed=11)
@@ -420,13 +450,13 @@ def test_attention_dropout_in_the_kernel_is_the_reference_with_the_same_pattern(
     o, grads = fused(q, k, v, do, alpha, causal=causal, key_padding_mask=mask, dropout=0.3)
     torch.manual_seed(5)
     seed = int(torch.randint(0, 2**31 - 1, ()))
-    kept = attention_kernel.kept_weights(seed, 8, 19, 27, 0.3, DEVICE).cpu().view(2, 4, 19, 27)
+    kept = kept_weights(seed, 8, 19, 27, 0.3, DEVICE).cpu().view(2, 4, 19, 27)
     assert 0.6 < kept.float().mean() < 0.8
-    assert not torch.equal(kept, attention_kernel.kept_weights(seed + 1, 8, 19, 27, 0.3, DEVICE).cpu().view(2, 4, 19, 27))
+    assert not torch.equal(kept, kept_weights(seed + 1, 8, 19, 27, 0.3, DEVICE).cpu().view(2, 4, 19, 27))
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     a = alpha.detach().double().clone().requires_grad_() if torch.is_tensor(alpha) else alpha
     with use_backend("torch"):  # the reference's weights, then the kernels' pattern
-        probs = reference_attention(leaves[0], leaves[1], torch.eye(27, dtype=torch.float64).expand(2, 4, 27, 27), a,
+        probs = explicit_attend(leaves[0], leaves[1], torch.eye(27, dtype=torch.float64).expand(2, 4, 27, 27), a,
                                     causal=causal, key_padding_mask=mask)
     want = torch.matmul(probs * kept / 0.7, leaves[2])
     (want * do).sum().backward()
@@ -470,18 +500,18 @@ def test_sliding_window_matches_the_entmax_package_and_skips_the_tiles_outside(a
     mask = torch.zeros(B, Tk, dtype=torch.bool)
     mask[1, :5] = True
     allowed = torch.tensor([[i + Tk - Tq - W < j <= i + Tk - Tq for j in range(Tk)] for i in range(Tq)])
-    config = attention_kernel.KernelConfig(tiles=(16, 16, 1))
+    config = kernels.KernelConfig(tiles=(16, 16, 1))
     o, grads = fused(q, k, v, do, alpha, causal=True, key_padding_mask=mask, window=W, kernel=config)
     assert_like_the_package(o, grads, q, k, v, do, alpha, allowed & ~mask[:, None, None, :])
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
-    kind, kpm = triton_kernel.fixed_kind(alpha), mask.to(DEVICE).view(torch.int8)
+    kpm = mask.to(DEVICE).view(torch.int8)
     tiles = {}
     for window in (None, W):
-        _, _, stats, blocks = attention_kernel.forward(q32, k32, v32, heads, kind, True, kpm, D ** -0.5,
-                                                       alpha_stats=torch.is_tensor(alpha), config=config,
-                                                       window=window)
-        tiles[window] = stats[:, attention_kernel.STAT_TILES, ::16].sum().item()
+        out = kernel_forward(q32, k32, v32, heads, alpha, True, kpm, D ** -0.5, alpha_stats=torch.is_tensor(alpha),
+                             config=config, window=window)
+        tiles[window] = out.diagnostics[:, kernels.config.DIAG_TILES, ::16].sum().item()
+    blocks = out.blocks
     assert tiles[W] < tiles[None], tiles
     pairs = torch.nn.functional.pad(allowed, (0, 48 - Tk, 0, 48 - Tq)).view(3, 16, 3, 16).any(3).any(1)
     assert not bool(torch.isfinite(blocks.cpu()).view(B * H, 3, 3)[:, ~pairs].any())
@@ -505,17 +535,17 @@ def test_packed_sequences_match_the_entmax_package_and_skip_other_sequences(alph
     sequence = [s for s in range(4) for _ in range(int(cu_seqlens[s + 1] - cu_seqlens[s]))]
     allowed = torch.tensor([[sequence[i] == sequence[j] and (j <= i or not causal) for j in range(T)]
                             for i in range(T)])
-    config = attention_kernel.KernelConfig(tiles=(16, 16, 1))
+    config = kernels.KernelConfig(tiles=(16, 16, 1))
     o, grads = fused(q, k, v, do, alpha, causal=causal, cu_seqlens=cu_seqlens, kernel=config)
     assert_like_the_package(o, grads, q, k, v, do, alpha, allowed)
     q32, k32, v32 = (t.to(DEVICE, torch.float32) for t in (q, k, v))
     heads = alpha.float().to(DEVICE) if torch.is_tensor(alpha) else torch.full((H,), alpha, device=DEVICE)
     tiles = {}
-    for packed in (None, attention_kernel.packing(cu_seqlens, torch.tensor([sequence], device=DEVICE))):
-        _, _, stats, blocks = attention_kernel.forward(q32, k32, v32, heads, triton_kernel.fixed_kind(alpha), causal,
-                                                       None, D ** -0.5, alpha_stats=torch.is_tensor(alpha),
-                                                       config=config, packed=packed)
-        tiles[packed is None] = stats[:, attention_kernel.STAT_TILES, ::16].sum().item()
+    for packed in (None, kernels.packing(cu_seqlens, torch.tensor([sequence], device=DEVICE))):
+        out = kernel_forward(q32, k32, v32, heads, alpha, causal, None, D ** -0.5, alpha_stats=torch.is_tensor(alpha),
+                             config=config, packed=packed)
+        tiles[packed is None] = out.diagnostics[:, kernels.config.DIAG_TILES, ::16].sum().item()
+    blocks = out.blocks
     assert tiles[False] < tiles[True], tiles
     pairs = torch.nn.functional.pad(allowed, (0, 80 - T, 0, 80 - T)).view(5, 16, 5, 16).any(3).any(1)
     assert not bool(torch.isfinite(blocks.cpu()).view(H, 5, 5)[:, ~pairs].any())

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.skipif(not has_triton_kernel(), reason="needs Triton")
 
 def test_kernels_compile_for_sm90_without_a_gpu():
     """Every attention kernel at bf16 (the CUDA training path; at head dims 64 and 128 for
-    the training benchmark's normalisers; the forward also for keys that fit one tile) and
-    the row-wise kernels; the half-precision
+    the training benchmark's normalisers; the forward also for keys that fit one tile, and
+    with its diagnostics, which add code only when switched on) and the row-wise kernels; the
+    half-precision
     generic-alpha kernels take the special-function unit's log, the fixed alphas need none;
     ptxas's report gives each its registers (at most 255 a thread) and spilled bytes."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -34,6 +35,7 @@ def test_kernels_compile_for_sm90_without_a_gpu():
                 for a in ("alpha per head", "1.5-entmax")}
     kernels |= {f"attention_forward {a} bf16{d} one tile of 64" for a in ("alpha per head", "1.5-entmax")
                 for d in ("", " D128")} | {"attention_forward sparsemax bf16 one tile of 64"}
+    kernels |= {"attention_forward alpha per head bf16 diagnostics"}
     kernels |= {"attention_r bf16"} | {f"rowwise_{k} {a} fp32" for k in ("forward", "backward")
                                         for a in ("alpha per row", "1.5-entmax", "sparsemax")}
     assert set(rows) == kernels, proc.stdout
@@ -43,6 +45,10 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     lg2 = dict(zip(rows, lg2))
     assert lg2["attention_forward alpha per head bf16"] > 0 and lg2["attention_dq alpha per head bf16"] > 0
     assert lg2["attention_forward 1.5-entmax bf16"] == lg2["attention_forward sparsemax bf16"] == 0
+    # The forward's diagnostics are compiled in only where asked for.
+    instructions = dict(zip(rows, instructions))
+    assert instructions["attention_forward alpha per head bf16 diagnostics"] > \
+        instructions["attention_forward alpha per head bf16"]
     products = dict(zip(rows, products))
     assert products["attention_forward alpha per head bf16"] > 0  # tensor-core products
     # Keys that fit one tile: the scores' product is made once, not once per pass.

@@ -7,11 +7,12 @@ import entmax as reference_package
 import pytest
 import torch
 
-from fairseq_sparse.entmax import entmax15, entmax_alpha, has_triton_kernel, sparsemax, triton_kernel, use_backend
+from fairseq_sparse.entmax import entmax15, entmax_alpha, has_triton_kernel, sparsemax, use_backend
+from fairseq_sparse.entmax.activations import row_kernels
 from tests.entmax.test_cpp_kernel import run
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or triton_kernel.INTERPRET)),
+pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or row_kernels.INTERPRET)),
                                 reason="needs Triton, and CUDA or TRITON_INTERPRET=1")
 ALPHAS = torch.tensor([1.01, 1.1, 1.3, 1.5, 1.7, 1.99])
 
@@ -121,8 +122,8 @@ def test_the_triton_kernel_is_what_runs(monkeypatch):
     interpreter), not to the C++ kernel or the reference; on CPU without it they do not."""
     calls = []
     for name in ("forward", "backward"):
-        original = getattr(triton_kernel, name)
-        monkeypatch.setattr(triton_kernel, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+        original = getattr(row_kernels, name)
+        monkeypatch.setattr(row_kernels, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
     x = torch.randn(4, 9, device=DEVICE)
     run(lambda z: entmax_alpha(z, torch.full((4, 1), 1.3, device=DEVICE)), x, torch.randn_like(x), "triton")
     assert calls == ["forward", "backward"]

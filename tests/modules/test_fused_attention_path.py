@@ -1,4 +1,4 @@
-"""AlphaEntmaxAttention's fused path (the entmax_attention kernel; SDPA for softmax) against
+"""AlphaEntmaxAttention's fused path (the Triton kernels; SDPA for softmax) against
 its explicit path, module against module with the same weights: outputs and gradients
 (inputs, projections, each head's alpha) in encoder self-attention with padding, causal
 decoder self-attention, cross-attention, incremental decoding and the beam-shared
@@ -8,11 +8,11 @@ use_backend("triton")."""
 import pytest
 import torch
 
-from fairseq_sparse.entmax import fused_attention as attention, has_triton_kernel, triton_kernel, use_backend
+from fairseq_sparse.entmax import attention, has_triton_kernel, use_backend
 from fairseq_sparse.modules import AlphaEntmaxAttention
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or triton_kernel.INTERPRET)),
+pytestmark = pytest.mark.skipif(not (has_triton_kernel() and (DEVICE == "cuda" or attention.kernels.INTERPRET)),
                                 reason="needs Triton, and CUDA or TRITON_INTERPRET=1")
 E, H = 32, 4
 NORMALIZERS = ["softmax", "sparsemax", "entmax15", "alpha_entmax"]
@@ -29,15 +29,15 @@ def module(normalizer, seed=0, **kwargs):
 
 @pytest.fixture
 def fused_calls(monkeypatch):
-    """How many times each path ran: the kernel (entmax_attention) and SDPA."""
+    """How many times the fused kernels ran."""
     calls = {"entmax": 0}
-    real = attention.entmax_attention
+    real = attention._fused_entmax
 
     def counted(*args, **kwargs):
         calls["entmax"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attention, "entmax_attention", counted)
+    monkeypatch.setattr(attention, "_fused_entmax", counted)
     return calls
 
 

@@ -11,7 +11,7 @@ fairseq_sparse.load_plugin()  # allow-lists what fairseq checkpoints hold for to
 from fairseq import checkpoint_utils
 
 import attention_inputs
-from fairseq_sparse.entmax.fused_attention import reference_attention
+from attention_inputs import explicit_attend
 from tests.conftest import REPO, run_cli, run_script
 
 
@@ -39,7 +39,7 @@ def test_packed_capture_is_the_models_attention_sentence_by_sentence(multi30k_bi
         offsets = layer.cu_seqlens.tolist()
         assert offsets[0] == 0 and offsets[-1] == layer.q.shape[2] <= 128 and len(offsets) > 3
         eye = torch.eye(layer.q.shape[2]).expand(1, layer.q.shape[1], -1, -1)
-        probs = reference_attention(layer.q, layer.k, eye, layer.alpha, causal=layer.causal, scale=layer.scale,
+        probs = explicit_attend(layer.q, layer.k, eye, layer.alpha, causal=layer.causal, scale=layer.scale,
                                     cu_seqlens=layer.cu_seqlens)  # the weights themselves
         for s in (0, len(offsets) - 2):  # the first sentence and the last
             with torch.no_grad():

@@ -1,4 +1,4 @@
-"""GPU kernels for alpha-entmax, one alpha per row, in Triton.
+"""The row-wise kernels: alpha-entmax of each row of a matrix, one alpha per row.
 
 The same algorithm as the pure-PyTorch reference (``reference.py``), fused so that a
 row is read once, solved in registers and written once, instead of one kernel
@@ -19,26 +19,20 @@ output is stored in the input's dtype (as softmax does), which saves the casts a
 the float32 copies an unfused path would make.  Rows longer than ``MAX_ROW`` are
 left to the reference.
 
-With ``TRITON_INTERPRET=1`` set before this module is imported, Triton runs the
-kernels on CPU tensors through numpy: slow, but exactly the kernels' code, so a
-machine without a GPU (CI) tests them at small shapes under ``use_backend("triton")``.
+With ``TRITON_INTERPRET=1`` set before the package is imported (``config.INTERPRET``),
+Triton runs the kernels on CPU tensors through numpy: slow, but exactly the kernels' code,
+so a machine without a GPU (CI) tests them at small shapes under ``use_backend("triton")``.
 """
-
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from .reference import MAX_NEWTON_ITER, newton_tol
+from ..reference import MAX_NEWTON_ITER, newton_tol
+from .config import INTERPRET, TINY, fixed_kind
+from .threshold import exp_remainder
 
 MAX_ROW = 65536
-# Triton's interpreter (read by triton.jit when the kernels below are decorated).
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# Which closed form finishes the threshold (constexpr: one compiled kernel each).
-GENERIC, SPARSEMAX, ENTMAX15 = 0, 1, 2
-# Globals a jitted function reads must be constexpr.
-TINY = tl.constexpr(1.1754943508222875e-38)  # smallest normal float32
 LN2 = tl.constexpr(0.6931471805599453)
 
 
@@ -46,14 +40,6 @@ def supports(x2):
     """Rows this kernel takes: on CUDA, or on CPU under Triton's interpreter."""
     return (x2.is_cuda or (INTERPRET and x2.device.type == "cpu")) \
         and x2.dtype in (torch.float32, torch.float16, torch.bfloat16) and 0 < x2.shape[-1] <= MAX_ROW
-
-
-def fixed_kind(alpha):
-    """The kernels' FIXED constant for ``alpha``: SPARSEMAX or ENTMAX15 for those constant
-    alphas (closed-form thresholds), GENERIC for any other and for a tensor alpha."""
-    if isinstance(alpha, float):
-        return {2.0: SPARSEMAX, 1.5: ENTMAX15}.get(alpha, GENERIC)
-    return GENERIC
 
 
 def _alpha_per_row(alpha, rows, device):
@@ -158,19 +144,6 @@ def _backward_kernel(y_ptr, dy_ptr, alpha_ptr, dx_ptr, dalpha_ptr, d, stride_y, 
         phi_w = exp_remainder(w)
         terms = tl.where(on, (c - phi_w) / (delta * delta) + mu * (phi_w - w) / delta, 0.0)
         tl.store(dalpha_ptr + row, tl.sum(dy * yhat * terms, axis=0))
-
-
-@triton.jit
-def exp_remainder(w):
-    """phi(w) = exp(-w) - 1 + w, by its series w^2 (1/2! - w/3! + ... + w^6/8!) for |w| < 1/2."""
-    series = 1.0 / 40320.0
-    series = 1.0 / 5040.0 - w * series
-    series = 1.0 / 720.0 - w * series
-    series = 1.0 / 120.0 - w * series
-    series = 1.0 / 24.0 - w * series
-    series = 1.0 / 6.0 - w * series
-    series = 0.5 - w * series
-    return tl.where(tl.abs(w) < 0.5, w * w * series, tl.exp(-w) - 1.0 + w)
 
 
 def forward(x2, alpha):
