@@ -28,6 +28,26 @@ def official_bleu():
     return BLEU(tokenize="none", force=True)
 
 
+def corpus_ter(ter, sentence_scores, hyps, refs):
+    """sacrebleu's corpus TER of ``hyps`` against ``refs`` (one reference each), given their
+    sentence scores by ``ter.sentence_score``: sacrebleu's own sum of the sentences'
+    statistics (edits over reference words), so that a grid of settings whose outputs share
+    sentences scores each sentence once.  sacrebleu has no public call from statistics to a
+    score; where its private one (``TER._aggregate_and_compute``, sacrebleu 2.x) is missing,
+    the corpus is scored again from the text, the same number at a higher cost."""
+    if _aggregates_statistics(ter):
+        return ter._aggregate_and_compute([[s.num_edits, s.ref_length] for s in sentence_scores])
+    return ter.corpus_score(hyps, [refs])
+
+
+def _aggregates_statistics(ter):
+    """Whether this sacrebleu turns TER statistics (edits, reference words) into a score."""
+    try:
+        return ter._aggregate_and_compute([[2.0, 4.0]]).score == 50.0
+    except (AttributeError, TypeError, IndexError, ValueError):
+        return False
+
+
 def ape_scores(hyps, refs):
     """(TER, TER signature, BLEU, BLEU signature) as the WMT APE tasks report them:
     TER as above, BLEU on the tokenised text as is (``-tok none``)."""

@@ -35,7 +35,7 @@ from ..modules.bert import load_bert_tokenizer
 from .bert_dictionary import model_spelling
 from .decoding import MarginRule, check_decoding_options, word_edits
 from .postedit import PostEditor
-from .ter import ape_scores, edit_effects, official_bleu, official_ter
+from .ter import ape_scores, corpus_ter, edit_effects, official_bleu, official_ter
 from .triplets import read_triplets
 
 DEFAULT_CONSERVATIVENESS = [0.0, 0.5, 1.0, 2.0, 4.0]
@@ -112,7 +112,7 @@ class Scorer:
         if len(hyps) != len(self.refs):
             raise ValueError(f"{len(hyps)} outputs for {len(self.refs)} references")
         scores = [self.sentence_ter(i, h) for i, h in enumerate(hyps)]
-        ter = self.ter._aggregate_and_compute([[s.num_edits, s.ref_length] for s in scores]).score
+        ter = corpus_ter(self.ter, scores, hyps, self.refs).score
         bleu = official_bleu().corpus_score(hyps, [self.refs]).score
         return ter, bleu, edit_effects(hyps, self.mts, self.refs, lambda i, text: self.sentence_ter(i, text).score)
 

@@ -8,7 +8,8 @@ from fairseq.scoring import build_scorer
 
 from fairseq_sparse.ape.bert_dictionary import model_spelling
 from fairseq_sparse.modules.bert import load_bert_tokenizer
-from fairseq_sparse.ape.ter import edit_effects
+from fairseq_sparse.ape import ter as ter_module
+from fairseq_sparse.ape.ter import corpus_ter, edit_effects, official_ter
 
 from tests.conftest import BIN, minilm_path, run_cli, run_script, shared_data
 
@@ -113,3 +114,15 @@ def test_score_script_counts_edits_against_the_models_own_spelling_of_the_mt(it_
 
     assert edits("--bert-model", str(minilm_path())).startswith("edits: modified 0 of 300 sentences")
     assert edits().startswith(f"edits: modified {accented} of 300 sentences")
+
+
+def test_corpus_ter_from_sentence_scores_is_sacrebleus_corpus_score(it_triplets, monkeypatch):
+    """The grid's corpus TER from the sentences' statistics equals sacrebleu's corpus score of
+    the text, through sacrebleu's aggregation and through the text where that is missing."""
+    mt, pe = (path.read_text(encoding="utf-8").splitlines()[:60] for path in it_triplets)
+    ter = official_ter()
+    want = ter.corpus_score(mt, [pe]).score
+    sentences = [ter.sentence_score(h, [r]) for h, r in zip(mt, pe)]
+    assert corpus_ter(ter, sentences, mt, pe).score == pytest.approx(want, abs=1e-9)
+    monkeypatch.setattr(ter_module, "_aggregates_statistics", lambda ter: False)  # a sacrebleu without it
+    assert corpus_ter(ter, sentences[:1], mt, pe).score == pytest.approx(want, abs=1e-9)
