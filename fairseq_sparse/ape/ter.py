@@ -6,6 +6,7 @@ data is not re-tokenised).  Lower is better; reported in percent with
 sacrebleu's signature.
 """
 
+import functools
 from dataclasses import dataclass, field
 
 from fairseq.dataclass import FairseqDataclass
@@ -35,15 +36,17 @@ def corpus_ter(ter, sentence_scores, hyps, refs):
     sentences scores each sentence once.  sacrebleu has no public call from statistics to a
     score; where its private one (``TER._aggregate_and_compute``, sacrebleu 2.x) is missing,
     the corpus is scored again from the text, the same number at a higher cost."""
-    if _aggregates_statistics(ter):
+    if _aggregates_statistics(type(ter)):
         return ter._aggregate_and_compute([[s.num_edits, s.ref_length] for s in sentence_scores])
     return ter.corpus_score(hyps, [refs])
 
 
-def _aggregates_statistics(ter):
-    """Whether this sacrebleu turns TER statistics (edits, reference words) into a score."""
+@functools.lru_cache(maxsize=None)
+def _aggregates_statistics(metric_class):
+    """Whether this sacrebleu's TER turns statistics (edits, reference words) into a score;
+    probed once per class, not once per grid setting."""
     try:
-        return ter._aggregate_and_compute([[2.0, 4.0]]).score == 50.0
+        return metric_class()._aggregate_and_compute([[2.0, 4.0]]).score == 50.0
     except (AttributeError, TypeError, IndexError, ValueError):
         return False
 

@@ -217,6 +217,7 @@ def _explicit(q, k, v, normalizer, alpha, alpha_min, options, window, scale, key
         seen = [_keys_left(hidden(Tq, Tk, q.device, rows=torch.arange(start, stop, device=q.device), **masks), Tk,
                            stop - start, q.device) for start, stop in chunks]
         factor = length_scale(torch.cat(seen, dim=1).clamp(min=1)).to(q.dtype)
+    keys_t = k.to(compute).transpose(-1, -2)  # cast once, not once per chunk
     outputs, probabilities = [], []
     for start, stop in chunks:
         rows = torch.arange(start, stop, device=q.device)
@@ -224,7 +225,7 @@ def _explicit(q, k, v, normalizer, alpha, alpha_min, options, window, scale, key
         chunk = q[:, :, start:stop]
         if factor is not None:
             chunk = chunk * factor[..., start:stop, :]
-        scores = torch.matmul(chunk.to(compute), k.to(compute).transpose(-1, -2)) * scale
+        scores = torch.matmul(chunk.to(compute), keys_t) * scale
         if alibi is not None:  # positions.alibi_bias on these rows only, without the whole (Tq, Tk)
             distance = (rows[:, None] + (Tk - Tq) - torch.arange(Tk, device=q.device)[None, :]).abs()
             scores = scores - alibi.to(compute).view(1, -1, 1, 1) * distance.to(compute)
