@@ -206,3 +206,12 @@ def test_experiment_scripts_build_their_parser_from_the_experiments_config(scrip
     option of their own, so that each option's default and help are stated once."""
     text = (REPO / "scripts" / script).read_text(encoding="utf-8")
     assert "configs.parse(" in text and "add_argument" not in text
+
+
+def test_no_context_variable_carries_build_state():
+    """Models hand what their layers build with down as arguments (``build_encoder`` /
+    ``build_decoder``, the layers' constructors): the package's one context variable is the
+    normalisers' backend (``entmax.activations.use_backend``), a setting of the running code."""
+    users = sorted(str(path.relative_to(REPO)) for path in (REPO / "fairseq_sparse").rglob("*.py")
+                   if "contextvars" in path.read_text(encoding="utf-8"))
+    assert users == ["fairseq_sparse/entmax/activations.py"]

@@ -19,17 +19,18 @@ trained).  The BERT configuration is stored in the checkpoint, so loading one
 (``fairseq-generate``) needs neither the BERT files nor ``--bert-model``.
 """
 
-import contextvars
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from torch import nn
 
-from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions, transformer_config
-from ..sparse_transformer.layers import EntmaxTransformerDecoder, EntmaxTransformerEncoder
+from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions
+from ..sparse_transformer.layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from ..modules.bert import load_bert_model
 from .triplets import mt_segment
@@ -140,44 +141,64 @@ def _load_positions(embed_positions, bert, padding_idx, extra=0):
         embed_positions.weight[padding_idx + 1:padding_idx + 1 + table.shape[0]] = table + extra
 
 
-def share_parameters(target, source):
-    """Make every parameter of ``target`` that ``source`` also has (same name and
-    shape) the very same tensor as the source's."""
-    for name, param in list(source.named_parameters()):
-        owner_name, _, attr = name.rpartition(".")
-        owner = target.get_submodule(owner_name) if owner_name else target
-        if hasattr(owner, attr) and getattr(owner, attr).shape == param.shape:
-            setattr(owner, attr, param)
+class LayerShares(NamedTuple):
+    """What a decoder layer shares: the encoder layer's self-attention and feed-forward (fc1,
+    fc2) where given, and whether its context attention shares its own self-attention's."""
+    self_attn: Optional[nn.Module] = None
+    ffn: Optional[Tuple[nn.Module, nn.Module]] = None
+    context_with_self_attn: bool = False
 
 
-# What the model being built shares, for build_decoder: its options and the encoder built before it.
-_sharing = contextvars.ContextVar("bert_ape_sharing")
+class BertAPEDecoderLayer(EntmaxDecoderLayer):
+    """A decoder layer built sharing what ``shares`` names (the paper's SA <-> encoder SA,
+    CA <-> SA, FF <-> encoder FF): its construction hooks hand the attention the module whose
+    parameters it uses (``shares``) and return the encoder layer's feed-forward itself."""
+
+    def __init__(self, cfg, attention, shares, no_encoder_attn=False):
+        self.shares = shares  # read by the hooks that fairseq's __init__ calls
+        super().__init__(cfg, attention, no_encoder_attn)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        return self.attention_builder(
+            "decoder", embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
+            add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn, self_attention=not cfg.cross_self_attention,
+            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size, shares=self.shares.self_attn)
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return self.attention_builder(
+            "cross", embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim, vdim=cfg.encoder.embed_dim,
+            dropout=cfg.attention_dropout, encoder_decoder_attention=True, q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            shares=self.self_attn if self.shares.context_with_self_attn else None)
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        if self.shares.ffn is not None:
+            return self.shares.ffn[0]
+        return super().build_fc1(input_dim, output_dim, q_noise, qn_block_size)
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        if self.shares.ffn is not None:
+            return self.shares.ffn[1]
+        return super().build_fc2(input_dim, output_dim, q_noise, qn_block_size)
 
 
 class BertAPEDecoder(EntmaxTransformerDecoder):
-    """fairseq's decoder whose layers, as each is built, share the parameters the options
-    name (the paper's SA <-> encoder SA, CA <-> SA, FF <-> encoder FF) with the encoder
-    layer of the same index or with their own self-attention."""
+    """fairseq's decoder whose layer i is built sharing with the encoder's layer i."""
 
     def __init__(self, cfg, dictionary, embed_tokens, attention, encoder, options, no_encoder_attn=False):
-        # Plain attributes, set before fairseq's __init__ builds the layers and dropped after it:
-        # the encoder's layers are the encoder's, not submodules of the decoder.
-        self.encoder_layers, self.options, self.layers_built = list(encoder.layers), options, 0
+        # Read by build_decoder_layer while fairseq's __init__ builds the layers, dropped after it.
+        self.encoder_layers, self.options = iter(encoder.layers), options
         super().__init__(cfg, dictionary, embed_tokens, attention, no_encoder_attn)
-        del self.encoder_layers, self.layers_built
+        del self.encoder_layers
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        layer = super().build_decoder_layer(cfg, no_encoder_attn)
-        encoder_layer = self.encoder_layers[self.layers_built]
-        self.layers_built += 1
-        if self.options.share_self_attn_with_encoder:
-            share_parameters(layer.self_attn, encoder_layer.self_attn)
-        if self.options.tie_context_to_self_attn:
-            share_parameters(layer.encoder_attn, layer.self_attn)
-        if self.options.share_ffn_with_encoder:
-            share_parameters(layer.fc1, encoder_layer.fc1)
-            share_parameters(layer.fc2, encoder_layer.fc2)
-        return layer
+        encoder_layer, options = next(self.encoder_layers), self.options
+        shares = LayerShares(
+            self_attn=encoder_layer.self_attn if options.share_self_attn_with_encoder else None,
+            ffn=(encoder_layer.fc1, encoder_layer.fc2) if options.share_ffn_with_encoder else None,
+            context_with_self_attn=options.tie_context_to_self_attn)
+        layer = BertAPEDecoderLayer(cfg, self.attention_builder, shares, no_encoder_attn)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
 
 @register_model("bert_ape")
@@ -189,16 +210,9 @@ class BertAPEModel(EntmaxTransformerModel):
     encoder_class = BertAPEEncoder
 
     @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        encoder = super().build_encoder(args, src_dict, embed_tokens)
-        _sharing.get()["encoder"] = encoder
-        return encoder
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg, sharing = transformer_config(args), _sharing.get()
-        return BertAPEDecoder(cfg, tgt_dict, embed_tokens, cls.site_attention(), sharing["encoder"],
-                              sharing["options"], no_encoder_attn=cfg.no_cross_attention)
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens, attention, options, encoder):
+        return BertAPEDecoder(cfg, tgt_dict, embed_tokens, attention, encoder, options,
+                              no_encoder_attn=cfg.no_cross_attention)
 
     @classmethod
     def build_model(cls, args, task):
@@ -210,11 +224,7 @@ class BertAPEModel(EntmaxTransformerModel):
             raise ValueError("--context-attn-init must be 'self_attn' or 'random'")
         config, weights = cls.bert_config_and_weights(args, options)
         cls.set_bert_shape(args, config)
-        token = _sharing.set({"options": options})
-        try:
-            model = super().build_model(args, task)
-        finally:
-            _sharing.reset(token)
+        model = super().build_model(args, task)
         dictionary = task.source_dictionary
         model.encoder.configure_bert_input(config.type_vocab_size, dictionary.eos(), options.restart_mt_positions)
         for module in model.modules():

@@ -35,11 +35,15 @@ class AlphaEntmaxAttention(MultiheadAttention):
     silently bypass any other normaliser; its switch for leaving that fast path,
     ``skip_embed_dim_check``, is set, and the embedding-size check it also skips is done
     in ``forward`` instead.
+
+    ``shares``: another attention module whose projections and per-head alphas this one
+    uses as its own (the same modules: one set of parameters, saved under both names), for
+    models that tie attention across layers or sites; its shapes must be this one's.
     """
 
     def __init__(self, *args, normalizer="alpha_entmax", alpha_init="random", alpha_min=ALPHA_MIN,
                  alpha_lr_scale=1.0, alpha_floor=None, causal_attn_mask=False, positions="none", length_scale="none",
-                 **kwargs):
+                 shares=None, **kwargs):
         for option in ("add_bias_kv", "add_zero_attn"):
             if kwargs.get(option):
                 raise ValueError(f"AlphaEntmaxAttention: {option} is not supported")
@@ -66,6 +70,19 @@ class AlphaEntmaxAttention(MultiheadAttention):
         # Set by analysis code: keep the last attention probabilities (B, H, T, S).
         self.record_attention = False
         self.last_attention = None
+        if shares is not None:
+            self._use_parameters_of(shares)
+
+    def _use_parameters_of(self, other):
+        """Take ``other``'s projections and per-head alphas as this module's (at construction:
+        ``shares``)."""
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj", "head_alpha"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if (mine is None) != (theirs is None) or (
+                    mine is not None and [p.shape for p in mine.parameters()] != [p.shape for p in theirs.parameters()]):
+                raise ValueError(f"AlphaEntmaxAttention: cannot share {name} with a module of another shape "
+                                 "or normaliser")
+            setattr(self, name, theirs)
 
     def alpha(self, initial=False):
         """Current alpha of each head, shape (num_heads,), or with ``initial`` its alpha at

@@ -8,7 +8,6 @@ each head learns its alpha.  Optionally the output layer is sparse too
 of Peters, Niculae & Martins, ACL 2019).
 """
 
-import contextvars
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Optional
 
@@ -18,6 +17,9 @@ from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.logging import metrics
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
+    DEFAULT_MAX_SOURCE_POSITIONS,
+    DEFAULT_MAX_TARGET_POSITIONS,
+    DEFAULT_MIN_PARAMS_TO_WRAP,
     TransformerConfig,
     TransformerModel,
     base_architecture,
@@ -97,9 +99,44 @@ class EntmaxTransformerOptions(FairseqDataclass):
 
 
 def transformer_config(args):
-    """fairseq's TransformerConfig from a legacy namespace (or the config itself):
-    what build_encoder / build_decoder receive depends on who calls them."""
-    return args if isinstance(args, TransformerConfig) else TransformerConfig.from_namespace(args)
+    """fairseq's TransformerConfig from a model's namespace, with the defaults and checks of
+    fairseq's ``TransformerModel.build_model`` (which this line's models restate, so as to hand
+    their encoder and decoder the attention as an argument)."""
+    base_architecture(args)  # every option present, in namespaces of older checkpoints too
+    for side in ("encoder", "decoder"):
+        if getattr(args, f"{side}_layers_to_keep", None):
+            setattr(args, f"{side}_layers", len(getattr(args, f"{side}_layers_to_keep").split(",")))
+    if getattr(args, "max_source_positions", None) is None:
+        args.max_source_positions = DEFAULT_MAX_SOURCE_POSITIONS
+    if getattr(args, "max_target_positions", None) is None:
+        args.max_target_positions = DEFAULT_MAX_TARGET_POSITIONS
+    if args.share_all_embeddings:
+        args.share_decoder_input_output_embed = True
+    if getattr(args, "offload_activations", False):
+        args.checkpoint_activations = True  # offloading implies checkpointing
+    if not args.share_all_embeddings:
+        args.min_params_to_wrap = getattr(args, "min_params_to_wrap", DEFAULT_MIN_PARAMS_TO_WRAP)
+    cfg = TransformerConfig.from_namespace(args)
+    cfg.decoder.input_dim, cfg.decoder.output_dim = int(cfg.decoder.input_dim), int(cfg.decoder.output_dim)
+    return cfg
+
+
+def embeddings(model_class, cfg, src_dict, tgt_dict):
+    """(encoder, decoder) token embeddings, one shared table under --share-all-embeddings, as
+    fairseq's transformer builds them (checked as it checks them)."""
+    if not cfg.share_all_embeddings:
+        if cfg.merge_src_tgt_embed:
+            raise ValueError("entmax_transformer does not support --merge-src-tgt-embed")
+        return (model_class.build_embedding(cfg, src_dict, cfg.encoder.embed_dim, cfg.encoder.embed_path),
+                model_class.build_embedding(cfg, tgt_dict, cfg.decoder.embed_dim, cfg.decoder.embed_path))
+    if src_dict != tgt_dict:
+        raise ValueError("--share-all-embeddings requires a joined dictionary")
+    if cfg.encoder.embed_dim != cfg.decoder.embed_dim:
+        raise ValueError("--share-all-embeddings requires --encoder-embed-dim to match --decoder-embed-dim")
+    if cfg.decoder.embed_path and cfg.decoder.embed_path != cfg.encoder.embed_path:
+        raise ValueError("--share-all-embeddings not compatible with --decoder-embed-path")
+    shared = model_class.build_embedding(cfg, src_dict, cfg.encoder.embed_dim, cfg.encoder.embed_path)
+    return shared, shared
 
 
 def site_normalizers(options):
@@ -129,11 +166,6 @@ def attention_of(options, args, sites):
     attention = SiteAttention(normalizers, parse_alpha_init(options.alpha_init), options.alpha_min,
                               options.alpha_lr_scale, floor)
     return attention, output_normalizer
-
-
-# The attention builder of the model being built: fairseq's build_model hands build_encoder and
-# build_decoder a TransformerConfig, which has no field for this package's options.
-_building = contextvars.ContextVar("entmax_transformer_attention")
 
 
 class SparseAttentionModel:
@@ -197,31 +229,30 @@ class EntmaxTransformerModel(SparseAttentionModel, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        """fairseq's transformer, built as its ``build_model`` builds it (:func:`transformer_config`,
+        :func:`embeddings`, then the encoder and the decoder), with the attention, the options
+        and the encoder handed to the builders as arguments."""
         options = cls.options_class.from_args(args)
         attention, output_normalizer = attention_of(options, args, {cls.normalizer_site(s) for s in cls.attention_sites})
-        token = _building.set(attention)
-        try:
-            model = super().build_model(args, task)
-        finally:
-            _building.reset(token)
+        cfg = transformer_config(args)
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        encoder_embed_tokens, decoder_embed_tokens = embeddings(cls, cfg, src_dict, tgt_dict)
+        encoder = cls.build_encoder(cfg, src_dict, encoder_embed_tokens, attention, options)
+        decoder = cls.build_decoder(cfg, tgt_dict, decoder_embed_tokens, attention, options, encoder)
+        model = cls(cfg, encoder, decoder)
         model.options = options
         model.output_normalizer = output_normalizer
         return model
 
-    @staticmethod
-    def site_attention():
-        """The :class:`~.layers.SiteAttention` of the model being built (by ``build_model``)."""
-        return _building.get()
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens, attention, options):
+        """The encoder (``encoder_class``) whose layers build their attention with ``attention``."""
+        return cls.encoder_class(cfg, src_dict, embed_tokens, attention)
 
     @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return cls.encoder_class(transformer_config(args), src_dict, embed_tokens, cls.site_attention())
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg = transformer_config(args)
-        return cls.decoder_class(cfg, tgt_dict, embed_tokens, cls.site_attention(),
-                                 no_encoder_attn=cfg.no_cross_attention)
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens, attention, options, encoder):
+        """The decoder (``decoder_class``); ``encoder`` is the model's, built before it."""
+        return cls.decoder_class(cfg, tgt_dict, embed_tokens, attention, no_encoder_attn=cfg.no_cross_attention)
 
     @staticmethod
     def normalizer_site(site):

@@ -5,7 +5,7 @@ import torch
 from fairseq import options, tasks
 from transformers import AutoTokenizer, BertModel
 
-from tests.conftest import minilm_path, write_ape_split
+from tests.conftest import REPO, minilm_path, write_ape_split
 
 
 def build(data, bert, *extra):
@@ -198,3 +198,33 @@ def test_shared_parameters_hold_their_source_s_weights(tiny_bert, data):
         assert not torch.equal(enc.fc1.weight, bert[f"encoder.layer.{i}.intermediate.dense.weight"])
         torch.testing.assert_close(dec.self_attn_layer_norm.weight,
                                    bert[f"encoder.layer.{i}.attention.output.LayerNorm.weight"])
+
+
+def test_a_model_written_by_the_earlier_build_loads_and_gives_the_same_outputs(tmp_path):
+    """tests/fixtures/bert_ape_written_with_build_context.pt: a tiny bert_ape (a 40-WordPiece,
+    16-wide random BERT; alpha-entmax at random alphas; all three sharing flags; weights moved
+    off their start) written, with its outputs, by the code that passed the build's state
+    through context variables and swapped shared parameters in after building each layer.
+    Built from its arguments as a checkpoint is (BERT's config kept in them), the model loads
+    its weights strictly, shares what it shared and gives those outputs."""
+    from transformers import BertTokenizer
+
+    saved = torch.load(REPO / "tests" / "fixtures" / "bert_ape_written_with_build_context.pt")
+    data = tmp_path / "data"
+    (data / "tokenizer").mkdir(parents=True)
+    (tmp_path / "vocab.txt").write_text("\n".join(saved["vocab"]) + "\n")
+    BertTokenizer(str(tmp_path / "vocab.txt"), do_lower_case=True).save_pretrained(str(data / "tokenizer"))
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(data), "--user-dir", "fairseq_sparse", "--task", "ape",
+                                                *saved["argv"]])
+    args.bert_config_json = saved["bert_config_json"]  # as a checkpoint's args keep it
+    model = tasks.setup_task(args).build_model(args).eval()
+    model.load_state_dict(saved["state"])  # strict: the same names, nothing missing or left over
+    encoder, decoder = model.encoder.layers[1], model.decoder.layers[1]
+    assert decoder.self_attn.k_proj.weight is encoder.self_attn.k_proj.weight
+    assert decoder.encoder_attn.v_proj.weight is decoder.self_attn.v_proj.weight
+    assert decoder.fc2.weight is encoder.fc2.weight
+    assert decoder.self_attn.head_alpha.pre_alpha is encoder.self_attn.head_alpha.pre_alpha
+    with torch.no_grad():
+        logits = model(saved["src"], saved["lengths"], saved["prev"])[0]
+    torch.testing.assert_close(logits, saved["logits"], atol=1e-5, rtol=1e-5)
