@@ -36,7 +36,7 @@ def test_every_sparse_attention_option_is_listed_with_its_default():
     lists them: each option of EntmaxTransformerOptions, with its default."""
     from dataclasses import fields
 
-    from fairseq_sparse.sparse_transformer.entmax_transformer import EntmaxTransformerOptions
+    from fairseq_sparse.modules.transformer import EntmaxTransformerOptions
 
     text = (REPO / "docs" / "sparse_transformer.md").read_text(encoding="utf-8")
     for f in [f for f in fields(EntmaxTransformerOptions) if not f.name.startswith("_")]:

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+import fairseq_sparse
 from tests.conftest import REPO
 
 PROGRAM = """
@@ -63,31 +64,57 @@ print(hasattr(data_utils.batch_by_size, "__wrapped__"), Trainer.state_dict.__mod
 def test_imported_after_fairseq_the_plugin_applies_its_fixes_and_registers():
     """What fairseq's --user-dir does: fairseq is imported, then the package."""
     proc = subprocess.run([sys.executable, "-c", PLUGIN_LOADED], cwd=REPO, capture_output=True, text=True, check=True)
-    assert proc.stdout.split() == ["True", "fairseq_sparse.compat.criterion_state", "True"]
+    assert proc.stdout.split() == ["True", "fairseq_sparse.compat.trainer_state", "True"]
 
 
 BEFORE_FAIRSEQ = """
 import sys
-import fairseq_sparse.entmax
-assert "fairseq" not in sys.modules
+import fairseq_sparse
+assert "fairseq" not in sys.modules and not any(type(f).__module__.startswith("fairseq_sparse") for f in sys.meta_path)
+import fairseq
+from fairseq.tasks import TASK_REGISTRY
+registered = "ape" in TASK_REGISTRY
+import fairseq_sparse.ape  # the line whose checkpoint it is: registered, the checkpoint fixes applied
 from fairseq import checkpoint_utils
-state = checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1])
-print(state["cfg"]["task"]["_name"])
+models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([sys.argv[1]])
+print(registered, cfg.task._name, type(models[0]).__name__)
 """
 
 
-def test_imported_before_fairseq_the_plugin_loads_with_fairseq(ape_trained):
-    """``import fairseq_sparse`` then fairseq: fairseq's own checkpoint loader reads this
-    plugin's checkpoints (it failed on torch's weights-only allow-list)."""
+def test_imported_before_fairseq_the_package_changes_nothing_until_a_line_is_imported(ape_trained):
+    """``import fairseq_sparse`` then fairseq: no import hook, nothing registered; importing the
+    research line then makes fairseq's own loader read its checkpoints, in a fresh process."""
     _, checkpoint = ape_trained
     proc = subprocess.run([sys.executable, "-c", BEFORE_FAIRSEQ, str(checkpoint)], cwd=REPO, capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["ape"]
+    assert proc.stdout.split() == ["False", "ape", "BertAPEModel"]
 
 
-LINES = ("sparse_transformer", "ape", "latent", "sentence_vae")
+ONE_LINE = """
+import sys
+import fairseq_sparse.{line}
+from fairseq.tasks import TASK_REGISTRY
+print(sorted({{name.split(".")[1] for name in sys.modules if name.count(".") and name.startswith("fairseq_sparse.")}}))
+"""
+
+
+def test_importing_a_research_line_loads_no_other_line():
+    """Each line in a fresh process: the core and that line, no other (the APE models build
+    on the core's transformer, :mod:`fairseq_sparse.modules.transformer`)."""
+    procs = {line: subprocess.Popen([sys.executable, "-c", ONE_LINE.format(line=line)], cwd=REPO,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for line in LINES}
+    for line, proc in procs.items():
+        out, err = proc.communicate()
+        assert proc.returncode == 0, err[-2000:]
+        loaded = set(eval(out))
+        assert line in loaded and not loaded & (set(LINES) - {line}), (line, loaded)
+
+
+LINES = fairseq_sparse.LINES
 CORE = ("entmax", "modules", "compat")
+# Modules that read a checkpoint of any research line, and so register every line.
+LOAD_EVERY_LINE = ("fairseq_sparse/sparse_transformer/report.py",)
 # Top-level helper modules of the core, importable from every research line.
 HELPERS = ("markdown", "experiments", "text", "configs", "checkpoint_migrations")
 
@@ -107,7 +134,8 @@ def _imports(path):
             else:
                 module = node.module or ""
             if module.startswith("fairseq_sparse"):
-                names.append(module)
+                if module != "fairseq_sparse":  # `from .. import compat` imports fairseq_sparse.compat
+                    names.append(module)
                 names.extend(f"{module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names if alias.name.startswith("fairseq_sparse"))
@@ -116,21 +144,21 @@ def _imports(path):
 
 @pytest.mark.parametrize("home", LINES + CORE + ("hf",))
 def test_imports_point_one_way(home):
-    """Research lines import the core (and its helpers, and the Hugging Face integration), and the
-    sparse_transformer line (whose transformer the APE models extend), never another line; the core
+    """Research lines import the core (and its helpers, and the Hugging Face integration), never
+    another line (the APE models extend the core's transformer); the core
     imports no research line; entmax imports nothing of the package beyond itself; the Hugging Face
     integration imports entmax and the helpers that import no fairseq; compat imports the plugin's
     own checkpoint migrations, which it applies on loading; no model imports a task."""
     allowed = {"entmax": {"entmax"}, "modules": {"entmax", "modules"}, "compat": {"compat", "checkpoint_migrations"},
                "hf": {"hf", "entmax", "configs", "markdown", "text"},
                "sparse_transformer": {"sparse_transformer", "hf", *CORE, *HELPERS},
-               "ape": {"ape", "sparse_transformer", *CORE, *HELPERS},
+               "ape": {"ape", *CORE, *HELPERS},
                "latent": {"latent", *CORE, *HELPERS}, "sentence_vae": {"sentence_vae", *CORE, *HELPERS}}[home]
     for path in sorted((REPO / "fairseq_sparse" / home).rglob("*.py")):
         for module in _imports(path):
             parts = module.split(".")
-            if parts[1:] in ([], ["load_plugin"]):  # the package itself: only a line's __init__ loads the plugin
-                assert path.name == "__init__.py" and home in LINES, f"{path.relative_to(REPO)} imports {module}"
+            if parts[1:] in ([], ["load_plugin"]):  # the package root: only tools that read any line's checkpoints
+                assert path.relative_to(REPO).as_posix() in LOAD_EVERY_LINE, f"{path.relative_to(REPO)} imports {module}"
                 continue
             assert parts[1] in allowed, f"{path.relative_to(REPO)} imports {module}"
             if "model" in path.stem or path.stem in ("bert_ape", "dual_source_transformer", "entmax_transformer"):

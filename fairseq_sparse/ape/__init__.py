@@ -2,8 +2,8 @@
 task, the BERT-initialised ``bert_ape`` and the ``dual_source_transformer`` baseline,
 ``--scoring ter``, :class:`~.postedit.PostEditor` and the binarizer."""
 
-from .. import load_plugin
+from .. import compat
 
-load_plugin()
+compat.apply()  # before the line's modules import what it fixes
 
 from . import bert_ape, dual_source_transformer, task, ter  # noqa: E402,F401  (registration)

@@ -29,8 +29,8 @@ from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from torch import nn
 
-from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions
-from ..sparse_transformer.layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
+from ..modules.transformer import EntmaxTransformerBase, EntmaxTransformerOptions
+from ..modules.transformer_layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from ..modules.bert import load_bert_model
 from .triplets import mt_segment
@@ -202,7 +202,7 @@ class BertAPEDecoder(EntmaxTransformerDecoder):
 
 
 @register_model("bert_ape")
-class BertAPEModel(EntmaxTransformerModel):
+class BertAPEModel(EntmaxTransformerBase):
     """BERT encoder and BERT-initialised decoder over a shared WordPiece vocabulary."""
 
     options_class = BertAPEOptions

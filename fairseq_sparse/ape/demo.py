@@ -31,8 +31,8 @@ import torch
 from fairseq import checkpoint_utils
 
 from ..configs import check
+from ..compat.checkpoint_files import num_updates
 from ..experiments import FAIRSEQ_GENERATE, FAIRSEQ_TRAIN, PLUGIN_DIR, generate_hypotheses, run_logged
-from ..sparse_transformer.report import num_updates
 from . import toy_corpus as toy_ape_corpus
 from . import tuning
 from .triplets import FIELDS, find_corpus, held_out, read_corpus, read_lines, read_triplets, write_triplets

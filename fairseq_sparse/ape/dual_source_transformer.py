@@ -20,8 +20,8 @@ from fairseq.models.transformer import base_architecture
 from fairseq.modules import LayerNorm
 from torch import Tensor
 
-from ..sparse_transformer.entmax_transformer import EntmaxTransformerModel, EntmaxTransformerOptions
-from ..sparse_transformer.layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
+from ..modules.transformer import EntmaxTransformerBase, EntmaxTransformerOptions
+from ..modules.transformer_layers import EntmaxDecoderLayer, EntmaxTransformerDecoder, EntmaxTransformerEncoder
 from ..entmax.normalizers import normalizer_names
 from .triplets import mt_segment
 
@@ -133,7 +133,7 @@ class DualSourceOptions(EntmaxTransformerOptions):
 
 
 @register_model("dual_source_transformer")
-class DualSourceTransformerModel(EntmaxTransformerModel):
+class DualSourceTransformerModel(EntmaxTransformerBase):
     """src and mt encoders, a decoder attending to both; random initialisation."""
 
     options_class = DualSourceOptions

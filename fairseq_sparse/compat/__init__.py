@@ -9,15 +9,16 @@ since rebinding the internals of an unknown release could break more than it men
 ``FAIRSEQ_SPARSE_NO_COMPAT=1`` turns every fix off, to tell a fairseq behaviour from
 one of ours.
 
-Nothing is patched on import: :func:`fairseq_sparse.load_plugin` calls :func:`apply`,
-when fairseq loads the plugin (``--user-dir fairseq_sparse``) or a research line is
-imported; ``import fairseq_sparse.entmax`` alone applies nothing.
+Nothing is patched on importing this module: every research line's ``__init__`` calls
+:func:`apply` before importing its modules (fairseq's ``--user-dir`` imports all four), in the
+order of ``PATCHES``; ``import fairseq_sparse.entmax`` or ``fairseq_sparse.hf`` applies nothing.
 """
 
 import dataclasses
 import importlib
 import logging
 import os
+import sys
 from typing import Callable, Optional, Tuple
 
 logger = logging.getLogger(__name__)
@@ -62,8 +63,9 @@ PATCHES = (
     Patch("batching", ("data_utils.batch_by_size", "FairseqTask.get_batch_iterator"),
           "the last, incomplete batch of every split is kept (after 0.12.2 fairseq drops it), and a resumed run "
           "gets the batches of an uninterrupted one", _batch_by_size_drops_the_last_batch),
-    Patch("criterion_state", ("Trainer.state_dict", "Trainer.load_checkpoint"),
-          "a criterion with buffers but no parameters is checkpointed, so a resumed run continues its state"),
+    Patch("trainer_state", ("Trainer.state_dict", "Trainer.save_checkpoint", "Trainer.load_checkpoint"),
+          "what a resumed run needs travels in the checkpoint: the buffers of a criterion without parameters and the "
+          "--patience count; another run's checkpoint is named in the error"),
     Patch("precision", ("distributed_utils.call_main", "AMPOptimizer.__init__", "FairseqTask.train_step"),
           "--fp16 / --bf16 without a GPU is a plain error, and --amp trains in bfloat16 there instead of silently "
           "in float32"),
@@ -83,8 +85,7 @@ PATCHES = (
     Patch("generation", ("SequenceGenerator.__init__",),
           "a hypothesis that no token can continue (a sparse output layer at the length limit) ends with a score "
           "below every other, instead of fairseq-generate failing with `AssertionError: 200 < 200`"),
-    Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train", "Trainer.save_checkpoint",
-                         "Trainer.load_checkpoint"),
+    Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train"),
           "one live fairseq-train run per --save-dir, a resumed run counts --patience on from where it stopped, "
           "rerunning a finished run (or one stopped at its plateau) trains nothing, and a --restore-file that does "
           "not exist is an error, not a run from scratch"),
@@ -105,18 +106,39 @@ def applies(patch, version):
                    "changed")
 
 
+def import_fairseq():
+    """``import fairseq``, leaving the root logger as it was found (level and handlers).
+
+    Importing fairseq runs ``logging.basicConfig(level=DEBUG)`` (in
+    fairseq/models/wav2vec/wav2vec2_classification.py): the root logger would go to DEBUG with a
+    stderr handler, and a program that had not configured logging would print every library's
+    debug lines.  fairseq's CLIs configure logging before importing fairseq (the basicConfig is
+    then a no-op), so their logging is unchanged."""
+    if "fairseq" in sys.modules:
+        return sys.modules["fairseq"]
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        import fairseq
+    finally:
+        root.setLevel(level)
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+    return fairseq
+
+
 def apply():
     """Apply the fixes that the installed fairseq needs (idempotent); returns the names of
     those applied."""
     global _applied
     if _applied is not None:
         return _applied
+    fairseq = import_fairseq()
     if os.environ.get(NO_COMPAT, "") not in ("", "0"):
         logger.warning("%s is set: no fairseq fix is applied (%s)", NO_COMPAT, ", ".join(p.module for p in PATCHES))
         _applied = ()
         return _applied
-    import fairseq
-
     version = getattr(fairseq, "__version__", "unknown")
     applied = []
     for patch in PATCHES:

@@ -104,6 +104,13 @@ def load_for_task(path, task, user, overrides=None):
     return state
 
 
+def num_updates(path):
+    """The updates a checkpoint was trained for (0 where it records none)."""
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))  # a torn or foreign file is named
+    history = state.get("optimizer_history") or [{}]
+    return history[-1].get("num_updates", 0)
+
+
 def apply():
     checkpoint_utils.torch_persistent_save = torch_persistent_save
     checkpoint_utils.PathManager = AtomicCopyPathManager

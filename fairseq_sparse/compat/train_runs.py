@@ -15,7 +15,7 @@
 - fairseq counts ``--patience`` (validations since the best one) in memory only, so a
   resumed run counted afresh from its first validation and could train up to
   ``--patience`` epochs past the plateau that an uninterrupted run stops at.  Here the
-  count travels in the checkpoint's ``extra_state`` (``PATIENCE``) and is restored with
+  count travels in the checkpoint's ``extra_state`` (:mod:`.trainer_state`) and is restored with
   it, as fairseq restores its best validation (not under ``--reset-optimizer`` or
   ``--reset-meters``), and a run that stopped at its plateau is finished: its rerun
   trains nothing, unless given a larger ``--patience``.  A checkpoint written without
@@ -41,8 +41,6 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".fairseq-train.lock"
-# extra_state key of the --patience count: {"best": best validation, "num_runs": validations since}
-PATIENCE = "patience"
 
 
 class SaveDirInUse(RuntimeError):
@@ -98,47 +96,18 @@ def finished(cfg, trainer):
     hours = trainer.cumulative_training_time() / 3600
     if cfg.optimization.stop_time_hours > 0 and hours > cfg.optimization.stop_time_hours:
         return f"it has trained for {hours:.3f} h, past --stop-time-hours {cfg.optimization.stop_time_hours}"
-    patience, runs = cfg.checkpoint.patience, getattr(_patience_counter(), "num_runs", 0)
+    patience, runs = cfg.checkpoint.patience, getattr(patience_counter(), "num_runs", 0)
     if patience > 0 and runs >= patience:
         return (f"it stopped at its validation plateau, no better {cfg.checkpoint.best_checkpoint_metric} "
                 f"in its last {runs} validations (--patience {patience})")
     return None
 
 
-def _patience_counter():
+def patience_counter():
     """fairseq's ``should_stop_early`` of the train CLI running in this process, which keeps
-    the --patience count in its own attributes (``best``, ``num_runs``); None outside one."""
+    the --patience count in its own attributes (``best``, ``num_runs``); None outside one.
+    :mod:`.trainer_state` saves and restores the count with the checkpoint."""
     return next((train_cli.should_stop_early for train_cli in _train_modules()), None)
-
-
-def save_checkpoint(self, filename, extra_state):
-    """``Trainer.save_checkpoint``, with the --patience count in ``extra_state``."""
-    counter = _patience_counter()
-    if getattr(counter, "best", None) is not None:
-        extra_state = {**extra_state, PATIENCE: {"best": counter.best, "num_runs": counter.num_runs}}
-    return _fairseq_save_checkpoint(self, filename, extra_state)
-
-
-def load_checkpoint(self, filename, reset_optimizer=False, reset_lr_scheduler=False, optimizer_overrides=None,
-                    reset_meters=False):
-    """``Trainer.load_checkpoint``, restoring the --patience count where fairseq restores the
-    best validation (checkpoint_utils.load_checkpoint)."""
-    try:
-        extra_state = _fairseq_load_checkpoint(self, filename, reset_optimizer, reset_lr_scheduler,
-                                               optimizer_overrides, reset_meters=reset_meters)
-    except Exception as e:
-        if not str(e).startswith("Cannot load model parameters from checkpoint"):
-            raise
-        raise SystemExit(f"{e} {another_run(filename, self.cfg)}") from None
-    counter = _patience_counter()
-    if extra_state is None or counter is None or reset_optimizer or reset_meters:
-        return extra_state
-    if PATIENCE in extra_state:
-        counter.best, counter.num_runs = extra_state[PATIENCE]["best"], extra_state[PATIENCE]["num_runs"]
-    elif extra_state.get("best") is not None:
-        # Written without the count: its best validation is known, not how many validations ago.
-        counter.best, counter.num_runs = extra_state["best"], 0
-    return extra_state
 
 
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"  # fairseq's default: SAVE_DIR's own, absent on a first run
@@ -225,24 +194,10 @@ def _train_modules():
         yield sys.modules["fairseq_cli.train"]
 
 
-def _guard_trainer():
-    global _fairseq_save_checkpoint, _fairseq_load_checkpoint
-    from fairseq.trainer import Trainer
-
-    if not getattr(Trainer.save_checkpoint, "_fairseq_sparse_guard", False):
-        # What is bound now is kept and called (load_checkpoint: compat.criterion_state's).
-        _fairseq_save_checkpoint, _fairseq_load_checkpoint = Trainer.save_checkpoint, Trainer.load_checkpoint
-        save_checkpoint._fairseq_sparse_guard = load_checkpoint._fairseq_sparse_guard = True
-        Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
-
-
 def apply():
     """Called once, by :func:`fairseq_sparse.compat.apply`.  Only a process that runs
     fairseq's train CLI is patched (importing it elsewhere would configure logging)."""
-    train_clis = list(_train_modules())
-    if train_clis:
-        _guard_trainer()
-    for train_cli in train_clis:
+    for train_cli in _train_modules():
         for name, guard in (("main", guard_main), ("train", guard_epoch)):
             function = getattr(train_cli, name)
             if not getattr(function, "_fairseq_sparse_guard", False):  # fairseq's own decorators set __wrapped__

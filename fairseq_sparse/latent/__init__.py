@@ -3,9 +3,9 @@ Aziz & Martins, NeurIPS 2020): the estimator registry, the latent spaces, Sparse
 the ``latent_marginalization`` criterion and the three experiments (``ssvae``,
 ``signaling_game``, ``bitvector_vae``: a task and a model each)."""
 
-from .. import load_plugin
+from .. import compat
 
-load_plugin()
+compat.apply()  # before the line's modules import what it fixes
 
 from .estimators import ESTIMATORS, Estimate, Estimator, build_estimator, register_estimator, topk_sparsemax  # noqa: E402,F401,E501
 from .estimators import EstimatorOptions, build_estimator_from_options, unordered_set_probability  # noqa: E402,F401

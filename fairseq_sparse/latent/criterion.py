@@ -39,7 +39,7 @@ class LatentMarginalizationCriterion(FairseqCriterion):
                              f"(ssvae, signaling_game, bitvector_vae), not {type(task).__name__}")
         # A module of the criterion, so that NVIL's baseline is trained and every
         # estimator's state (baselines, temperature step) is checkpointed (for
-        # estimators without parameters, by compat/criterion_state.py).
+        # estimators without parameters, by compat/trainer_state.py).
         if cfg.estimator == "sum_and_sample" and cfg.topk != EstimatorOptions.topk:
             raise ValueError(f"--topk {cfg.topk}: --topk is the structures topk_sparsemax keeps; the categories "
                              "sum_and_sample sums are --summed")

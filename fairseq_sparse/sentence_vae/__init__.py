@@ -2,9 +2,9 @@
 task, the GRU and BERT-encoder models, the objectives (``elbo``, ``elbo_l1``, ``elbo_l2``,
 ``mat_vae``, ``hsvae``) and the average Hoyer measure of code sparsity."""
 
-from .. import load_plugin
+from .. import compat
 
-load_plugin()
+compat.apply()  # before the line's modules import what it fixes
 
 from ..checkpoint_migrations import RENAMED_CRITERIA  # noqa: E402
 from . import bert_sentence_vae, elbo, hsvae, mat_vae, regularized, sentence_vae, task  # noqa: E402,F401

@@ -3,8 +3,8 @@
 ``label_smoothed_entmax`` loss of sparse output layers, the ``length_extrapolation``
 synthetic tasks and the attention report (``fairseq-sparse-attention-report``)."""
 
-from .. import load_plugin
+from .. import compat
 
-load_plugin()
+compat.apply()  # before the line's modules import what it fixes
 
 from . import entmax_lm, entmax_transformer, label_smoothed_entmax, length_task  # noqa: E402,F401  (registration)

@@ -19,8 +19,8 @@ from fairseq.models.transformer_lm import (DEFAULT_MAX_TARGET_POSITIONS, Transfo
 
 from ..entmax.length_scale import LENGTH_SCALES, check_length_scale
 from ..entmax.positions import POSITIONS, check_positions
-from .entmax_transformer import EntmaxTransformerOptions, SparseAttentionModel, attention_of
-from .layers import EntmaxTransformerDecoder
+from ..modules.transformer import EntmaxTransformerOptions, SparseAttentionModel, attention_of
+from ..modules.transformer_layers import EntmaxTransformerDecoder
 
 
 @dataclass

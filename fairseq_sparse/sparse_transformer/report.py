@@ -31,14 +31,18 @@ from pathlib import Path
 import torch
 from fairseq import checkpoint_utils
 
+from ..compat.checkpoint_files import num_updates
 from ..markdown import table
-from . import figures, stats  # (importing this package loads the plugin: models, checkpoint allow-list)
+from . import figures, stats
 
 # A head holds a role when its score reaches this.
 ROLE_THRESHOLD = 0.5
 
 
 def load(path, data):
+    from .. import load_plugin
+
+    load_plugin()  # the checkpoint may be any line's (bert_ape, dual_source_transformer)
     try:
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
     except ValueError as e:  # a vocabulary or task that does not fit --data: which checkpoint it was
@@ -74,12 +78,6 @@ def check_same_run(model, other, path, reference):
     if why is not None:
         raise ValueError(f"--trajectory {path}: not a checkpoint of the run of --path {reference} ({why}); give "
                          "the checkpoints that run saved")
-
-
-def num_updates(path):
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))  # a torn or foreign file is named
-    history = state.get("optimizer_history") or [{}]
-    return history[-1].get("num_updates", 0)
 
 
 def collect(model, task, split, max_sentences, keep_sentences):

@@ -23,6 +23,11 @@ def test_every_fix_module_is_in_the_table_once():
         assert patch.rebinds and patch.why
 
 
+def test_each_fairseq_symbol_is_rebound_by_one_fix():
+    rebound = [symbol for patch in compat.PATCHES for symbol in patch.rebinds]
+    assert len(rebound) == len(set(rebound)), sorted(s for s in rebound if rebound.count(s) > 1)
+
+
 def test_a_fix_is_left_out_on_an_unknown_release_unless_its_probe_finds_the_bug():
     by_name = {p.module: p for p in compat.PATCHES}
     assert compat.applies(by_name["precision"], "0.12.3") == (True, None)

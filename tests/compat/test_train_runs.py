@@ -6,7 +6,8 @@ import torch
 import fairseq_sparse
 fairseq_sparse.load_plugin()
 
-from fairseq_sparse.compat.train_runs import LOCK_NAME, PATIENCE, lock_save_dir, release  # noqa: E402
+from fairseq_sparse.compat.train_runs import LOCK_NAME, lock_save_dir, release  # noqa: E402
+from fairseq_sparse.compat.trainer_state import PATIENCE  # noqa: E402
 from fairseq_sparse.sparse_transformer.multi30k import checkpoint_epoch, epoch_checkpoints  # noqa: E402
 from tests.ape.test_task import TRAIN  # noqa: E402
 from tests.compat.test_checkpoints import TINY_TRANSFORMER  # noqa: E402
