@@ -28,13 +28,16 @@ refuses it by name where this module is not imported, rather than loading softma
 ``fairseq_sparse`` (alpha start, bound and floor), from which every model built from that
 config gets its heads' alphas before transformers loads the weights: ``from_pretrained``,
 ``pipeline(model=...)`` and ``Trainer`` checkpoints load the sparse model as it was saved.
-That and the refusal of models the interface does not serve are the two patches this package
-applies to transformers (:func:`register`, each on ``PreTrainedModel``): transformers has no
-public hook between building a model and loading its weights.
+Importing this module registers the attention functions through transformers' public
+interfaces and applies the two patches that transformers' lack of a public hook between
+building a model and loading its weights leaves (:func:`register`): that loading, and the
+refusal of models the interface does not serve, each a named, version-probed patch of
+``PreTrainedModel`` in :mod:`.transformers_compat`, the one file that reaches past
+transformers' public interface.
 
 By job: :mod:`.attention` (the attention function and its registration), :mod:`.sparsify`
 (sparsify, training, loading), :mod:`.report` (reading a model's attention), :mod:`.trainer`
-(the Trainer callback).  Under PEFT the alphas
+(the Trainer callback), :mod:`.transformers_compat` (what transformers does not make public).  Under PEFT the alphas
 train when the adapter's config names ``modules_to_save=["head_alpha"]`` (``PEFT_MODULES``).
 
 Imports torch and transformers, never fairseq.
@@ -42,11 +45,12 @@ Imports torch and transformers, never fairseq.
 
 from ..entmax.head_alpha import HeadAlpha  # noqa: F401  (for isinstance checks on a model's modules)
 from .attention import (HEAD_ALPHA, LENGTH_SCALE, UNSUPPORTED, attention_function, attention_modules,  # noqa: F401
-                        head_alpha_of, query_heads, register_attention, serves)
+                        head_alpha_of, query_heads, refuse_unserved, register_attention, serves)
 from .report import (TOKENIZER_FILES, attends_causally, attention_density_counts, evaluating,  # noqa: F401
                      load_tokenizer)
-from .sparsify import (ALPHA_INIT, CONFIG_KEY, PEFT_MODULES, attention_alphas, from_pretrained,  # noqa: F401
-                       head_alphas, parameter_groups, register, register_loading, set_num_updates, sparsify,
+from .sparsify import (ALPHA_INIT, CONFIG_KEY, PEFT_MODULES, add_recorded_heads, attention_alphas,  # noqa: F401
+                       from_pretrained, head_alphas, parameter_groups, register, set_num_updates, sparsify,
                        warn_if_alphas_frozen)
+from .transformers_compat import attn_implementation  # noqa: F401
 
 register()

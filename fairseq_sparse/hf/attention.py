@@ -5,15 +5,14 @@
 Imports torch and transformers, never fairseq.
 """
 
-import functools
-
 from torch import nn
-from transformers import AttentionInterface, PreTrainedModel
+from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from ..entmax.attention import AttentionOptions, attend
 from ..entmax.head_alpha import ALPHA_MIN, HeadAlpha
 from ..entmax.normalizers import get_normalizer, normalizer_names
+from . import transformers_compat
 
 # What some models pass an attention function to change the scores (T5's relative bias,
 # Gemma 2's soft cap, attention sinks): not applied here, so refused.
@@ -41,12 +40,7 @@ def _wants_weights(module, kwargs):
     """Whether the caller asked for the attention weights (``output_attentions``)."""
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None), "output_attentions", False):
         return True
-    try:  # transformers 5 collects them with hooks, whose collector says what it is collecting
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:
-        return False
-    collecting = _active_collector.get() or {}
-    return any("attentions" in key for key in collecting)
+    return transformers_compat.collecting_attentions()
 
 
 def attention_function(name):
@@ -97,39 +91,28 @@ def attention_function(name):
 
 def serves(model_class):
     """Whether ``model_class`` computes its attention through transformers' attention
-    interface, so that a registered name reaches it (transformers' own test; its flag
-    ``_supports_attention_backend`` where that test is missing)."""
-    test = getattr(model_class, "_can_set_attn_implementation", None)
-    return bool(test()) if test is not None else bool(getattr(model_class, "_supports_attention_backend", False))
+    interface, so that a registered name reaches it."""
+    return transformers_compat.uses_attention_interface(model_class)
 
 
-def _refuse_unserved(choose):
-    """``PreTrainedModel.get_correct_attn_implementation`` that refuses a normaliser's name for
-    a model whose attention does not go through the interface: transformers accepts any
-    registered name for any model, and such a model (DeBERTa-v2, Bloom) would record the
-    name and stay softmax, or fail later with a KeyError (Falcon)."""
-    @functools.wraps(choose)
-    def checked(self, requested_attention, *args, **kwargs):
-        if requested_attention in normalizer_names() and not serves(type(self)):
-            raise ValueError(f"attn_implementation={requested_attention!r}: {type(self).__name__} computes its "
-                             "attention in its own code, not through transformers' attention interface, so its "
-                             "heads would stay softmax; fairseq_sparse.hf serves the models that use the interface "
-                             "(BERT, RoBERTa, DistilBERT, Llama, Qwen2, GPT-2, ...)")
-        return choose(self, requested_attention, *args, **kwargs)
-
-    checked._fairseq_sparse_checked = True
-    return checked
+def refuse_unserved(model_class, requested_attention):
+    """A ValueError where ``requested_attention`` is a normaliser's name and ``model_class``'s
+    attention does not go through the interface: transformers accepts any registered name for
+    any model, and such a model (DeBERTa-v2, Bloom) would record the name and stay softmax, or
+    fail later with a KeyError (Falcon)."""
+    if requested_attention in normalizer_names() and not serves(model_class):
+        raise ValueError(f"attn_implementation={requested_attention!r}: {model_class.__name__} computes its "
+                         "attention in its own code, not through transformers' attention interface, so its "
+                         "heads would stay softmax; fairseq_sparse.hf serves the models that use the interface "
+                         "(BERT, RoBERTa, DistilBERT, Llama, Qwen2, GPT-2, ...)")
 
 
 def register_attention():
-    """Register every normaliser of the registry as an attention implementation (with the
-    eager mask function), refused for models the interface does not serve (idempotent)."""
+    """Register every normaliser of the registry as an attention implementation, with the
+    eager attention's mask function, through transformers' public interfaces (idempotent)."""
     for name in normalizer_names():
         AttentionInterface.register(name, attention_function(name))
         AttentionMaskInterface.register(name, eager_mask)
-    method = PreTrainedModel.get_correct_attn_implementation
-    if not getattr(method, "_fairseq_sparse_checked", False):
-        PreTrainedModel.get_correct_attn_implementation = _refuse_unserved(method)
 
 
 def attention_modules(model):

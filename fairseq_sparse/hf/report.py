@@ -11,7 +11,9 @@ from pathlib import Path
 import torch
 
 from ..entmax.normalizers import normalizer_names
+from . import transformers_compat
 from .attention import attention_modules
+
 
 @contextlib.contextmanager
 def evaluating(model, weights=False):
@@ -19,7 +21,7 @@ def evaluating(model, weights=False):
     when asked (``output_attentions``): an implementation that computes none (``sdpa``, flash
     attention) is replaced by ``eager``, the same softmax.  Mode and implementation are
     restored after."""
-    implementation, training = model.config._attn_implementation, model.training
+    implementation, training = transformers_compat.attn_implementation(model), model.training
     if weights and implementation != "eager" and implementation not in normalizer_names():
         model.set_attn_implementation("eager")
     model.eval()
@@ -27,7 +29,7 @@ def evaluating(model, weights=False):
         yield model
     finally:
         model.train(training)
-        if model.config._attn_implementation != implementation:
+        if transformers_compat.attn_implementation(model) != implementation:
             model.set_attn_implementation(implementation)
 
 

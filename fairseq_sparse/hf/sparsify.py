@@ -1,22 +1,22 @@
 """Making a model's heads sparse (:func:`sparsify`), training them (the optimizer's groups,
 the floor's updates) and loading a saved sparse model as it was saved: every model built from
 a config that records a sparse normaliser gets its heads' alphas and length scales before
-transformers loads the weights (:func:`register_loading`).
+transformers loads the weights (:func:`add_recorded_heads`, run by a patch of
+``PreTrainedModel.post_init``: :mod:`.transformers_compat`).
 
 Imports torch and transformers, never fairseq.
 """
 
-import functools
 import warnings
 
 import torch
-from transformers import PreTrainedModel
 
 from ..entmax.head_alpha import ALPHA_MIN, AlphaFloor, HeadAlpha, parse_alpha_init
 from ..entmax.length_scale import LengthScale, check_length_scale
 from ..entmax.normalizers import get_normalizer
+from . import transformers_compat
 from .attention import (HEAD_ALPHA, LENGTH_SCALE, _LAYER_INPUT, attention_modules, head_alpha_of, query_heads,
-                        register_attention)
+                        refuse_unserved, register_attention)
 
 # The config attribute that records what sparsify() did, for from_pretrained().
 CONFIG_KEY = "fairseq_sparse"
@@ -28,28 +28,19 @@ ALPHA_INIT = 1.05
 PEFT_MODULES = [HEAD_ALPHA]
 
 
-def _build_recorded_alphas(post_init):
-    """``PreTrainedModel.post_init`` that gives a model whose config records a learned
-    normaliser (``config.fairseq_sparse``, written by :func:`sparsify`) its heads' alphas as
-    soon as its modules exist: ``from_pretrained`` then loads the saved alphas as the weights
-    they are, in every loading path that builds the model through transformers (Auto classes,
-    ``pipeline``, PEFT's base model), with nothing reported missing or unexpected."""
-    @functools.wraps(post_init)
-    def with_alphas(self):
-        post_init(self)
-        _add_recorded_alphas(self)
-
-    with_alphas._fairseq_sparse_checked = True
-    return with_alphas
-
-
-def _add_recorded_alphas(model):
+def add_recorded_heads(model):
+    """Give a model whose config records a sparse normaliser (``config.fairseq_sparse``, written
+    by :func:`sparsify`) its heads' alphas and length scales; nothing for another model.  Run
+    after every model's ``post_init`` (:func:`register`): its modules exist, and
+    ``from_pretrained`` then loads the saved alphas as the weights they are, in every loading
+    path that builds the model through transformers (Auto classes, ``pipeline``, PEFT's base
+    model), with nothing reported missing or unexpected."""
     record = getattr(model.config, CONFIG_KEY, None)
     if not record:
         return
     normalizer = get_normalizer(record["normalizer"], f"config {CONFIG_KEY}.normalizer")
     model.config.attn_implementation = normalizer.name  # saved again with the model
-    implementation = model.config._attn_implementation
+    implementation = transformers_compat.attn_implementation(model)
     if implementation not in (normalizer.name, "eager"):  # asked for by the caller, so a warning, once
         warnings.warn(f"the model's config records the {normalizer.name} normaliser (fairseq_sparse) but it is "
                       f"built with attn_implementation={implementation!r}, so its heads are not {normalizer.name}; "
@@ -67,7 +58,7 @@ def _add_recorded_alphas(model):
     # Real float32 tensors, not transformers' meta ones in the loading dtype: a directory saved
     # without the floor's buffer keeps alpha_min there, as HeadAlpha's own loading does, and
     # a half-precision load keeps the alphas in float32 (bfloat16 would move 1.01 below 1.01).
-    model._keep_in_fp32_modules_strict = set(model._keep_in_fp32_modules_strict or ()) | {HEAD_ALPHA}
+    transformers_compat.keep_in_float32(model, HEAD_ALPHA)
     with torch.device("cpu"):
         for module in attention_modules(model).values():
             if head_alpha_of(module) is None:
@@ -100,19 +91,12 @@ def _add_length_scales(model, form):
             module.register_forward_hook(_drop_layer_input, with_kwargs=True)
 
 
-def register_loading():
-    """Give every model built from a sparsified config its alphas and length scales
-    (:func:`_build_recorded_alphas`, on ``PreTrainedModel.post_init``; idempotent)."""
-    method = PreTrainedModel.post_init
-    if not getattr(method, "_fairseq_sparse_checked", False):
-        PreTrainedModel.post_init = _build_recorded_alphas(method)
-
-
 def register():
-    """The attention implementations and the loading of sparsified models
-    (:func:`register_attention`, :func:`register_loading`)."""
+    """Register the normalisers as attention implementations (:func:`register_attention`, public
+    interfaces) and apply the two patches of ``PreTrainedModel`` that loading a saved sparse
+    model and refusing an unserved one need (:mod:`.transformers_compat`); idempotent."""
     register_attention()
-    register_loading()
+    return transformers_compat.apply(transformers_compat.patches(add_recorded_heads, refuse_unserved))
 
 
 def sparsify(model, normalizer, alpha_init=ALPHA_INIT, alpha_min=ALPHA_MIN, floor=None, length_scale="none"):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..hf import attends_causally, attention_alphas, attention_modules, evaluating, from_pretrained, load_tokenizer
+from ..hf import attends_causally, attn_implementation, attention_alphas, attention_modules, evaluating, from_pretrained, load_tokenizer
 from ..text import read_lines
 from . import stats
 
@@ -100,5 +100,5 @@ def analyse(path, text, sentence_ids, max_sentences, max_length, tokenizer=None)
         previous=stats.per_head(acc, "previous", "previous_queries"),
         same_word=stats.per_head(acc, "same_word", "same_word_queries"),
         tokens=stats.favourite_tokens(acc), series=None, maps=maps, sentences=len(sentences),
-        title=f"`{path}` ({type(model).__name__}, {model.config._attn_implementation})", corpus=f"`{text}`",
+        title=f"`{path}` ({type(model).__name__}, {attn_implementation(model)})", corpus=f"`{text}`",
         query_labels={SITE: stats.QUERY_LABELS[causal]})
