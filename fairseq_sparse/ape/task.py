@@ -31,7 +31,8 @@ from fairseq.data import LanguagePairDataset, data_utils
 from fairseq.data.list_dataset import ListDataset
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, DictConfig
+from omegaconf import II, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError
 
 from ..modules.bert import load_bert_tokenizer, tokenizer_files_exist, VocabularyCheck
 from .bert_dictionary import BertDictionary, WordPieceDetokenizer
@@ -53,8 +54,11 @@ def check_ape_checkpoint(model_cfg):
     if issubclass(ARCH_MODEL_REGISTRY.get(name, object), (BertAPEModel, DualSourceTransformerModel)):
         return
     task = getattr(model_cfg, "task", None)  # a Namespace of the run's options (legacy and --user-dir models)
-    if isinstance(model_cfg, DictConfig) and isinstance(model_cfg._get_parent(), DictConfig):
-        task = model_cfg._get_parent().get("task", {}).get("_name", task)
+    if isinstance(model_cfg, DictConfig):  # part of a checkpoint's config: its task beside it
+        try:
+            task = OmegaConf.select(model_cfg, "..task._name", default=task)
+        except ConfigKeyError:  # a model config on its own
+            pass
     trained = f"trained with --task {task}" if isinstance(task, str) else "trained for another task"
     raise ValueError(f"--task ape: the checkpoint holds a {name!r} model, {trained}, not an APE model (bert_ape, "
                      "dual_source_transformer); give --task that checkpoint's task, or an APE checkpoint")

@@ -47,9 +47,20 @@ def check_precision(cfg):
     if common.amp and on_cpu(common):
         logger.info("--amp on CPU: training's forward pass and loss under bfloat16 autocast, weights, gradients "
                     "and the optimizer in float32, the loss scaled as on CUDA; validation in float32")
-        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        if cpu_has_bfloat16() is False:
             logger.warning("--amp: this CPU has no bfloat16 support in oneDNN, so bfloat16 products are emulated "
                            "and likely slower than float32; leave --amp out")
+
+
+def cpu_has_bfloat16():
+    """Whether oneDNN computes bfloat16 natively on this CPU; None where the installed torch
+    does not say.  torch's only test is private (``torch.ops.mkldnn._is_mkldnn_bf16_supported``,
+    torch 2.x): the one private name of torch the package reads."""
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(probe()) if probe is not None else None
+    except RuntimeError:  # an op missing from this build
+        return None
 
 
 def on_cpu(common):

@@ -453,3 +453,16 @@ def test_another_tasks_checkpoint_is_named_with_its_task(tmp_path, ape_trained, 
     proc = run_cli("fairseq-interactive", ape_raw, "--user-dir", REPO / "fairseq_sparse", "--task", "ape", "--path",
                    other, "--cpu", "--input", pairs, check=False)
     assert proc.returncode != 0 and want in proc.stderr, proc.stderr[-1500:]
+
+
+def test_a_foreign_model_config_is_named_with_the_task_beside_it():
+    """A checkpoint's model config names its task where its config holds one beside it."""
+    from omegaconf import OmegaConf
+
+    from fairseq_sparse.ape.task import check_ape_checkpoint
+
+    cfg = OmegaConf.create({"task": {"_name": "ssvae"}, "model": {"_name": "ssvae"}})
+    with pytest.raises(ValueError, match="'ssvae' model, trained with --task ssvae, not an APE model"):
+        check_ape_checkpoint(cfg.model)
+    with pytest.raises(ValueError, match="'ssvae' model, trained for another task, not an APE model"):
+        check_ape_checkpoint(OmegaConf.create({"_name": "ssvae"}))
