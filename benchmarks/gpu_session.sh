@@ -227,7 +227,7 @@ multi30k)
 import sys
 from pathlib import Path
 import torch
-from fairseq_sparse.sparse_transformer.multi30k import checkpoint_epoch, epoch_checkpoints
+from fairseq_sparse.sparse_transformer.experiment_multi30k import checkpoint_epoch, epoch_checkpoints
 out, dest = Path(sys.argv[1]), Path(sys.argv[2])
 for run in sorted(p for p in out.iterdir() if (p / "checkpoint_best.pt").exists()):
     state = torch.load(run / "checkpoint_best.pt", map_location="cpu", weights_only=False)

@@ -1,5 +1,5 @@
 """The estimator x experiment grid of Correia et al. (NeurIPS 2020) through fairseq-train, tabulated
-next to the paper's numbers (fairseq_sparse.latent.results).
+next to the paper's numbers (fairseq_sparse.latent.experiment_grid).
 
     python scripts/latent_results.py --out results/latent              # digits, 3 seeds
     python scripts/latent_results.py --out results/mnist --dataset mnist      # the full MNIST, official split
@@ -8,11 +8,11 @@ next to the paper's numbers (fairseq_sparse.latent.results).
 """
 
 from fairseq_sparse import configs
-from fairseq_sparse.latent import results
+from fairseq_sparse.latent import experiment_grid
 
 
 def main(argv=None):
-    results.run(configs.parse(results.LatentResultsConfig, results.__doc__, argv))
+    experiment_grid.run(configs.parse(experiment_grid.LatentResultsConfig, experiment_grid.__doc__, argv))
 
 
 if __name__ == "__main__":

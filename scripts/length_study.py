@@ -1,4 +1,4 @@
-"""The length-extrapolation study (fairseq_sparse.sparse_transformer.length_study): decoder-only
+"""The length-extrapolation study (fairseq_sparse.sparse_transformer.experiment_length): decoder-only
 models trained on synthetic tasks at prompt lengths 16 to 32 (--min-length, --max-length), scored
 at 1x to 16x, one per task, attention variant, position option and seed; resumable, results
 gathered in RESULTS/.
@@ -8,7 +8,7 @@ gathered in RESULTS/.
 
 import sys
 
-from fairseq_sparse.sparse_transformer import length_study
+from fairseq_sparse.sparse_transformer import experiment_length
 
 if __name__ == "__main__":
-    sys.exit(length_study.main())
+    sys.exit(experiment_length.main())

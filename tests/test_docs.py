@@ -65,7 +65,7 @@ def test_vae_names_models_and_objectives_are_named_for_what_they_compute():
     """"vae" names models: no criterion is a bare VAE name but the refusals of the objectives'
     former names, and the only criteria that carry "vae" are the papers' sparse VAEs,
     whose objectives are theirs."""
-    import fairseq_sparse  # noqa: F401  (registers the plugin)
+    import fairseq_sparse.sentence_vae  # noqa: F401  (registers the line)
     from fairseq.criterions import CRITERION_REGISTRY
 
     from fairseq_sparse.checkpoint_migrations import RENAMED_CRITERIA

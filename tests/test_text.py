@@ -55,7 +55,7 @@ def test_sentence_vae_corpus_reads_cr_only_files(tmp_path):
 
 
 def test_classifier_reads_by_the_rule(tmp_path):
-    from fairseq_sparse.hf.classifier import read_labelled
+    from fairseq_sparse.hf.experiment_classifier import read_labelled
 
     (tmp_path / "t.txt").write_bytes("a\u2028b\nc\n".encode())
     (tmp_path / "l.txt").write_text("3\n4\n")
@@ -67,13 +67,13 @@ def test_classifier_reads_by_the_rule(tmp_path):
 
 def test_multi30k_references_keep_their_lines(tmp_path, monkeypatch):
     """A U+2028 inside a reference does not shift the later references."""
-    from fairseq_sparse.sparse_transformer import multi30k
+    from fairseq_sparse.sparse_transformer import experiment_multi30k
 
     refs = ["a man in a red shirt\u2028rides a bike", "a dog runs across the green field", "two cats sit on a wall"]
     (tmp_path / "ref.de").write_text("\n".join(refs) + "\n", encoding="utf-8")
     output = "".join(f"D-{i}\t0.0\t{r}\n" for i, r in enumerate(refs))
-    monkeypatch.setattr(multi30k.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, output, ""))
-    score, _, missing = multi30k.bleu(tmp_path, tmp_path / "ckpt.pt", tmp_path / "ref.de", type("A", (), {"device": "cpu"}))
+    monkeypatch.setattr(experiment_multi30k.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, output, ""))
+    score, _, missing = experiment_multi30k.bleu(tmp_path, tmp_path / "ckpt.pt", tmp_path / "ref.de", type("A", (), {"device": "cpu"}))
     assert missing == 0 and score == pytest.approx(100.0)
 
 

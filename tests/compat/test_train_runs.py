@@ -8,7 +8,7 @@ fairseq_sparse.load_plugin()
 
 from fairseq_sparse.compat.train_runs import LOCK_NAME, lock_save_dir, release  # noqa: E402
 from fairseq_sparse.compat.trainer_state import PATIENCE  # noqa: E402
-from fairseq_sparse.sparse_transformer.multi30k import checkpoint_epoch, epoch_checkpoints  # noqa: E402
+from fairseq_sparse.sparse_transformer.experiment_multi30k import checkpoint_epoch, epoch_checkpoints  # noqa: E402
 from tests.ape.test_task import TRAIN  # noqa: E402
 from tests.compat.test_checkpoints import TINY_TRANSFORMER  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402

@@ -183,16 +183,16 @@ def test_auto_budget_fits_the_schedule_to_the_time_cap(tmp_path, tiny_bert):
 
 
 def test_the_conversion_recipe_reaches_fairseq_train_and_is_checked_first(tmp_path):
-    from fairseq_sparse.ape import experiment
+    from fairseq_sparse.ape import experiment_wmt
 
-    config = experiment.APEExperimentConfig(out=tmp_path, bert_model="b", attention_normalizer="alpha_entmax",
+    config = experiment_wmt.APEExperimentConfig(out=tmp_path, bert_model="b", attention_normalizer="alpha_entmax",
                                             alpha_init="1.05", alpha_floor=1.5, alpha_floor_updates=300)
-    command = [str(x) for x in experiment.fairseq_train("bert", tmp_path, config, tmp_path / "save", 1000, 100)]
+    command = [str(x) for x in experiment_wmt.fairseq_train("bert", tmp_path, config, tmp_path / "save", 1000, 100)]
     at = command.index("--alpha-floor")
     assert command[at:at + 4] == ["--alpha-floor", "1.5", "--alpha-floor-updates", "300"]
     assert command[command.index("--alpha-init") + 1] == "1.05"
-    assert "--alpha-floor" not in [str(x) for x in experiment.fairseq_train(
-        "bert", tmp_path, experiment.APEExperimentConfig(out=tmp_path, bert_model="b"), tmp_path, 1000, 100)]
+    assert "--alpha-floor" not in [str(x) for x in experiment_wmt.fairseq_train(
+        "bert", tmp_path, experiment_wmt.APEExperimentConfig(out=tmp_path, bert_model="b"), tmp_path, 1000, 100)]
     for options, message in ((["--alpha-floor", "1.5"], "needs --attention-normalizer alpha_entmax"),
                              (["--attention-normalizer", "alpha_entmax", "--alpha-floor", "2.5"],
                               "--alpha-floor must lie in")):

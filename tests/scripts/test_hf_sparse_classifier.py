@@ -115,17 +115,17 @@ def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stop
     the same batches (an epoch is 7 batches here, so the stop falls inside the second), the
     same dropout, the same optimizer."""
     from fairseq_sparse import configs
-    from fairseq_sparse.hf import classifier
+    from fairseq_sparse.hf import experiment_classifier
 
     def options(out):
-        return configs.parse(classifier.ClassifierConfig, "", [
+        return configs.parse(experiment_classifier.ClassifierConfig, "", [
             "--out", str(out), "--data", str(shared_data("text", "hsvae-dbpedia14")), "--bert-model", str(tiny_bert),
             "--runs", "recipe", "--train-per-class", "2", "--dev-per-class", "1", "--updates", "12",
             "--eval-every", "4", "--batch-size", "4", "--max-test", "14", "--alpha-floor", "1.6",
             "--alpha-floor-updates", "4"])
 
-    classifier.run(options(tmp_path / "straight"))
-    evaluate, calls = classifier.evaluate, []
+    experiment_classifier.run(options(tmp_path / "straight"))
+    evaluate, calls = experiment_classifier.evaluate, []
 
     def stopping(*args, **kwargs):
         calls.append(1)
@@ -133,16 +133,16 @@ def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stop
             raise KeyboardInterrupt
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(classifier, "evaluate", stopping)
+    monkeypatch.setattr(experiment_classifier, "evaluate", stopping)
     with pytest.raises(KeyboardInterrupt):
-        classifier.run(options(tmp_path / "stopped"))
+        experiment_classifier.run(options(tmp_path / "stopped"))
     state = torch.load(tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt", weights_only=False)
     assert state["update"] == 8 and [e["update"] for e in state["log"]] == [4, 8]
     # The saved state is of these options: others in the same directory are refused, not resumed.
     with pytest.raises(SystemExit, match=r"options \(lr\)"):
-        classifier.run(dataclasses.replace(options(tmp_path / "stopped"), lr=1e-3))
-    monkeypatch.setattr(classifier, "evaluate", evaluate)
-    classifier.run(options(tmp_path / "stopped"))
+        experiment_classifier.run(dataclasses.replace(options(tmp_path / "stopped"), lr=1e-3))
+    monkeypatch.setattr(experiment_classifier, "evaluate", evaluate)
+    experiment_classifier.run(options(tmp_path / "stopped"))
     assert not (tmp_path / "stopped" / "checkpoints" / "recipe_seed1.pt").exists()
     straight, resumed = (json.loads((tmp_path / d / "results.json").read_text())["runs"]["recipe"]["1"]
                          for d in ("straight", "stopped"))
@@ -152,7 +152,7 @@ def test_an_interrupted_run_resumes_at_its_last_evaluation_as_if_it_had_not_stop
 
 
 def test_a_floor_the_run_cannot_reach_and_test_classes_outside_training_are_refused(tmp_path):
-    from fairseq_sparse.hf.classifier import ClassifierConfig, run
+    from fairseq_sparse.hf.experiment_classifier import ClassifierConfig, run
 
     with pytest.raises(ValueError, match=r"--alpha-floor-updates 500 is beyond --updates 300: .* end at 1\.304"):
         ClassifierConfig(out=tmp_path, data=tmp_path, alpha_floor_updates=500)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_sparse.latent.results import LatentResultsConfig, grid, table
+from fairseq_sparse.latent.experiment_grid import LatentResultsConfig, grid, table
 from tests.conftest import run_script
 
 
@@ -152,7 +152,7 @@ def test_the_configuration_is_checked_in_python_as_on_the_command_line():
 
 def test_decoder_calls_figure_has_whole_epochs_and_readable_call_axes(tmp_path):
     """Epoch ticks fell at 1.2, and a log axis over 9 to 10 calls was labelled 10^1 and 9x10^0 only."""
-    from fairseq_sparse.latent.results import plot
+    from fairseq_sparse.latent.experiment_grid import plot
 
     def run(calls, metric, value):
         return {"train_calls": calls, "test_curve": [{"epoch": len(calls), metric: value}]}

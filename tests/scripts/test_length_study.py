@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fairseq_sparse.sparse_transformer import length_study
+from fairseq_sparse.sparse_transformer import experiment_length
 from tests.conftest import run_script
 
 SMALL = ["--tasks", "reverse", "--variants", "softmax", "alpha_asentmax_paper", "--seeds", "1", "--updates", "3",
@@ -56,6 +56,6 @@ def test_runs_are_scored_gathered_and_not_redone(tmp_path):
 
 def test_an_impossible_configuration_is_refused_by_name():
     with pytest.raises(ValueError, match="--min-length 9 above --max-length 5"):
-        length_study.LengthStudyConfig(min_length=9, max_length=5)
+        experiment_length.LengthStudyConfig(min_length=9, max_length=5)
     with pytest.raises(ValueError, match="--embed-dim 30"):
-        length_study.LengthStudyConfig(embed_dim=30, heads=4)
+        experiment_length.LengthStudyConfig(embed_dim=30, heads=4)

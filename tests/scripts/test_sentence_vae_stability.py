@@ -12,8 +12,8 @@ import statistics
 
 import pytest
 
-from fairseq_sparse.sentence_vae import stability
-from fairseq_sparse.sentence_vae.stability import StabilityConfig, baselines
+from fairseq_sparse.sentence_vae import experiment_stability
+from fairseq_sparse.sentence_vae.experiment_stability import StabilityConfig, baselines
 from tests.conftest import run_script, shared_data
 
 
@@ -137,16 +137,16 @@ def test_baselines_and_their_commands(tmp_path):
     args = StabilityConfig(data=tmp_path, out=tmp_path / "out", hsvae_options="--hard-slab", latent_dim=6,
                            embed_dim=16, hidden_dim=32, dropout=0.3, word_dropout=1.0, lr=1e-3, batch_size=32,
                            epochs=2, baselines=runs)
-    cmd = stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
+    cmd = experiment_stability.train_command(args, *runs[1], 1, tmp_path / "ckpt")
     assert "--cpu" in cmd
-    assert "--cpu" not in stability.train_command(dataclasses.replace(args, gpu=True),
+    assert "--cpu" not in experiment_stability.train_command(dataclasses.replace(args, gpu=True),
                                                   *runs[1], 1, tmp_path / "ckpt")
     assert cmd[cmd.index("--criterion") + 1] == "elbo_l1" and "--hard-slab" not in cmd  # hsvae's options are hsvae's
     assert cmd[cmd.index("--kl-weight") + 1] == "0.01" and cmd[cmd.index("--regularization-weight") + 1] == "0.1"
     assert cmd[cmd.index("--dropout") + 1] == "0.3"  # every run's, baselines' too
     assert cmd[cmd.index("--word-dropout") + 1] == "1.0"
-    assert stability.run_name(*runs[1], 2) == "elbo_l1/0.01_0.1_seed2"
-    assert stability.knob_names("elbo_l1") == "(psi, penalty)"
+    assert experiment_stability.run_name(*runs[1], 2) == "elbo_l1/0.01_0.1_seed2"
+    assert experiment_stability.knob_names("elbo_l1") == "(psi, penalty)"
     for bad in ("hsvae,1", "elbo", "elbo_l1,1,2,3", "elbo,x"):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             baselines(bad)

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from fairseq_sparse.sparse_transformer.multi30k import (ended_by, plot_validation_loss, stopped_early, training_seconds,
+from fairseq_sparse.sparse_transformer.experiment_multi30k import (ended_by, plot_validation_loss, stopped_early, training_seconds,
                                                         training_summary, validation_losses)
 
 
