@@ -155,8 +155,9 @@ class BertAPEDecoderLayer(EntmaxDecoderLayer):
     parameters it uses (``shares``) and return the encoder layer's feed-forward itself."""
 
     def __init__(self, cfg, attention, shares, no_encoder_attn=False):
-        self.shares = shares  # read by the hooks that fairseq's __init__ calls
+        self.shares = shares  # read by the hooks that fairseq's __init__ calls, dropped after it
         super().__init__(cfg, attention, no_encoder_attn)
+        del self.shares
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return self.attention_builder(
