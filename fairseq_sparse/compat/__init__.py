@@ -86,9 +86,8 @@ PATCHES = (
           "a hypothesis that no token can continue (a sparse output layer at the length limit) ends with a score "
           "below every other, instead of fairseq-generate failing with `AssertionError: 200 < 200`"),
     Patch("train_runs", ("fairseq_cli.train.main", "fairseq_cli.train.train"),
-          "one live fairseq-train run per --save-dir, a resumed run counts --patience on from where it stopped, "
-          "rerunning a finished run (or one stopped at its plateau) trains nothing, and a --restore-file that does "
-          "not exist is an error, not a run from scratch"),
+          "one live fairseq-train run per --save-dir, rerunning a finished run (or one stopped at its plateau) "
+          "trains nothing, and a --restore-file that does not exist is an error, not a run from scratch"),
 )
 
 _applied = None
