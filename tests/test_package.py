@@ -121,8 +121,6 @@ HELPERS = ("markdown", "experiments", "text", "configs", "checkpoint_migrations"
 
 def _imports(path):
     """The fairseq_sparse modules a source file imports, as dotted names."""
-    import ast
-
     package = "fairseq_sparse." + ".".join(path.relative_to(REPO / "fairseq_sparse").parent.parts)
     names = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -207,7 +205,6 @@ def test_scripts_are_thin_command_lines(script):
     """A script parses its arguments and calls the package: it imports the package and a few
     modules of the standard library, never another script, and defines ``main`` and
     argparse ``type`` functions only (the experiment's own code lives in the package)."""
-    import ast
 
     tree = ast.parse((REPO / "scripts" / script).read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)

@@ -151,26 +151,18 @@ class LayerShares(NamedTuple):
 
 class BertAPEDecoderLayer(EntmaxDecoderLayer):
     """A decoder layer built sharing what ``shares`` names (the paper's SA <-> encoder SA,
-    CA <-> SA, FF <-> encoder FF): its construction hooks hand the attention the module whose
-    parameters it uses (``shares``) and return the encoder layer's feed-forward itself."""
+    CA <-> SA, FF <-> encoder FF): each attention is built with the module whose parameters it
+    uses (``shared_attention``), and fc1 and fc2 are the encoder layer's own."""
 
     def __init__(self, cfg, attention, shares, no_encoder_attn=False):
         self.shares = shares  # read by the hooks that fairseq's __init__ calls, dropped after it
         super().__init__(cfg, attention, no_encoder_attn)
         del self.shares
 
-    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        return self.attention_builder(
-            "decoder", embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
-            add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn, self_attention=not cfg.cross_self_attention,
-            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size, shares=self.shares.self_attn)
-
-    def build_encoder_attention(self, embed_dim, cfg):
-        return self.attention_builder(
-            "cross", embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim, vdim=cfg.encoder.embed_dim,
-            dropout=cfg.attention_dropout, encoder_decoder_attention=True, q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-            shares=self.self_attn if self.shares.context_with_self_attn else None)
+    def shared_attention(self, site):
+        if site == "decoder":
+            return self.shares.self_attn
+        return self.self_attn if self.shares.context_with_self_attn else None
 
     def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
         if self.shares.ffn is not None:

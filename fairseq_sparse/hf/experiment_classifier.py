@@ -40,7 +40,7 @@ import fairseq_sparse.hf as hf
 
 from ..configs import check, data_path
 from ..entmax.head_alpha import AlphaFloor
-from ..markdown import table as markdown_table
+from ..markdown import mean_spread, table as markdown_table
 from ..text import read_lines
 
 RUNS = ("softmax", "entmax15", "alpha_near1", "alpha_random", "recipe")
@@ -334,13 +334,6 @@ def run(config):
     write_table(config, results, len(train_pairs), len(dev_pairs), len(test_pairs))
 
 
-def _mean_spread(values, digits=2):
-    """"mean ± standard deviation" over seeds, or the one value."""
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def write_table(config, results, n_train, n_dev, n_test):
     """results.md: one row per run, over the seeds that ran."""
     runs = results["runs"]
@@ -362,8 +355,8 @@ def write_table(config, results, n_train, n_dev, n_test):
             moved = [c for e in entries for row in e["alpha_change"] for c in row]
             alpha = f"{statistics.mean(flat):.3f} ({statistics.mean(moved):+.3f})"
         on_dev = [statistics.mean(e["dev_density"]) for e in entries if "dev_density" in e]
-        rows.append([run, ", ".join(sorted(by_seed, key=int)), _mean_spread([e["dev_accuracy"] for e in entries]),
-                     _mean_spread([e["test_accuracy"] for e in entries]),
+        rows.append([run, ", ".join(sorted(by_seed, key=int)), mean_spread([e["dev_accuracy"] for e in entries], 2),
+                     mean_spread([e["test_accuracy"] for e in entries], 2),
                      f"{statistics.mean(on_dev):.2f}" if len(on_dev) == len(entries) else "-",
                      f"{statistics.mean(layers):.2f}",
                      " ".join(f"{d:.2f}" for d in layers), f"{step:.2f}{ratio}", alpha,

@@ -135,10 +135,10 @@ def apply(table):
             logger.warning("fairseq_sparse.hf: transformers %s has no PreTrainedModel.%s: not patched, so %s no "
                            "longer holds", transformers.__version__, patch.method, patch.why)
             continue
-        if not tested_release() and not getattr(method, _MARK, False):
-            logger.warning("fairseq_sparse.hf: PreTrainedModel.%s patched on transformers %s, a release it was not "
-                           "tested on (%s)", patch.method, transformers.__version__, patch.why)
         if not getattr(method, _MARK, False):
+            if not tested_release():
+                logger.warning("fairseq_sparse.hf: PreTrainedModel.%s patched on transformers %s, a release it was "
+                               "not tested on (%s)", patch.method, transformers.__version__, patch.why)
             patched = patch.wrap(method)
             setattr(patched, _MARK, True)
             setattr(PreTrainedModel, patch.method, patched)

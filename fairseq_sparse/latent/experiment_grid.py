@@ -27,6 +27,7 @@ from typing import Optional
 
 from ..configs import check
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, run_logged, training_done
+from .. import markdown
 from ..markdown import table as markdown_table
 from . import ESTIMATORS, BitVector, Categorical
 from .images import FULL_MNIST
@@ -215,13 +216,8 @@ def resuming(save_dir):
 
 
 def mean_spread(values, digits=2):
-    """"mean ± standard deviation"; one value alone, since one run has no spread to show."""
-    values = [v for v in values if not math.isnan(v)]
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+    """:func:`fairseq_sparse.markdown.mean_spread` of the values that are numbers ("n/a" for none)."""
+    return markdown.mean_spread([v for v in values if not math.isnan(v)], digits, missing="n/a")
 
 
 DATASETS = {"mnist": "MNIST", "digits": "scikit-learn's 8x8 digits"}

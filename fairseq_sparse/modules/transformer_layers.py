@@ -58,17 +58,23 @@ class EntmaxDecoderLayer(TransformerDecoderLayerBase):
         self.attention_builder = attention
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
 
+    def shared_attention(self, site):
+        """The attention module whose parameters the ``site`` attention (``decoder`` or ``cross``)
+        of this layer uses as its own (``AlphaEntmaxAttention(shares=...)``), or None: its own.
+        The extension point of a model that ties attention (``bert_ape``)."""
+        return None
+
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         return self.attention_builder(
             "decoder", embed_dim, cfg.decoder.attention_heads, dropout=cfg.attention_dropout,
             add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn, self_attention=not cfg.cross_self_attention,
-            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size)
+            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size, shares=self.shared_attention("decoder"))
 
     def build_encoder_attention(self, embed_dim, cfg):
         return self.attention_builder(
             "cross", embed_dim, cfg.decoder.attention_heads, kdim=cfg.encoder.embed_dim, vdim=cfg.encoder.embed_dim,
             dropout=cfg.attention_dropout, encoder_decoder_attention=True, q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size)
+            qn_block_size=self.quant_noise_block_size, shares=self.shared_attention("cross"))
 
 
 class EntmaxTransformerEncoder(TransformerEncoderBase):

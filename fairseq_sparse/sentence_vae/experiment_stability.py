@@ -43,7 +43,7 @@ from pathlib import Path
 from ..checkpoint_migrations import RENAMED_CRITERIA
 from ..configs import check
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, training_done
-from ..markdown import table as markdown_table
+from ..markdown import mean_spread, table as markdown_table
 
 # objective -> (its knob's name, the fairseq-train option given its value) for each value of a setting
 KNOBS = {"hsvae": (("alpha", "--prior-alpha"), ("beta", "--prior-beta")),
@@ -244,15 +244,6 @@ def plot(results, path):
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
-
-
-def mean_spread(values, digits):
-    """"mean ± std" over seeds; one seed has no spread to show, none is "-"."""
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def spike_bits(runs):

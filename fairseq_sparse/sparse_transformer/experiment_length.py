@@ -35,6 +35,7 @@ import torch
 
 from ..configs import check, parse
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, job_env
+from ..markdown import mean_spread
 
 # name: (attention normaliser, length scale, as the table calls it)
 VARIANTS = {
@@ -289,14 +290,6 @@ def write_results(config, found):
     plot_attention(found, config.results / "attention.png")
 
 
-def mean_spread(values):
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
-
-
 def factors_of(found):
     splits = sorted({s for r in found["runs"].values() for s in r["exact_match"] if s.startswith("test")},
                     key=lambda s: float(s[4:-1]))
@@ -324,8 +317,8 @@ def table(config, found):
             if not rs:
                 continue
             paper = PAPER.get(task, {}).get(variant, {})
-            cells = [mean_spread([r["exact_match"][s] for r in rs if s in r["exact_match"]]) for s in splits]
-            lines.append(f"| {VARIANTS[variant][2]} | {len(rs)} | {mean_spread([r['exact_match']['valid'] for r in rs])}"
+            cells = [mean_spread([r["exact_match"][s] for r in rs if s in r["exact_match"]], 1) for s in splits]
+            lines.append(f"| {VARIANTS[variant][2]} | {len(rs)} | {mean_spread([r['exact_match']['valid'] for r in rs], 1)}"
                          f" | " + " | ".join(cells) + " | " +
                          (", ".join(f"{f}x {v:g}" for f, v in paper.items()) or "-") + " |")
         lines += ["", "Attention on the answer's queries (every head and layer): entropy in nats / keys kept "
