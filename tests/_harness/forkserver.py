@@ -16,7 +16,8 @@ the exit status a fresh process would have. The commands a script starts (fairse
 runs (fork_commands_here).
 
 What a child inherits that a fresh process would not have is only the state those
-imports leave (see serve()), with one correction: importing fairseq configures the root
+imports leave (see serve()) and, under Triton's interpreter, the tests' speed-ups of it
+(triton_interpreter.py: the same outputs, sooner), with one correction: importing fairseq configures the root
 logger (several of its task and model modules call logging.basicConfig), and a fresh
 process does that at its first import of fairseq, which fairseq-train reaches after its
 own basicConfig and fairseq-generate before. So the child starts with the root logger
@@ -313,6 +314,13 @@ def serve():
     root = logging.getLogger()
     root_logging = (list(root.handlers), root.level)  # what importing fairseq configured
     from transformers import AutoTokenizer, BertConfig, BertModel, BertTokenizer  # noqa: F401
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        # The children run the Triton kernels as the test processes do, with the tests'
+        # speed-ups of the interpreter (the same outputs; this folder's triton_interpreter.py).
+        import triton_interpreter
+
+        triton_interpreter.apply()
 
     # The protocol keeps its own copies of the pipes; fds 0 and 1 (what sys.stdin and
     # sys.stdout wrap) are pointed elsewhere, so a child never sees the protocol.
