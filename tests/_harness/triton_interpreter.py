@@ -41,9 +41,7 @@ def patch_language_once_per_launch(interpreter):
     after), and again at every call of a @triton.jit helper from the kernel: that runs
     inspect.getmembers over triton.language and its tensor and math modules each time,
     only to find them patched already.  The fused attention kernels call their helpers
-    thousands of times per launch, and that was 43% of their time in the interpreter
-    (9.3 s -> 5.3 s for one forward and backward at 2 x 5 heads x 17 x 33, bit for bit
-    the same outputs and gradients).  The first call of each helper in a launch still
+    thousands of times per launch.  The first call of each helper in a launch still
     patches as before, so a helper whose module sees a part of triton.language the
     kernel's does not still gets it.  On a Triton other than WRITTEN_FOR the interpreter
     is left as it is: slower, not broken."""
@@ -133,8 +131,7 @@ def skip_unasserted_overflow_checks(semantic):
     """Triton checks every integer +, - and * for overflow by redoing it in int64 and
     comparing with the type's bounds, then hands the result to device_assert, which
     outside debug mode (TRITON_DEBUG unset, as on the GPU by default) emits nothing: the
-    interpreter computes the check on every op only to drop it (a third of the fused
-    kernels' interpreted time).  Outside debug mode the check is skipped; in debug mode it
+    interpreter computes the check on every op only to drop it.  Outside debug mode the check is skipped; in debug mode it
     runs and asserts as before."""
     check = semantic.TritonSemantic.binary_op_sanitize_overflow_impl
 
