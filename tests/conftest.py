@@ -131,14 +131,42 @@ def sparse_bert(directory, seed=0, **config):
     return model, tokenizer
 
 
+def minilm_vocabulary_cut_to(lines):
+    """MiniLM's WordPieces, in MiniLM's order, cut to its special tokens, every single
+    character (with and without "##", so that any word still tokenizes) and the pieces
+    MiniLM's tokenizer makes of `lines`: the same WordPiece tokenization of those lines
+    with about a seventh of the vocabulary, so that a tiny model's output layer and loss
+    no longer dominate what its training costs."""
+    from transformers import AutoTokenizer
+
+    minilm = AutoTokenizer.from_pretrained(str(minilm_path()))
+    used = {piece for line in lines for piece in minilm.tokenize(line)}
+    used |= set(minilm.all_special_tokens)
+    vocabulary = (minilm_path() / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    return [piece for piece in vocabulary
+            if piece in used or len(piece) == 1 or (piece.startswith("##") and len(piece) == 3)]
+
+
+# Sentences the tests write themselves, whose WordPieces they count as MiniLM's tokenizer
+# makes them: tiny_bert's vocabulary keeps their pieces too.
+WRITTEN_BY_TESTS = ["Das ist ein langer Satz .", "This is well .", "das ist gut .", "this is good .", "ja", "yes"]
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory):
-    """A random 2-layer, 32-wide BERT with MiniLM's WordPiece vocabulary, saved to a
+    """A random 2-layer, 32-wide BERT with a WordPiece vocabulary cut from MiniLM's to the
+    pieces of the APE triplets the tests read and of WRITTEN_BY_TESTS
+    (minilm_vocabulary_cut_to), saved to a
     directory and loaded from it exactly as a real checkpoint."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import BertConfig, BertModel, BertTokenizer
 
     out = tmp_path_factory.mktemp("tiny_bert")
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    corpus = shared_data("ape", "wmt17-de-en-pharma")
+    lines = [line for field in ("src", "mt", "pe")
+             for line in (corpus / f"de-en.train.{field}").read_text(encoding="utf-8").split("\n")[:300]]
+    lines += WRITTEN_BY_TESTS
+    (out / "vocab.txt").write_text("\n".join(minilm_vocabulary_cut_to(lines)) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(str(out / "vocab.txt"), do_lower_case=True, model_max_length=512)  # as MiniLM's
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(tokenizer.get_vocab()), hidden_size=32, num_hidden_layers=2,
                         num_attention_heads=4, intermediate_size=64, max_position_embeddings=512)
