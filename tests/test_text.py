@@ -2,11 +2,11 @@
 package following it."""
 
 import subprocess
-import sys
 
 import pytest
 
 from fairseq_sparse.text import read_lines
+from tests.conftest import run_cli
 
 SENTENCES = ["ein Hund", "zwei Katzen", "drei Vögel", "vier Fische", "fünf Pferde"]
 
@@ -80,8 +80,8 @@ def test_multi30k_references_keep_their_lines(tmp_path, monkeypatch):
 def score_ape(tmp_path, hyp, mt, pe):
     for name, lines in (("hyp", hyp), ("mt", mt), ("pe", pe)):
         (tmp_path / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "fairseq_sparse.ape.scoring", "--hyp", tmp_path / "hyp",
-                           "--mt", tmp_path / "mt", "--pe", tmp_path / "pe"], capture_output=True, text=True)
+    return run_cli("fairseq-sparse-score-ape", "--hyp", tmp_path / "hyp", "--mt", tmp_path / "mt", "--pe", tmp_path / "pe",
+                   check=False)
 
 
 def test_score_ape_refuses_empty_references_and_says_empty_post_edits(tmp_path):
