@@ -156,8 +156,8 @@ WRITTEN_BY_TESTS = ["Das ist ein langer Satz .", "This is well .", "das ist gut 
 def tiny_bert(tmp_path_factory):
     """A random 2-layer, 32-wide BERT with a WordPiece vocabulary cut from MiniLM's to the
     pieces of the APE triplets the tests read and of WRITTEN_BY_TESTS
-    (minilm_vocabulary_cut_to), saved to a
-    directory and loaded from it exactly as a real checkpoint."""
+    (minilm_vocabulary_cut_to), saved to a directory and loaded from it exactly as a real
+    checkpoint."""
     from transformers import BertConfig, BertModel, BertTokenizer
 
     out = tmp_path_factory.mktemp("tiny_bert")

@@ -17,13 +17,14 @@ runs (fork_commands_here).
 
 What a child inherits that a fresh process would not have is only the state those
 imports leave (see serve()) and, under Triton's interpreter, the tests' speed-ups of it
-(triton_interpreter.py: the same outputs, sooner), with one correction: importing fairseq configures the root
-logger (several of its task and model modules call logging.basicConfig), and a fresh
-process does that at its first import of fairseq, which fairseq-train reaches after its
-own basicConfig and fairseq-generate before. So the child starts with the root logger
-unconfigured and replays fairseq's configuration at its own first `import fairseq...`
-(replay_fairseq_logging), and each CLI logs as it would from a fresh start. fairseq_cli
-and the plugin are imported in the child, as a fresh process imports them.
+(triton_interpreter.py: the same outputs, sooner), with one correction: importing
+fairseq configures the root logger (several of its task and model modules call
+logging.basicConfig), and a fresh process does that at its first import of fairseq,
+which fairseq-train reaches after its own basicConfig and fairseq-generate before. So
+the child starts with the root logger unconfigured and replays fairseq's configuration
+at its own first `import fairseq...` (replay_fairseq_logging), and each CLI logs as it
+would from a fresh start. fairseq_cli and the plugin are imported in the child, as a
+fresh process imports them.
 
 It relies on CPython 3.11's ``subprocess.Popen._execute_child`` and on how fairseq 0.12
 configures logging at import (``WRITTEN_FOR``); ``supported()`` says whether this is that

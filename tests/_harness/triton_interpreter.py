@@ -1,12 +1,11 @@
 """Speed-ups of Triton's CPU interpreter for the tests, for the one Triton they were written for.
 
-Each leaves what a kernel computes, and what the interpreter checks, unchanged: one
-skips a repeated patching of triton.language that finds it patched already, one skips
-integer-overflow checks whose assertion Triton drops outside debug mode, one returns
-two operands of one shape as they are without comparing them dimension by dimension
-first, and the others
-remember what Triton's frontend derives again, op after op, from a value that cannot
-change (a dtype's numpy dtype, a block type's shape and name, a tensor's shape as
+Each leaves what a kernel computes, and what the interpreter checks, unchanged: one skips
+a repeated patching of triton.language that finds it patched already, one skips
+integer-overflow checks whose assertion Triton drops outside debug mode, one returns two
+operands of one shape as they are without comparing them dimension by dimension first,
+and one remembers what Triton's frontend derives again, op after op, from values that
+cannot change (a dtype's numpy dtype, a block type's shape and name, a tensor's shape as
 constexprs)."""
 
 import warnings
@@ -131,8 +130,8 @@ def skip_unasserted_overflow_checks(semantic):
     """Triton checks every integer +, - and * for overflow by redoing it in int64 and
     comparing with the type's bounds, then hands the result to device_assert, which
     outside debug mode (TRITON_DEBUG unset, as on the GPU by default) emits nothing: the
-    interpreter computes the check on every op only to drop it.  Outside debug mode the check is skipped; in debug mode it
-    runs and asserts as before."""
+    interpreter computes the check on every op only to drop it.  Outside debug mode the
+    check is skipped; in debug mode it runs and asserts as before."""
     check = semantic.TritonSemantic.binary_op_sanitize_overflow_impl
 
     def check_if_asserted(self, lhs, rhs, binary_op):
