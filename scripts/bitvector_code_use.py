@@ -19,7 +19,7 @@ with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on
 - -ELBO in bits per pixel, with the run's own estimator, as in validation;
 - what training still tells the encoder: the norm of the gradient of the mean
   training-mode loss in the encoder's weights, on the first 1,000 official training
-  images, and the median |score| of their bits. Saturated scores (a one-code q)
+  images (--gradient-images), and the median |score| of their bits. Saturated scores (a one-code q)
   leave a relaxed sample with no slope and SparseMAP with none at all, so there
   this norm is near or exactly 0.
 
@@ -30,7 +30,7 @@ import argparse
 from pathlib import Path
 
 from fairseq_sparse.latent.images import FULL_MNIST
-from fairseq_sparse.latent.code_use import code_use_table
+from fairseq_sparse.latent.code_use import GRADIENT_IMAGES, code_use_table
 from fairseq_sparse.latent.images import load_images
 
 
@@ -41,17 +41,21 @@ def main(argv=None):
     parser.add_argument("--data", type=Path, default=FULL_MNIST,
                         help="the full MNIST's IDX files")
     parser.add_argument("--images", type=int, default=10000, help="the first this many official test images")
+    parser.add_argument("--gradient-images", type=int, default=GRADIENT_IMAGES,
+                        help="the encoder's gradient and the median |score| on the first this many official "
+                             "training images")
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args(argv)
     for path in args.checkpoints:
         if not path.is_file():
             parser.error(f"{path}: no such checkpoint")
+    for option, value in (("--images", args.images), ("--gradient-images", args.gradient_images)):
+        if value < 1:
+            parser.error(f"{option} {value}: must be positive")
     images = load_images("mnist", args.data)
     if images.official_test is None:
         parser.error(f"--data {args.data}: needs the official train/test IDX files")
-    if args.images < 1:
-        parser.error(f"--images {args.images}: must be positive")
-    table = code_use_table(args.checkpoints, images, args.images)
+    table = code_use_table(args.checkpoints, images, args.images, args.gradient_images)
     print(table)
     if args.out:
         args.out.write_text(table + "\n", encoding="utf-8")

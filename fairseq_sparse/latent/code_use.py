@@ -63,7 +63,7 @@ def encoder_gradient(model, estimator, levels):
 def measure(checkpoint, test, permutation, train):
     """The figures of one ``bitvector_vae`` checkpoint on the test images' grey levels
     (``test``), with ``permutation`` pairing each image with another's code, and the
-    encoder's gradient on the first training images (``train``)."""
+    encoder's gradient on the training images ``train``."""
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)])
     torch.manual_seed(0)  # the Monte Carlo estimators sample in the -ELBO
     model = models[0].eval()
@@ -85,18 +85,19 @@ def measure(checkpoint, test, permutation, train):
            "reconstruction_swapped": reconstruction_bits(model, test, codes[permutation]),
            "neg_elbo": bits_per_pixel(neg_elbo, len(test), model.pixels)}
     # Last: it puts the model and estimator in training mode.
-    row["encoder_gradient_norm"], row["median_abs_score"] = encoder_gradient(model, estimator, train[:GRADIENT_IMAGES])
+    row["encoder_gradient_norm"], row["median_abs_score"] = encoder_gradient(model, estimator, train)
     return row
 
 
-def code_use_table(checkpoints, images, count):
+def code_use_table(checkpoints, images, count, gradient_images=GRADIENT_IMAGES):
     """A Markdown table of :func:`measure` for each checkpoint, on the first ``count`` official
     test images of ``images`` (:func:`~.images.load_images` of the full MNIST), its floor
-    the pixel histogram's cross-entropy plus D bits spread over the pixels."""
+    the pixel histogram's cross-entropy plus D bits spread over the pixels; the encoder's
+    gradient on the first ``gradient_images`` official training images."""
     train, test = images.levels[:-images.official_test], images.levels[-images.official_test:][:count]
     histogram = pixel_histogram_cross_entropy(train, test, images.num_levels)
     permutation = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))
-    rows = [measure(path, test, permutation, train) for path in checkpoints]
+    rows = [measure(path, test, permutation, train[:gradient_images]) for path in checkpoints]
     header = ["checkpoint", "estimator", "seed", "D", "floor: histogram + D bits", "-ELBO", "q entropy, bits",
               "distinct codes", "reconstruction, own code", "reconstruction, another image's code",
               "median abs score", "encoder gradient norm"]

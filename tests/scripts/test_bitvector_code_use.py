@@ -6,6 +6,7 @@ no encoder gradient left when every score is saturated."""
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from fairseq_sparse.latent.code_use import pixel_histogram_cross_entropy
@@ -63,7 +64,8 @@ def test_kept_checkpoint_and_what_its_code_tells_the_decoder(tmp_path):
     torch.save(state, variants["saturated"])
 
     proc = run_script("bitvector_code_use.py", checkpoint, variants["blind"], variants["leaning"],
-                      variants["saturated"], "--data", full, "--images", "100", "--out", tmp_path / "use.md")
+                      variants["saturated"], "--data", full, "--images", "100", "--gradient-images", "100",
+                      "--out", tmp_path / "use.md")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (tmp_path / "use.md").read_text()
     trained, ignored, leaning, saturated = rows(table)
@@ -77,3 +79,11 @@ def test_kept_checkpoint_and_what_its_code_tells_the_decoder(tmp_path):
     # Median |score| and the encoder's gradient norm: none left at saturation.
     assert int(saturated[7]) == 1 and float(saturated[10]) == 1000 and float(saturated[11]) < 1e-6
     assert float(ignored[11]) > 1e-3 and float(leaning[11]) > 1e-3
+
+
+@pytest.mark.parametrize("option", ["--images", "--gradient-images"])
+def test_a_count_below_one_is_named(tmp_path, option):
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_bytes(b"")
+    proc = run_script("bitvector_code_use.py", checkpoint, "--data", shared_data("images", "mnist-full"), option, "0")
+    assert proc.returncode != 0 and f"{option} 0: must be positive" in proc.stderr
