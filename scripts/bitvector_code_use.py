@@ -19,9 +19,9 @@ with its code, for ``fairseq-train`` checkpoints of ``--arch bitvector_vae``, on
 - -ELBO in bits per pixel, with the run's own estimator, as in validation;
 - what training still tells the encoder: the norm of the gradient of the mean
   training-mode loss in the encoder's weights, on the first 1,000 official training
-  images (--gradient-images), and the median |score| of their bits. Saturated scores (a one-code q)
-  leave a relaxed sample with no slope and SparseMAP with none at all, so there
-  this norm is near or exactly 0.
+  images (--gradient-images), and the median |score| of their bits. Saturated scores
+  (a one-code q) leave a relaxed sample with no slope and SparseMAP with none at all,
+  so there this norm is near or exactly 0.
 
     python scripts/bitvector_code_use.py CHECKPOINT [CHECKPOINT ...] [--out table.md]
 """
