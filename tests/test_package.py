@@ -205,7 +205,6 @@ def test_scripts_are_thin_command_lines(script):
     """A script parses its arguments and calls the package: it imports the package and a few
     modules of the standard library, never another script, and defines ``main`` and
     argparse ``type`` functions only (the experiment's own code lives in the package)."""
-
     tree = ast.parse((REPO / "scripts" / script).read_text(encoding="utf-8"))
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}

@@ -27,8 +27,7 @@ from typing import Optional
 
 from ..configs import check
 from ..experiments import FAIRSEQ_TRAIN, PLUGIN_DIR, epoch_metrics, job_env, run_logged, training_done
-from .. import markdown
-from ..markdown import table as markdown_table
+from ..markdown import mean_spread as markdown_mean_spread, table as markdown_table
 from . import ESTIMATORS, BitVector, Categorical
 from .images import FULL_MNIST
 
@@ -217,7 +216,7 @@ def resuming(save_dir):
 
 def mean_spread(values, digits=2):
     """:func:`fairseq_sparse.markdown.mean_spread` of the values that are numbers ("n/a" for none)."""
-    return markdown.mean_spread([v for v in values if not math.isnan(v)], digits, missing="n/a")
+    return markdown_mean_spread([v for v in values if not math.isnan(v)], digits, missing="n/a")
 
 
 DATASETS = {"mnist": "MNIST", "digits": "scikit-learn's 8x8 digits"}
