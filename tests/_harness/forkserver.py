@@ -37,6 +37,7 @@ when the child is forked and {"returncode": ...} when it has exited.
 
 import builtins
 import functools
+import inspect
 import json
 import logging
 import os
@@ -171,6 +172,7 @@ def finish(status):
     import threading
 
     threading._shutdown()
+    leave_libraries_registered()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -179,6 +181,22 @@ def finish(status):
         except OSError:
             status = 120  # what the interpreter exits with when it cannot flush them
     os._exit(status)
+
+
+def leave_libraries_registered():
+    """Skip torch.library's exit finalizers, which take every operator registration of every
+    torch.library.Library out of torch's dispatcher one by one (torch registers thousands of
+    its own at import): the process ends next, and a dispatcher table is seen by nothing
+    after it, as with the module teardown that os._exit skips."""
+    import weakref
+
+    try:
+        from torch.library import _del_library
+    except ImportError:  # torch not imported, or a torch without it: nothing to skip
+        return
+    for finalizer, info in list(weakref.finalize._registry.items()):
+        if info.func is _del_library:
+            finalizer.atexit = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -315,6 +333,18 @@ def serve():
     root = logging.getLogger()
     root_logging = (list(root.handlers), root.level)  # what importing fairseq configured
     from transformers import AutoTokenizer, BertConfig, BertModel, BertTokenizer  # noqa: F401
+
+    # What the experiment scripts and the latent line's data import besides: pyplot (its
+    # backend is chosen at the first figure, in the child, from the same environment) and
+    # scikit-learn's datasets (the digits).
+    import matplotlib.pyplot  # noqa: F401
+    import sklearn.datasets  # noqa: F401
+
+    # inspect.getmodule() maps every loaded module's file to the module, anew for each module
+    # it has not seen; torch.library does it for each operator the plugin registers (the
+    # first time: a realpath for each of the thousands of modules loaded). Seen here once,
+    # each child maps only the modules it imports itself.
+    inspect.getmodule(sys._getframe(), _filename=os.devnull)
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         # The children run the Triton kernels as the test processes do, with the tests'
