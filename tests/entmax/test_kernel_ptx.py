@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_sparse.entmax import has_triton_kernel
+from tests.conftest import run_script
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not has_triton_kernel(), reason="needs Triton")
@@ -57,6 +58,5 @@ def test_kernels_compile_for_sm90_without_a_gpu():
 
 
 def test_tiles_option_names_what_it_takes():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "kernel_ptx.py"), "--tiles", "64,32"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_script("benchmarks/kernel_ptx.py", "--tiles", "64,32", timeout=300)
     assert proc.returncode == 2 and "--tiles takes BLOCK_M,BLOCK_N,WARPS" in proc.stderr, proc.stderr[-2000:]
