@@ -30,6 +30,8 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.optim.amp_optimizer import AMPOptimizer
 from fairseq.tasks.fairseq_task import FairseqTask
 
+from ..entmax.torch_compat import cpu_has_bfloat16
+
 logger = logging.getLogger(__name__)
 
 _original = distributed_utils.call_main
@@ -50,17 +52,6 @@ def check_precision(cfg):
         if cpu_has_bfloat16() is False:
             logger.warning("--amp: this CPU has no bfloat16 support in oneDNN, so bfloat16 products are emulated "
                            "and likely slower than float32; leave --amp out")
-
-
-def cpu_has_bfloat16():
-    """Whether oneDNN computes bfloat16 natively on this CPU; None where the installed torch
-    does not say.  torch's only test is private (``torch.ops.mkldnn._is_mkldnn_bf16_supported``,
-    torch 2.x): the one private name of torch the package reads."""
-    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    try:
-        return bool(probe()) if probe is not None else None
-    except RuntimeError:  # an op missing from this build
-        return None
 
 
 def on_cpu(common):

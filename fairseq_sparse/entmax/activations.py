@@ -37,7 +37,7 @@ from typing import Optional, Tuple
 import torch
 from torch.autograd import Function
 
-from . import cpp_kernel, reference
+from . import cpp_kernel, reference, torch_compat
 
 try:
     from .kernels import rows as row_kernels
@@ -89,7 +89,7 @@ def use_backend(name):
 
 # torch.compile cannot trace a context variable: a compiled graph takes the backend of the
 # thread that compiled it, as a constant.
-@torch.compiler.assume_constant_result
+@torch_compat.assume_constant_result
 def current_backend():
     """The backend ``use_backend`` chose for the calling thread: "auto" unless inside it."""
     return _backend.get()
