@@ -14,11 +14,14 @@
 // fewer power evaluations than its selection cost).  The Newton sums are
 // accumulated in double.  The backward pass gathers the support first, so its
 // transcendentals also run over the support alone.
-// ATen and torch's pybind casters only, not <torch/extension.h>: that header also pulls in the
-// whole C++ frontend (nn, optim, data), which made this file take twice as long to compile.
-#include <ATen/ATen.h>
-#include <torch/csrc/utils/pybind.h>
+// The Tensor class, the one operator used (empty_like) and torch's pybind casters, not
+// <torch/extension.h> or <ATen/ATen.h>: those also declare every operator and the C++
+// frontend, and parsing them was most of this file's compile time, paid at every set-up.
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
 #include <bit>
