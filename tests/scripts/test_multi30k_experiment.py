@@ -2,19 +2,18 @@
 
 import json
 import re
+import shutil
 
 import torch
 
 from tests.conftest import run_script
-from tests.data_prep.test_prepare_translation import mirror, prepare
 
 
-def test_experiment_writes_the_side_by_side_table(tmp_path):
+def test_experiment_writes_the_side_by_side_table(tmp_path, multi30k_prepared):
     # 12 test sentences: a model trained for two epochs translates each to the length limit.
-    raw = mirror(tmp_path, n=300, held_out=12)
-    prepare(tmp_path / "data", raw)
+    raw, data = multi30k_prepared
     out = tmp_path / "exp"
-    proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
+    proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", data / "bin",
                       "--max-epoch", "2", "--dim", "32", "--layers", "1", "--jobs", "3", "--test-prefix", raw / "val",
                       "--alpha-lr-scale", "5", "--speed-updates", "2", "--speed-rounds", "2", "--max-tokens", "2048")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -79,10 +78,9 @@ def test_experiment_writes_the_side_by_side_table(tmp_path):
     assert all(0 < float(r[3]) <= 1.01 * float(r[2]) and float(r[5]) <= float(r[3]) for r in reach)
 
 
-def test_missing_references_are_named_before_any_training(tmp_path):
+def test_missing_references_are_named_before_any_training(tmp_path, multi30k_prepared):
     """It trained every model, then failed with a traceback."""
-    raw = mirror(tmp_path, n=60, held_out=20)
-    prepare(tmp_path / "data", raw)
+    shutil.copytree(multi30k_prepared[1], tmp_path / "data")
     (tmp_path / "data" / "test.raw.de").unlink()
     out = tmp_path / "exp"
     proc = run_script("multi30k_sparse_attention.py", "--out", out, "--data", tmp_path / "data" / "bin",
