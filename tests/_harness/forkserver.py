@@ -210,6 +210,44 @@ def freeze_heap():
     gc.freeze()
 
 
+def remember_parsed_overrides():
+    """Make hydra's override parser remember what it parsed, and parse a default fairseq-train
+    configuration's overrides here, once, for every child.
+
+    fairseq hands hydra one override per option of every configuration group
+    ("common.log_interval=100", ...: about 300 a command, nearly all at their defaults and
+    the same in every command), and hydra parses each with its ANTLR grammar, about 0.1 s of
+    each fairseq command. The result of a parse depends on the string and the rule alone, and
+    hydra reads the Override it returns without changing it; a child holds its own copy of
+    the table (fork), so what one child parses is seen by no other. A string that does not
+    parse is not remembered: it raises as before. Checked against hydra-core 1.3 (WRITTEN_FOR
+    names the fairseq it comes with)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parse_rule = OverridesParser.parse_rule
+    parsed = {}
+
+    @functools.wraps(parse_rule)
+    def remembered(self, s, rule_name):
+        key = (s, rule_name)
+        if key not in parsed:
+            parsed[key] = parse_rule(self, s, rule_name)
+        return parsed[key]
+
+    OverridesParser.parse_rule = remembered
+    import warnings
+
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    # Ignored rather than shown, so that no warning is marked as already shown in the children,
+    # which warn as a fresh process does (hydra's about its version_base, for one).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = options.parse_args_and_arch(options.get_training_parser(), [os.devnull, "--arch", "transformer"])
+        convert_namespace_to_omegaconf(args)
+
+
 @functools.lru_cache(maxsize=None)
 def console_script(name):
     """This environment's console script `name` (an entry point), or None."""
@@ -373,6 +411,7 @@ def serve():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
+    remember_parsed_overrides()  # after the protocol's fds are set aside: it may log
     for line in requests:
         request = json.loads(line)
         sys.stdout.flush()
