@@ -4,8 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 # The project's own bytecode, written once here (up-to-date files are skipped): with
-# PYTHONDONTWRITEBYTECODE set, as it often is, every process the tests start would otherwise
-# compile the plugin's source again, about 0.15 s of each forked fairseq-train call.
+# PYTHONDONTWRITEBYTECODE set, as it often is, every process the tests start, each forked
+# fairseq-train call among them, would otherwise compile the plugin's source again.
 .venv/bin/python -m compileall -q -j 0 fairseq_sparse tests scripts benchmarks data_prep > /dev/null
 # One pytest-xdist worker per core (at most 4; PYTEST_WORKERS overrides, `-n 0` runs
 # serially). Each worker and the fairseq-train processes it starts use one intra-op

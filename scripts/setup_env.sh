@@ -15,7 +15,7 @@ fi
 
 echo "[setup] creating $VENV (torch 2.13.0 CPU, ve-fairseq 0.12.3 without torchaudio, pinned deps)"
 # A venv without pip, then pip, setuptools and wheel in one step from the pip wheel that
-# ensurepip bundles: the same result as `python -m venv` plus an upgrade, in a third of the time.
+# ensurepip bundles: the same result as `python -m venv` plus an upgrade, with one install fewer.
 "$PYTHON" -m venv --without-pip "$VENV"
 bundled_pip=$("$VENV/bin/python" -c 'import ensurepip, glob, os
 print(*glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), "_bundled", "pip-*.whl"))[:1])' 2>/dev/null || true)

@@ -17,8 +17,10 @@ runs (fork_commands_here).
 
 What a child inherits that a fresh process would not have is only the state those
 imports leave (see serve(); their objects frozen out of the garbage collector's reach,
-freeze_heap()) and, under Triton's interpreter, the tests' speed-ups of it
-(triton_interpreter.py: the same outputs, sooner), with one correction: importing
+freeze_heap()), two speed-ups of hydra's composition of a command's configuration
+(remember_parsed_overrides, share_the_config_store: the same configuration, sooner) and,
+under Triton's interpreter, the tests' speed-ups of it (triton_interpreter.py: the same
+outputs, sooner), with one correction: importing
 fairseq configures the root logger (several of its task and model modules call
 logging.basicConfig), and a fresh process does that at its first import of fairseq,
 which fairseq-train reaches after its own basicConfig and fairseq-generate before. So
@@ -29,7 +31,8 @@ fresh process imports them.
 
 It relies on CPython 3.11's ``subprocess.Popen._execute_child`` and on how fairseq 0.12
 configures logging at import (``WRITTEN_FOR``); ``supported()`` says whether this is that
-environment, and elsewhere the tests start every command fresh.
+environment, and elsewhere the tests start every command fresh. The hydra speed-ups rely on
+hydra-core 1.3's internals and are left out under another release.
 
 Protocol (one call at a time, JSON lines): the caller writes
 {"argv", "cwd", "env", "stdout", "stderr"} on stdin; the server answers {"pid": ...}
@@ -48,7 +51,7 @@ import socket
 import sys
 
 # The environment this server was written and checked against.
-WRITTEN_FOR = {"python": (3, 11), "fairseq": ("0.12.2", "0.12.3")}
+WRITTEN_FOR = {"python": (3, 11), "fairseq": ("0.12.2", "0.12.3"), "hydra-core": "1.3."}
 
 
 def supported():
@@ -210,18 +213,29 @@ def freeze_heap():
     gc.freeze()
 
 
+def hydra_as_written():
+    """Whether the installed hydra-core is the release the hydra speed-ups were checked against."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hydra-core").startswith(WRITTEN_FOR["hydra-core"])
+    except PackageNotFoundError:
+        return False
+
+
 def remember_parsed_overrides():
     """Make hydra's override parser remember what it parsed, and parse a default fairseq-train
     configuration's overrides here, once, for every child.
 
     fairseq hands hydra one override per option of every configuration group
-    ("common.log_interval=100", ...: about 300 a command, nearly all at their defaults and
-    the same in every command), and hydra parses each with its ANTLR grammar, about 0.1 s of
-    each fairseq command. The result of a parse depends on the string and the rule alone, and
-    hydra reads the Override it returns without changing it; a child holds its own copy of
-    the table (fork), so what one child parses is seen by no other. A string that does not
-    parse is not remembered: it raises as before. Checked against hydra-core 1.3 (WRITTEN_FOR
-    names the fairseq it comes with)."""
+    ("common.log_interval=100", ...: hundreds a command, nearly all at their defaults and
+    the same in every command), and hydra parses each with its ANTLR grammar, a sizeable part
+    of a short command (docs/notes/stack.md). The result of a parse depends on the string and
+    the rule alone, and hydra reads the Override it returns without changing it; a child holds
+    its own copy of the table (fork), so what one child parses is seen by no other. A string
+    that does not parse is not remembered: it raises as before."""
+    if not hydra_as_written():
+        return
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parse_rule = OverridesParser.parse_rule
@@ -250,11 +264,12 @@ def remember_parsed_overrides():
 
 def share_the_config_store():
     """Let hydra's copy of its config repository, made for every composition, share the
-    ConfigStore instead of copying it whole (every fairseq and plugin configuration: about
-    0.1 s of each fairseq command). The copy exists so that composing does not change the
-    repository's list of sources; the store is only read through it, and each configuration
-    it hands out is a deep copy of its own (ConfigStore.load), so sharing it changes no
-    result. Checked against hydra-core 1.3."""
+    ConfigStore instead of copying it whole (every fairseq and plugin configuration, for each
+    fairseq command). The copy exists so that composing does not change the repository's list
+    of sources; the store is only read through it, and each configuration it hands out is a
+    deep copy of its own (ConfigStore.load), so sharing it changes no result."""
+    if not hydra_as_written():
+        return
     import copy
 
     from hydra._internal.core_plugins.structured_config_source import StructuredConfigSource
