@@ -24,8 +24,8 @@ def bert(layers=2):
 
 
 def llama(layers=2):
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                                        num_key_value_heads=2, intermediate_size=37))
+    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers,
+                                        num_attention_heads=4, num_key_value_heads=2, intermediate_size=37))
 
 
 def bart(layers=2):

@@ -93,7 +93,7 @@ def load_images(dataset, data_dir):
         images = images.reshape(len(images), -1)
         labels = _read_idx(labels_path, 2049)
         _check_aligned(images, labels, images_path, labels_path)
-    # astype makes a fresh array, which the tensor takes over (torch.tensor would copy its 0.4 GB again).
+    # astype makes a fresh array, which the tensor takes over (torch.tensor would copy it again).
     return Images(torch.from_numpy(images.astype(np.int64)), torch.from_numpy(labels.astype(np.int64)), 256,
                   official_test)
 
