@@ -54,22 +54,27 @@ import sys
 WRITTEN_FOR = {"python": (3, 11), "fairseq": ("0.12.2", "0.12.3"), "hydra-core": "1.3."}
 
 
+def installed_version(*distributions):
+    """The version of the first of `distributions` that is installed, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for distribution in distributions:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
 def supported():
     """(whether the server applies here, why not): Linux, CPython WRITTEN_FOR["python"] and
     one of the fairseq releases of WRITTEN_FOR["fairseq"]."""
-    from importlib.metadata import PackageNotFoundError, version
-
     if not sys.platform.startswith("linux"):
         return False, f"written for Linux (fork, prctl), not {sys.platform}"
     if sys.version_info[:2] != WRITTEN_FOR["python"] or sys.implementation.name != "cpython":
         return False, f"written for CPython {'.'.join(map(str, WRITTEN_FOR['python']))}, not {sys.version.split()[0]}"
-    for distribution in ("ve-fairseq", "fairseq"):
-        try:
-            installed = version(distribution)
-            break
-        except PackageNotFoundError:
-            continue
-    else:
+    installed = installed_version("ve-fairseq", "fairseq")
+    if installed is None:
         return False, "fairseq is not installed"
     if installed not in WRITTEN_FOR["fairseq"]:
         return False, f"written for fairseq {' and '.join(WRITTEN_FOR['fairseq'])}, not {installed}"
@@ -213,14 +218,12 @@ def freeze_heap():
     gc.freeze()
 
 
-def hydra_as_written():
-    """Whether the installed hydra-core is the release the hydra speed-ups were checked against."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hydra-core").startswith(WRITTEN_FOR["hydra-core"])
-    except PackageNotFoundError:
-        return False
+def speed_up_hydra():
+    """The two hydra speed-ups below, under the hydra-core release they were checked against
+    (WRITTEN_FOR); under another, children compose their configurations as fresh processes do."""
+    if (installed_version("hydra-core") or "").startswith(WRITTEN_FOR["hydra-core"]):
+        share_the_config_store()
+        remember_parsed_overrides()
 
 
 def remember_parsed_overrides():
@@ -234,8 +237,6 @@ def remember_parsed_overrides():
     the rule alone, and hydra reads the Override it returns without changing it; a child holds
     its own copy of the table (fork), so what one child parses is seen by no other. A string
     that does not parse is not remembered: it raises as before."""
-    if not hydra_as_written():
-        return
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parse_rule = OverridesParser.parse_rule
@@ -268,8 +269,6 @@ def share_the_config_store():
     fairseq command). The copy exists so that composing does not change the repository's list
     of sources; the store is only read through it, and each configuration it hands out is a
     deep copy of its own (ConfigStore.load), so sharing it changes no result."""
-    if not hydra_as_written():
-        return
     import copy
 
     from hydra._internal.core_plugins.structured_config_source import StructuredConfigSource
@@ -448,8 +447,7 @@ def serve():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    share_the_config_store()
-    remember_parsed_overrides()  # after the protocol's fds are set aside: it may log
+    speed_up_hydra()  # after the protocol's fds are set aside: its warm-up may log
     for line in requests:
         request = json.loads(line)
         sys.stdout.flush()
