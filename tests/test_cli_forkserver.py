@@ -86,3 +86,35 @@ def test_an_environment_the_server_was_not_written_for_starts_commands_fresh(tmp
     with pytest.warns(UserWarning, match="forkserver.py not used: written for fairseq .* not 0.13"):
         proc = _run([sys.executable, str(script)], True, tmp_path, False, 60)
     assert proc.returncode == 0 and proc.stdout.startswith("fresh\n")
+
+
+HYDRA_CHECK = """
+import copy, os
+from fairseq import options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from hydra._internal.config_repository import CachingConfigRepository
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+copies = []
+copying = CachingConfigRepository.__init__
+CachingConfigRepository.__init__ = lambda self, delegate: (copying(self, delegate), copies.append(self))[0]
+args = options.parse_args_and_arch(options.get_training_parser(), [os.devnull, "--arch", "transformer", "--lr", "0.5"])
+print(OmegaConf.to_yaml(convert_namespace_to_omegaconf(args)))
+stores = [getattr(source, "store", None) for source in copies[0].delegate.sources]
+print("shared" if ConfigStore.instance() in stores else "copied")
+"""
+
+
+def test_the_servers_hydra_speed_ups_are_in_effect_and_compose_the_same_configuration(tmp_path):
+    """A forked child composes a fairseq-train configuration with the server's hydra speed-ups
+    (its copy of hydra's repository shares the ConfigStore: a patch that hydra's plugin scan
+    had undone once) and gets the configuration a fresh process composes."""
+    script = tmp_path / "compose.py"
+    script.write_text(HYDRA_CHECK, encoding="utf-8")
+    forked = _run([sys.executable, str(script)], True, tmp_path, True, 120).stdout
+    fresh = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+                           check=True).stdout
+    assert forked.endswith("shared\n") and fresh.endswith("copied\n")
+    assert forked.rsplit("\n", 2)[0] == fresh.rsplit("\n", 2)[0] and "lr:\n  - 0.5" in fresh
+

@@ -222,6 +222,12 @@ def speed_up_hydra():
     """The two hydra speed-ups below, under the hydra-core release they were checked against
     (WRITTEN_FOR); under another, children compose their configurations as fresh processes do."""
     if (installed_version("hydra-core") or "").startswith(WRITTEN_FOR["hydra-core"]):
+        # hydra's first composition scans its core plugins by executing their modules again
+        # (hydra.core.plugins), which defines StructuredConfigSource anew: the scan comes
+        # first, so that the class patched is the one every later composition uses.
+        from hydra.core.plugins import Plugins
+
+        Plugins.instance()
         share_the_config_store()
         remember_parsed_overrides()
 
