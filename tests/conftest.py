@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests._harness import ordering, triton_interpreter
-from tests._harness.commands import BIN, REPO, _run, run_cli, run_script  # noqa: F401
+from tests._harness.commands import BIN, REPO, _run, pipeline_env, run_cli, run_script  # noqa: F401
 
 # Without CUDA, Triton's interpreter runs the Triton kernels on CPU tensors, so that CI tests
 # them (tests/entmax/test_triton_kernel.py): it must be set before the kernels are defined,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import _run
+from tests.conftest import _run, pipeline_env
 
 pytestmark = pytest.mark.skipif(os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK") == "0",
                                 reason="FAIRSEQ_SPARSE_TESTS_FORK=0: nothing is forked")
@@ -118,3 +118,43 @@ def test_the_servers_hydra_speed_ups_are_in_effect_and_compose_the_same_configur
     assert forked.endswith("shared\n") and fresh.endswith("copied\n")
     assert forked.rsplit("\n", 2)[0] == fresh.rsplit("\n", 2)[0] and "lr:\n  - 0.5" in fresh
 
+
+PIPELINE = r"""
+"$PYTHON" -c 'import sys; print("forked" if "torch" in sys.modules else "fresh", sys.argv, repr(sys.path[0]))' a b
+"$PYTHON" -c 'import sys; sys.exit(3)'; echo "status $?"
+"$PYTHON" -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)' 2> /dev/null; echo "status $?"
+echo piped | "$PYTHON" -c 'import sys; print(sys.stdin.read().upper(), end="")' \
+  | "$PYTHON" -c 'import sys; print(sys.stdin.read() * 2, end="")'
+"$PYTHON" script.py x; echo "status $?"
+"$PYTHON" -m json.tool <<< '{"b": 1}'
+"$PYTHON" -u -c 'import sys; print("forked" if "torch" in sys.modules else "fresh")'
+INPUT=other "$PYTHON" -c 'import os, sys; print("forked" if "torch" in sys.modules else "fresh", os.environ["INPUT"])'
+UNNAMED=1 "$PYTHON" -c 'import sys; print("forked" if "torch" in sys.modules else "fresh")'
+"$PYTHON" missing.py 2>&1 | sed 's/^.*python[0-9.]*: //'
+"""
+
+
+def test_a_pipelines_python_is_forked_and_runs_as_a_fresh_one(tmp_path):
+    """A shell pipeline's `$PYTHON ...` (python_client.py) runs as the interpreter does: argv,
+    the exit status or the signal, stdin and stdout through pipes, scripts and modules; it is
+    forked where the server can run it as a fresh interpreter would, and executed fresh with an
+    option of the interpreter's own (-u) or a variable the test did not name as an input (the
+    inputs it names may change)."""
+    (tmp_path / "script.py").write_text("import sys\nprint('script', sys.argv)\nsys.exit('failed')\n",
+                                        encoding="utf-8")
+
+    def run(env):
+        proc = subprocess.run(["bash", "-c", PIPELINE], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines(), proc.stderr
+
+    forked, stderr = run(pipeline_env(INPUT="mine"))
+    fresh, _ = run({**os.environ, "PYTHON": sys.executable, "INPUT": "mine"})
+    assert [line.split(" ", 1)[0] for line in forked if line.split(" ", 1)[0] in ("forked", "fresh")] == [
+        "forked", "fresh", "forked", "fresh"]
+    assert [line.replace("forked", "fresh") for line in forked] == fresh
+    assert fresh == ["fresh ['-c', 'a', 'b'] ''", "status 3", "status 143", "PIPED", "PIPED",
+                     "script ['script.py', 'x']", "status 1", "{", '    "b": 1', "}", "fresh", "fresh other", "fresh",
+                     "can't open file " + repr(str(tmp_path / "missing.py")) + ": [Errno 2] No such file or directory"]
+    assert stderr.count("failed") == 1

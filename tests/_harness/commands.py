@@ -6,6 +6,8 @@ import json
 import locale
 import os
 import select
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,9 +30,20 @@ class _ForkServer:
 
     def __init__(self):
         self.env = _import_env()
-        self.proc = subprocess.Popen([sys.executable, str(Path(forkserver.__file__))],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        # The socket the pipelines' Python (python_client.py, through the `python` written
+        # here) asks the server on, and that wrapper: a few milliseconds to start.
+        self.home = Path(tempfile.mkdtemp(prefix="forkserver-"))
+        self.socket = self.home / "socket"
+        self.python = self.home / "python"
+        self.python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "
+                               f"{shlex.quote(str(Path(__file__).with_name('python_client.py')))} \"$@\"\n")
+        self.python.chmod(0o755)
+        # os.environ given explicitly: a C library may have set a variable in the process's own
+        # environment (COLUMNS, for one) that os.environ, and so the calls' environments, lack.
+        self.proc = subprocess.Popen([sys.executable, str(Path(forkserver.__file__)), str(self.socket)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=dict(os.environ))
         self.pending = b""
+        atexit.register(shutil.rmtree, self.home, True)
         atexit.register(self.proc.kill)
 
     def answer(self, timeout=None):
@@ -69,10 +82,8 @@ _fork_server = None
 
 def _import_env():
     """The environment as far as it can change what the server's imports did: all of it but
-    PYTEST_CURRENT_TEST, which pytest sets anew for every test (the child gets it too)."""
-    env = dict(os.environ)
-    env.pop("PYTEST_CURRENT_TEST", None)
-    return env
+    what the test process sets in itself (forkserver.SET_IN_THE_TEST_PROCESS)."""
+    return {name: value for name, value in os.environ.items() if name not in forkserver.SET_IN_THE_TEST_PROCESS}
 
 
 def run_cli(name, *args, cwd=None, check=True, timeout=600):
@@ -88,6 +99,25 @@ def run_script(name, *args, cwd=None, check=False, timeout=900):
     fork_commands_here)."""
     script = REPO / name if "/" in name else REPO / "scripts" / name
     return _run([sys.executable, str(script), *map(str, args)], True, cwd, check, timeout)
+
+
+def pipeline_env(env=None, **inputs):
+    """The environment to run a shell pipeline in (data_prep/*.sh): `env` (os.environ by
+    default) with the variables `inputs` names set, and PYTHON pointing at the fork server's
+    client where the server applies, so that the pipeline's Python programs are forked as
+    run_script's are (forkserver.py, serve_client). The server forks only under its own
+    environment but for PATH and the pipeline's `inputs`; otherwise the client executes the
+    interpreter, as does a PYTHON in `inputs`."""
+    global _fork_server
+    env = {**(os.environ if env is None else env), **{name: str(value) for name, value in inputs.items()}}
+    if "PYTHON" in inputs or os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") == "0" or not _forking_supported():
+        return env
+    if _fork_server is None:
+        _fork_server = _ForkServer()
+    while not _fork_server.socket.exists() and _fork_server.proc.poll() is None:
+        time.sleep(0.01)  # the server's first step: a client that comes earlier executes Python itself
+    return {**env, "PYTHON": str(_fork_server.python), "FAIRSEQ_SPARSE_TESTS_FORK_SOCKET": str(_fork_server.socket),
+            forkserver.PIPELINE_INPUTS: ",".join(inputs)}
 
 
 _support = None

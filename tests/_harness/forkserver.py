@@ -37,6 +37,13 @@ hydra-core 1.3's internals and are left out under another release.
 Protocol (one call at a time, JSON lines): the caller writes
 {"argv", "cwd", "env", "stdout", "stderr"} on stdin; the server answers {"pid": ...}
 when the child is forked and {"returncode": ...} when it has exited.
+
+The shell pipelines the tests run (data_prep/*.sh) start the project's Python through
+$PYTHON; the tests point it at python_client.py, which asks this server, on the Unix socket
+named by its first argument, for a child that runs its arguments (serve_client). The client
+hands over its own stdin, stdout and stderr, waits for the child's status and exits with it.
+What the server cannot run as that Python would, it answers with "exec", and the client
+executes the interpreter itself.
 """
 
 import builtins
@@ -47,8 +54,10 @@ import json
 import logging
 import os
 import runpy
+import select
 import socket
 import sys
+import types
 
 # The environment this server was written and checked against.
 WRITTEN_FOR = {"python": (3, 11), "fairseq": ("0.12.2", "0.12.3"), "hydra-core": "1.3."}
@@ -146,6 +155,14 @@ def run_main(argv, root_logging):
         sys.argv = list(argv[2:])
         sys.path[0] = os.getcwd()
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        return
+    if argv[0] == sys.executable and argv[1] == "-c":  # `python -c CODE ARGS` (data_prep/mnist.sh)
+        sys.argv = ["-c", *argv[3:]]
+        sys.path[0] = ""
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        exec(compile(argv[2], "<string>", "exec"), vars(main))
         return
     if argv[0] == sys.executable:  # `python SCRIPT.py ARGS`, as the interpreter runs it
         sys.argv = list(argv[1:])
@@ -406,7 +423,92 @@ def zygote(sock, root_logging):
         sock.send(json.dumps({"pid": pid}).encode())
 
 
+# Variables that libraries set in the test process itself, which no import reads (a child
+# gets them, as would a fresh process started from there): pytest's name of the running test;
+# the address of one of torch's functions in that process, which inductor exports for the
+# kernels it loads; the tokenizers' parallelism, which transformers settles at use.
+SET_IN_THE_TEST_PROCESS = ("PYTEST_CURRENT_TEST", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "TOKENIZERS_PARALLELISM")
+
+# Where a pipeline's environment may differ from the one the server imported under: PATH
+# (the tests run the pipelines as a user would, outside the virtual environment), what bash
+# sets for itself, the client's own variables and those forkable() ignores. The variables a
+# test names in PIPELINE_INPUTS (the pipeline's inputs: MIRROR, VERIFY, ...) may differ too.
+PIPELINE_INPUTS = "FAIRSEQ_SPARSE_TESTS_PIPELINE_INPUTS"
+PIPELINE_VARIABLES = {"PATH", "PWD", "OLDPWD", "SHLVL", "_", "PYTHON", "FAIRSEQ_SPARSE_TESTS_FORK_SOCKET",
+                      PIPELINE_INPUTS}
+
+
+def client_argv(args, env, base_env):
+    """The argv run_main() runs for a client's `python ARGS` in `env`, or None where it runs
+    them otherwise than a fresh interpreter would: an option other than -c and -m, a script
+    that is not a .py file, a variable that differs from `base_env` (the server's) other than
+    PIPELINE_VARIABLES, SET_IN_THE_TEST_PROCESS, those ignored() lets differ and those the
+    client's PIPELINE_INPUTS names."""
+    if not args or (args[0] in ("-c", "-m") and len(args) < 2):
+        return None
+    if args[0] not in ("-c", "-m") and (not args[0].endswith(".py") or args[0].startswith("-")):
+        return None
+    free = PIPELINE_VARIABLES | set(SET_IN_THE_TEST_PROCESS)
+    free |= set(filter(None, env.get(PIPELINE_INPUTS, "").split(",")))
+    for name in set(env) | set(base_env):
+        if env.get(name) != base_env.get(name) and name not in free and not ignored(name):
+            return None
+    return [sys.executable, *args]
+
+
+def serve_client(listener, base_env, root_logging, closing):
+    """Accept one python_client.py and run its request: fork a waiter, which forks the child
+    (the command, on the client's stdio), tells the client its pid, waits for it and sends its
+    status. The server goes back to its callers at once: a pipeline may run several clients
+    at a time (`python a.py | python b.py`). Returns the waiter's pid, or None."""
+    conn, _ = listener.accept()
+    fds = []
+    try:
+        message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        request = json.loads(message)
+        argv = client_argv(request["argv"], request["env"], base_env) if len(fds) == 3 else None
+        if argv is not None and argv[1] not in ("-c", "-m") and not os.path.isfile(
+                os.path.join(request["cwd"], argv[1])):
+            argv = None  # a missing script: the interpreter's own error
+        if argv is None:
+            conn.send(json.dumps({"exec": True}).encode())
+            return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        freeze_heap()
+        waiter = os.fork()
+        if waiter == 0:
+            for f in closing:
+                f.close()
+            pid = os.fork()
+            if pid == 0:
+                conn.close()
+                replay_fairseq_logging(*root_logging)
+                become(argv, request["cwd"], request["env"], fds, root_logging)
+            for fd in set(fds):
+                os.close(fd)
+            try:
+                conn.send(json.dumps({"pid": pid}).encode())
+                _, status = os.waitpid(pid, 0)
+                conn.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+            finally:
+                os._exit(0)
+        return waiter
+    finally:
+        for fd in set(fds):
+            os.close(fd)
+        conn.close()
+
+
 def serve():
+    # The environment the server was started in (its caller's), before its imports add
+    # their own variables (torch's KMP_*, ...), which a fresh process's imports add as well.
+    base_env = dict(os.environ)
+    # The pipelines' clients (python_client.py) connect on the socket the caller names. It is
+    # listening from here on: a client that comes during the imports waits for its answer.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(sys.argv[1])
+    listener.listen(16)
     # What a fairseq CLI spends most of its start on: torch, fairseq with everything it
     # imports (its tasks, models and criterions; SciPy and scikit-learn through two of
     # them), torch's compiler stack (the first optimiser step imports it) and the parts of
@@ -447,26 +549,42 @@ def serve():
 
     # The protocol keeps its own copies of the pipes; fds 0 and 1 (what sys.stdin and
     # sys.stdout wrap) are pointed elsewhere, so a child never sees the protocol.
-    requests = os.fdopen(os.dup(0), "r")
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
     speed_up_hydra()  # after the protocol's fds are set aside: its warm-up may log
-    for line in requests:
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        freeze_heap()
-        pid = os.fork()
-        if pid == 0:
-            requests.close()
-            answers.close()
-            run_child(request, root_logging)
-        answers.write(json.dumps({"pid": pid}) + "\n")
-        _, status = os.waitpid(pid, 0)
-        answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    waiters, pending = set(), b""
+    while True:
+        ready = select.select([requests, listener], [], [])[0]
+        if listener in ready:
+            waiter = serve_client(listener, base_env, root_logging, (requests, answers, listener))
+            if waiter is not None:
+                waiters.add(waiter)
+        waiters -= {pid for pid in waiters if os.waitpid(pid, os.WNOHANG)[0]}
+        if requests not in ready:
+            continue
+        chunk = os.read(requests.fileno(), 1 << 16)
+        if not chunk:
+            return  # the caller has gone
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            freeze_heap()
+            pid = os.fork()
+            if pid == 0:
+                requests.close()
+                answers.close()
+                listener.close()
+                run_child(request, root_logging)
+            answers.write(json.dumps({"pid": pid}) + "\n")
+            _, status = os.waitpid(pid, 0)
+            answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import subprocess
 import tarfile
 import zipfile
 
-from tests.conftest import REPO, run_cli, shared_data
+from tests.conftest import REPO, pipeline_env, run_cli, run_script, shared_data
 
 FIELDS = ("src", "mt", "pe")
 
@@ -59,8 +59,7 @@ def build_mirror(mirror, t):
 
 def run(out, mirror, **env):
     return subprocess.run(["bash", str(REPO / "data_prep" / "ape_en_de.sh"), str(out)], capture_output=True,
-                          text=True, env={"MIRROR": str(mirror), "PATH": "/usr/bin:/bin", "OVERSAMPLE": "3",
-                                          "PYTHON": str(REPO / ".venv" / "bin" / "python"), **env})
+                          text=True, env=pipeline_env(MIRROR=mirror, PATH="/usr/bin:/bin", OVERSAMPLE="3", **env))
 
 
 def read(out, split):
@@ -114,7 +113,6 @@ def test_a_triplet_with_a_field_nowhere_is_named(tmp_path):
         if not name.endswith(".mt"):
             (release / name).parent.mkdir(parents=True, exist_ok=True)
             (release / name).write_text(text, encoding="utf-8")
-    proc = subprocess.run([str(REPO / ".venv" / "bin" / "python"), str(REPO / "data_prep" / "prepare_ape.py"),
-                           str(tmp_path / "out"), "--real", str(release)], capture_output=True, text=True)
+    proc = run_script("data_prep/prepare_ape.py", tmp_path / "out", "--real", release)
     assert proc.returncode != 0
     assert f"{release / 'train.pe'}: its train.mt is not beside it and nowhere in the release" in proc.stderr

@@ -4,7 +4,7 @@ out as the official releases are, filled with real Multi30k sentences."""
 import subprocess
 import tarfile
 
-from tests.conftest import REPO, shared_data
+from tests.conftest import REPO, pipeline_env, shared_data
 
 
 def real_pairs(n):
@@ -38,7 +38,7 @@ def xml(pairs, side):
 
 def run_pipeline(script, out, mirror):
     proc = subprocess.run(["bash", str(REPO / "data_prep" / script), str(out)], capture_output=True, text=True,
-                          env={"MIRROR": str(mirror), "PATH": "/usr/bin:/bin"})
+                          env=pipeline_env(MIRROR=mirror, PATH="/usr/bin:/bin"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

@@ -6,7 +6,7 @@ import subprocess
 
 import numpy as np
 
-from tests.conftest import REPO, shared_data
+from tests.conftest import REPO, pipeline_env, shared_data
 
 
 def write_idx(path, array, magic):
@@ -31,7 +31,7 @@ def mirror_of_real_images(mirror):
 
 def run(out, mirror, **env):
     return subprocess.run(["bash", str(REPO / "data_prep" / "mnist.sh"), str(out)], capture_output=True, text=True,
-                          env={"MIRROR": str(mirror), "PATH": "/usr/bin:/bin", **env})
+                          env=pipeline_env(MIRROR=mirror, PATH="/usr/bin:/bin", **env))
 
 
 def test_mnist_pipeline_verifies_and_prepares(tmp_path):
@@ -46,10 +46,10 @@ def test_mnist_pipeline_verifies_and_prepares(tmp_path):
     for name in ("mnist", "fashion_mnist"):
         (mirror / name / "t10k-labels-idx1-ubyte.gz").unlink()
     mirror_of_real_images(mirror)
-    proc = run(tmp_path / "out2", mirror, VERIFY="0", PYTHON=str(REPO / ".venv" / "bin" / "python"))
+    proc = run(tmp_path / "out2", mirror, VERIFY="0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[mnist.sh] mnist: 60 images of 784 pixels (30 the official test set), 10 classes" in proc.stdout
     assert "[mnist.sh] fashion_mnist: 40 images of 784 pixels" in proc.stdout
     # A rerun finds everything in place and downloads nothing.
-    again = run(tmp_path / "out2", tmp_path / "empty", VERIFY="0", PYTHON=str(REPO / ".venv" / "bin" / "python"))
+    again = run(tmp_path / "out2", tmp_path / "empty", VERIFY="0")
     assert again.returncode == 0 and again.stdout.count("already here") == 8

@@ -1,9 +1,8 @@
 """The Multi30k pipeline against a local mirror (a slice of ../shared/data), and its input checks."""
 
 import subprocess
-import sys
 
-from tests.conftest import REPO, shared_data
+from tests.conftest import REPO, pipeline_env, run_script, shared_data
 
 BASH = ["bash", str(REPO / "data_prep" / "multi30k.sh")]
 
@@ -23,7 +22,7 @@ def mirror(tmp_path, n=400, held_out=None):
 
 def prepare(out, raw):
     """Run the pipeline as a user would (no environment activated)."""
-    proc = subprocess.run(BASH + [str(out), str(raw)], capture_output=True, text=True)
+    proc = subprocess.run(BASH + [str(out), str(raw)], capture_output=True, text=True, env=pipeline_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -40,14 +39,12 @@ def test_non_parallel_or_empty_lines_name_the_file(tmp_path):
     raw = mirror(tmp_path, n=50)
     with (raw / "train.de").open("a", encoding="utf-8") as f:
         f.write("one line too many\n")
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_translation.py"), "--raw", str(raw),
-                           "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--valid", "val",
-                           "--test", "test_2016_flickr"], capture_output=True, text=True)
+    proc = run_script("data_prep/prepare_translation.py", "--raw", raw, "--src", "en", "--tgt", "de", "--out",
+                      tmp_path / "o", "--valid", "val", "--test", "test_2016_flickr")
     assert proc.returncode != 0 and "train.de has 51" in proc.stderr and "not parallel" in proc.stderr
     (raw / "train.de").write_text("\n".join(["x"] * 25 + [""] + ["y"] * 24) + "\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_translation.py"), "--raw", str(raw),
-                           "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--valid", "val",
-                           "--test", "test_2016_flickr"], capture_output=True, text=True)
+    proc = run_script("data_prep/prepare_translation.py", "--raw", raw, "--src", "en", "--tgt", "de", "--out",
+                      tmp_path / "o", "--valid", "val", "--test", "test_2016_flickr")
     assert proc.returncode != 0 and "train.de:26: empty line" in proc.stderr
 
 
@@ -59,7 +56,6 @@ def test_a_raw_dir_without_the_release_is_an_error_not_a_download(tmp_path):
 
 
 def test_a_vocabulary_of_nothing_is_refused_by_option(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_translation.py"), "--raw", str(tmp_path),
-                           "--src", "en", "--tgt", "de", "--out", str(tmp_path / "o"), "--vocab-size", "0"],
-                          capture_output=True, text=True)
+    proc = run_script("data_prep/prepare_translation.py", "--raw", tmp_path, "--src", "en", "--tgt", "de", "--out",
+                      tmp_path / "o", "--vocab-size", "0")
     assert proc.returncode == 2 and "argument --vocab-size: must be at least 2, not 0" in proc.stderr

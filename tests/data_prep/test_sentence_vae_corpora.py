@@ -4,12 +4,11 @@ the Zhang et al. (2015) CSV releases, built from real Yelp and Yahoo text."""
 import csv
 import io
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 from fairseq_sparse.sentence_vae.corpus import read_corpus
-from tests.conftest import REPO, shared_data
+from tests.conftest import REPO, pipeline_env, run_script, shared_data
 
 from prepare_sentence_vae import Sentences, clean
 
@@ -56,9 +55,8 @@ def build_mirror(mirror, per_class):
 def run(out, mirror, *corpora, **env):
     return subprocess.run(["bash", str(REPO / "data_prep" / "sentence_vae_corpora.sh"), str(out), *corpora],
                           capture_output=True, text=True,
-                          env={"MIRROR": str(mirror), "PATH": "/usr/bin:/bin", "TRAIN_PER_CLASS": "2",
-                               "VALID_PER_CLASS": "1", "TEST_PER_CLASS": "2",
-                               "PYTHON": str(REPO / ".venv" / "bin" / "python"), **env})
+                          env=pipeline_env(MIRROR=mirror, PATH="/usr/bin:/bin", TRAIN_PER_CLASS="2",
+                                           VALID_PER_CLASS="1", TEST_PER_CLASS="2", **env))
 
 
 def test_cleaning_as_the_paper_describes():
@@ -107,8 +105,7 @@ def test_too_few_examples_and_a_malformed_row_are_named(tmp_path):
     broken.mkdir()
     (broken / "train.csv").write_text('"1","fine text here"\n"2","a","b"\n', encoding="utf-8")
     (broken / "test.csv").write_text('"1","fine text here"\n', encoding="utf-8")
-    proc = subprocess.run([sys.executable, str(REPO / "data_prep" / "prepare_sentence_vae.py"), "yelp", str(broken),
-                           str(tmp_path / "o")], capture_output=True, text=True)
+    proc = run_script("data_prep/prepare_sentence_vae.py", "yelp", broken, tmp_path / "o")
     assert proc.returncode != 0 and "train.csv:2: expected a class number from 1 and 1 text column(s)" in proc.stderr
     assert not Path(tmp_path / "o" / "train.txt").exists()
 
