@@ -425,9 +425,11 @@ def zygote(sock, root_logging):
 
 # Variables that libraries set in the test process itself, which no import reads (a child
 # gets them, as would a fresh process started from there): pytest's name of the running test;
-# the address of one of torch's functions in that process, which inductor exports for the
-# kernels it loads; the tokenizers' parallelism, which transformers settles at use.
-SET_IN_THE_TEST_PROCESS = ("PYTEST_CURRENT_TEST", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "TOKENIZERS_PARALLELISM")
+# inductor's cache directory, which it exports at its first use (its default unless set); the
+# address of one of torch's functions in that process, which inductor exports for the kernels
+# it loads; the tokenizers' parallelism, which transformers settles at use.
+SET_IN_THE_TEST_PROCESS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+                           "TOKENIZERS_PARALLELISM")
 
 # Where a pipeline's environment may differ from the one the server imported under: PATH
 # (the tests run the pipelines as a user would, outside the virtual environment), what bash
