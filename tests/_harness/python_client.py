@@ -35,7 +35,10 @@ def main():
     pid = answer["pid"]
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, lambda number, frame: os.kill(pid, number))
-    status = server.recv(1 << 16)
+    try:
+        status = server.recv(1 << 16)
+    except OSError:
+        status = b""
     code = json.loads(status)["returncode"] if status else 1  # the server's waiter died
     if code < 0:  # killed by a signal: end the same way, so the shell sees what killed it
         signal.signal(-code, signal.SIG_DFL)
