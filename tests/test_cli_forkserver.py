@@ -89,7 +89,7 @@ def test_an_environment_the_server_was_not_written_for_starts_commands_fresh(tmp
 
 
 HYDRA_CHECK = """
-import copy, os
+import os
 from fairseq import options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from hydra._internal.config_repository import CachingConfigRepository
