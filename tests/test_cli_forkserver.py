@@ -3,6 +3,7 @@ program does (the status, what it printed, its atexit handlers and threads), tho
 skips the interpreter's module teardown."""
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -149,7 +150,13 @@ def test_a_pipelines_python_is_forked_and_runs_as_a_fresh_one(tmp_path):
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.splitlines(), proc.stderr
 
-    forked, stderr = run(pipeline_env(INPUT="mine"))
+    env = pipeline_env(INPUT="mine")
+    for message in (None, b"not a request"):  # clients that leave early are dropped; the server serves on
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as client:
+            client.connect(env["FAIRSEQ_SPARSE_TESTS_FORK_SOCKET"])
+            if message:
+                client.send(message)
+    forked, stderr = run(env)
     fresh, _ = run({**os.environ, "PYTHON": sys.executable, "INPUT": "mine"})
     assert [line.split(" ", 1)[0] for line in forked if line.split(" ", 1)[0] in ("forked", "fresh")] == [
         "forked", "fresh", "forked", "fresh"]

@@ -562,7 +562,10 @@ def serve():
     while True:
         ready = select.select([requests, listener], [], [])[0]
         if listener in ready:
-            waiter = serve_client(listener, base_env, root_logging, (requests, answers, listener))
+            try:
+                waiter = serve_client(listener, base_env, root_logging, (requests, answers, listener))
+            except (OSError, ValueError):  # a client that left before its request was read whole
+                waiter = None
             if waiter is not None:
                 waiters.add(waiter)
         waiters -= {pid for pid in waiters if os.waitpid(pid, os.WNOHANG)[0]}
