@@ -158,7 +158,7 @@ def test_a_pipelines_python_is_forked_and_runs_as_a_fresh_one(tmp_path):
                 client.send(message)
     forked, stderr = run(env)
     fresh, _ = run({**os.environ, "PYTHON": sys.executable, "INPUT": "mine"})
-    assert [line.split(" ", 1)[0] for line in forked if line.split(" ", 1)[0] in ("forked", "fresh")] == [
+    assert [word for word in (line.split(" ", 1)[0] for line in forked) if word in ("forked", "fresh")] == [
         "forked", "fresh", "forked", "fresh"]
     assert [line.replace("forked", "fresh") for line in forked] == fresh
     assert fresh == ["fresh ['-c', 'a', 'b'] ''", "status 3", "status 143", "PIPED", "PIPED",

@@ -113,13 +113,17 @@ def replay_fairseq_logging(handlers, root_level):
     builtins.__import__ = first_fairseq_import
 
 
-def run_child(request, root_logging):
-    """In the forked child: become the console script or script and never return."""
+def run_child(argv, cwd, env, stdio, root_logging):
+    """In a child forked from the server: become the command on `stdio` and never return."""
     replay_fairseq_logging(*root_logging)
-    stdio = (os.open(os.devnull, os.O_RDONLY),
-             os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
-             os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-    become(request["argv"], request["cwd"], request["env"], stdio, root_logging)
+    become(argv, cwd, env, stdio, root_logging)
+
+
+def output_files(request):
+    """A caller's request's stdio: nothing to read, its stdout and stderr files."""
+    return (os.open(os.devnull, os.O_RDONLY),
+            os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+            os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
 
 
 def become(argv, cwd, env, stdio, root_logging):
@@ -235,6 +239,15 @@ def freeze_heap():
     gc.freeze()
 
 
+def fork():
+    """os.fork() from the server or the zygote, after flushing stdout and stderr (what they
+    buffer would otherwise be written by both processes) and freezing the heap."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    freeze_heap()
+    return os.fork()
+
+
 def speed_up_hydra():
     """The two hydra speed-ups below, under the hydra-core release they were checked against
     (WRITTEN_FOR); under another, children compose their configurations as fresh processes do."""
@@ -316,21 +329,34 @@ def console_script(name):
     return next(iter(found)) if found else None
 
 
-def forkable(argv, executable, env, base_env):
-    """Whether Popen(argv, executable=executable, env=env) can be forked rather than
-    executed: this environment's console scripts, `python SCRIPT.py` and `python -m
-    MODULE`, in `base_env` (the calling script's, which run_cli checked is the one the
-    server imported under) but for the variables ignored() names."""
-    if not argv or executable not in (None, argv[0]):
+def runs_as_fresh(argv, cwd):
+    """Whether run_main() runs `argv`, started in `cwd`, as a fresh process would: this
+    environment's console scripts, `python -m MODULE`, `python -c CODE` and `python
+    SCRIPT.py` with the script there (a missing one gets the interpreter's own error)."""
+    if not argv:
         return False
     if argv[0] == sys.executable:
-        module = len(argv) >= 3 and argv[1] == "-m"
-        if not module and (len(argv) < 2 or not argv[1].endswith(".py") or not os.path.isfile(argv[1])):
-            return False
-    elif (os.path.dirname(argv[0]) != os.path.dirname(sys.executable)
-          or console_script(os.path.basename(argv[0])) is None):
-        return False
-    return {k: v for k, v in env.items() if not ignored(k)} == {k: v for k, v in base_env.items() if not ignored(k)}
+        if len(argv) >= 3 and argv[1] in ("-m", "-c"):
+            return True
+        return len(argv) >= 2 and argv[1].endswith(".py") and os.path.isfile(os.path.join(cwd, argv[1]))
+    return (os.path.dirname(argv[0]) == os.path.dirname(sys.executable)
+            and console_script(os.path.basename(argv[0])) is not None)
+
+
+def differs(env, base_env, free=frozenset()):
+    """Whether `env` differs from `base_env` in a variable other than those ignored() names
+    and those in `free`."""
+    return any(env.get(name) != base_env.get(name) and name not in free and not ignored(name)
+               for name in set(env) | set(base_env))
+
+
+def forkable(argv, executable, env, base_env):
+    """Whether Popen(argv, executable=executable, env=env) can be forked rather than
+    executed: a command runs_as_fresh() accepts, in `base_env` (the calling script's, which
+    run_cli checked is the one the server imported under) but for the variables ignored()
+    names."""
+    return (bool(argv) and executable in (None, argv[0]) and runs_as_fresh(argv, os.getcwd())
+            and not differs(env, base_env))
 
 
 def ignored(variable):
@@ -403,8 +429,7 @@ def zygote(sock, root_logging):
             os._exit(0)
         request = json.loads(message)
         read_pid, write_pid = os.pipe()
-        freeze_heap()
-        middle = os.fork()
+        middle = fork()
         if middle == 0:
             pid = os.fork()
             if pid == 0:
@@ -433,60 +458,39 @@ SET_IN_THE_TEST_PROCESS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_T
 
 # Where a pipeline's environment may differ from the one the server imported under: PATH
 # (the tests run the pipelines as a user would, outside the virtual environment), what bash
-# sets for itself, the client's own variables and those forkable() ignores. The variables a
+# sets for itself, the client's own variables and those ignored() names. The variables a
 # test names in PIPELINE_INPUTS (the pipeline's inputs: MIRROR, VERIFY, ...) may differ too.
 PIPELINE_INPUTS = "FAIRSEQ_SPARSE_TESTS_PIPELINE_INPUTS"
 PIPELINE_VARIABLES = {"PATH", "PWD", "OLDPWD", "SHLVL", "_", "PYTHON", "FAIRSEQ_SPARSE_TESTS_FORK_SOCKET",
                       PIPELINE_INPUTS}
 
 
-def client_argv(args, env, base_env):
-    """The argv run_main() runs for a client's `python ARGS` in `env`, or None where it runs
-    them otherwise than a fresh interpreter would: an option other than -c and -m, a script
-    that is not a .py file, a variable that differs from `base_env` (the server's) other than
-    PIPELINE_VARIABLES, SET_IN_THE_TEST_PROCESS, those ignored() lets differ and those the
-    client's PIPELINE_INPUTS names."""
-    if not args or (args[0] in ("-c", "-m") and len(args) < 2):
-        return None
-    if args[0] not in ("-c", "-m") and (not args[0].endswith(".py") or args[0].startswith("-")):
-        return None
-    free = PIPELINE_VARIABLES | set(SET_IN_THE_TEST_PROCESS)
-    free |= set(filter(None, env.get(PIPELINE_INPUTS, "").split(",")))
-    for name in set(env) | set(base_env):
-        if env.get(name) != base_env.get(name) and name not in free and not ignored(name):
-            return None
-    return [sys.executable, *args]
-
-
 def serve_client(listener, base_env, root_logging, closing):
     """Accept one python_client.py and run its request: fork a waiter, which forks the child
     (the command, on the client's stdio), tells the client its pid, waits for it and sends its
     status. The server goes back to its callers at once: a pipeline may run several clients
-    at a time (`python a.py | python b.py`). Returns the waiter's pid, or None."""
+    at a time (`python a.py | python b.py`). It declines (the client executes Python) a
+    command that runs_as_fresh() does not accept, or an environment that differs from
+    `base_env` (the server's) in more than PIPELINE_VARIABLES, SET_IN_THE_TEST_PROCESS and
+    the variables the client's PIPELINE_INPUTS names. Returns the waiter's pid, or None."""
     conn, _ = listener.accept()
     fds = []
     try:
         message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         request = json.loads(message)
-        argv = client_argv(request["argv"], request["env"], base_env) if len(fds) == 3 else None
-        if argv is not None and argv[1] not in ("-c", "-m") and not os.path.isfile(
-                os.path.join(request["cwd"], argv[1])):
-            argv = None  # a missing script: the interpreter's own error
-        if argv is None:
+        argv, cwd, env = [sys.executable, *request["argv"]], request["cwd"], request["env"]
+        free = PIPELINE_VARIABLES | set(SET_IN_THE_TEST_PROCESS) | set(env.get(PIPELINE_INPUTS, "").split(","))
+        if len(fds) != 3 or not runs_as_fresh(argv, cwd) or differs(env, base_env, free):
             conn.send(json.dumps({"exec": True}).encode())
             return None
-        sys.stdout.flush()
-        sys.stderr.flush()
-        freeze_heap()
-        waiter = os.fork()
+        waiter = fork()
         if waiter == 0:
             for f in closing:
                 f.close()
             pid = os.fork()
             if pid == 0:
                 conn.close()
-                replay_fairseq_logging(*root_logging)
-                become(argv, request["cwd"], request["env"], fds, root_logging)
+                run_child(argv, cwd, env, fds, root_logging)
             for fd in set(fds):
                 os.close(fd)
             try:
@@ -578,15 +582,12 @@ def serve():
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             request = json.loads(line)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            freeze_heap()
-            pid = os.fork()
+            pid = fork()
             if pid == 0:
                 requests.close()
                 answers.close()
                 listener.close()
-                run_child(request, root_logging)
+                run_child(request["argv"], request["cwd"], request["env"], output_files(request), root_logging)
             answers.write(json.dumps({"pid": pid}) + "\n")
             _, status = os.waitpid(pid, 0)
             answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
