@@ -232,3 +232,41 @@ def ape_trained(tmp_path_factory, tiny_bert):
 
 def pytest_collection_modifyitems(items):
     ordering.long_first(items)
+
+
+def _beside_tracked_files():
+    """What git sees in the checkout besides its tracked files (untracked or ignored paths),
+    bytecode and pytest's cache aside, and the checkout's top-level entries (git shows no
+    empty directory); None outside a git checkout."""
+    try:
+        status = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO, capture_output=True,
+                                text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if status.returncode != 0:
+        return None
+    seen = {line[3:] for line in status.stdout.splitlines() if line[:2] in ("??", "!!")} | set(os.listdir(REPO))
+    return {path for path in seen if "__pycache__" not in path and not path.startswith(".pytest_cache")}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the run's own process, not a pytest-xdist worker
+        session.config.stash[_CHECKOUT] = _beside_tracked_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Tests write under their temporary directories only: a run that leaves a new file or
+    directory in the checkout (a fairseq-train run in the repository's root writes
+    checkpoints/ there) fails, naming it."""
+    before = session.config.stash.get(_CHECKOUT, None)
+    if before is None or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return
+    left = sorted((_beside_tracked_files() or set()) - before)
+    if left:
+        session.config.get_terminal_writer().line(
+            f"\nThe tests left in the checkout {', '.join(left)}: a test wrote outside its temporary directory",
+            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_CHECKOUT = pytest.StashKey()

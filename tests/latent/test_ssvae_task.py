@@ -49,7 +49,8 @@ def test_mnist_from_shared_data(tmp_path):
     split = re.search(r"ssvae mnist: 8000 train \((\d+) labelled\) / 1000 valid / 1000 test images of 784 pixels",
                       proc.stdout)
     assert split and 790 <= int(split.group(1)) <= 810  # 10% of each class, rounded per class
-    missing = run_cli("fairseq-train", tmp_path, *COMMON, "--dataset", "mnist", "--max-update", "1", check=False)
+    missing = run_cli("fairseq-train", tmp_path, *COMMON, "--dataset", "mnist", "--max-update", "1", cwd=tmp_path,
+                      check=False)
     assert missing.returncode != 0 and "mnist.npz is missing" in missing.stderr
 
 
