@@ -245,7 +245,8 @@ def _beside_tracked_files():
         return None
     if status.returncode != 0:
         return None
-    seen = {line[3:] for line in status.stdout.splitlines() if line[:2] in ("??", "!!")} | set(os.listdir(REPO))
+    seen = {line[3:].rstrip("/") for line in status.stdout.splitlines() if line[:2] in ("??", "!!")}
+    seen |= set(os.listdir(REPO))
     return {path for path in seen if "__pycache__" not in path and not path.startswith(".pytest_cache")}
 
 

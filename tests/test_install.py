@@ -3,6 +3,7 @@ in the build environment), then the C++ kernel compiled on first use against the
 that is installed, or the reference path with one warning when no compiler is found."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -34,10 +35,13 @@ print("same")
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The wheel `pip install .` builds, installed into a directory of its own."""
+    """The wheel `pip install .` builds, installed into a directory of its own. It is built
+    from a copy of the checkout: setuptools writes build/ and the egg-info into the source."""
     root = tmp_path_factory.mktemp("install")
-    dist, target = root / "dist", root / "site"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+    source, dist, target = root / "source", root / "dist", root / "site"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                ".pytest_cache", "*.so"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-3000:]
     wheels = list(dist.glob("fairseq_sparse-*.whl"))
