@@ -234,6 +234,10 @@ def pytest_collection_modifyitems(items):
     ordering.long_first(items)
 
 
+# What the checkout held besides its tracked files when the run started (pytest_sessionstart).
+_CHECKOUT = pytest.StashKey()
+
+
 def _beside_tracked_files():
     """What git sees in the checkout besides its tracked files (untracked or ignored paths),
     bytecode and pytest's cache aside, and the checkout's top-level entries (git shows no
@@ -269,5 +273,3 @@ def pytest_sessionfinish(session, exitstatus):
             red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-
-_CHECKOUT = pytest.StashKey()
