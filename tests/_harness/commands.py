@@ -29,7 +29,7 @@ class _ForkServer:
     suite makes about 185 calls)."""
 
     def __init__(self):
-        self.env = _import_env()
+        self.env = dict(os.environ)  # what the server imports under
         # The socket the pipelines' Python (python_client.py, through the `python` written
         # here) asks the server on, and that wrapper: a few milliseconds to start.
         self.home = Path(tempfile.mkdtemp(prefix="forkserver-"))
@@ -80,12 +80,6 @@ class _ForkServer:
 _fork_server = None
 
 
-def _import_env():
-    """The environment as far as it can change what the server's imports did: all of it but
-    what the test process sets in itself (forkserver.SET_IN_THE_TEST_PROCESS)."""
-    return {name: value for name, value in os.environ.items() if name not in forkserver.SET_IN_THE_TEST_PROCESS}
-
-
 def run_cli(name, *args, cwd=None, check=True, timeout=600):
     """Run a console script of this virtual environment (fairseq-train, ...) and return it."""
     return _run([str(BIN / name), *map(str, args)], forkserver.console_script(name) is not None, cwd, check, timeout)
@@ -108,15 +102,13 @@ def pipeline_env(env=None, **inputs):
     run_script's are (forkserver.py, serve_client). The server forks only under its own
     environment but for PATH and the pipeline's `inputs`; otherwise the client executes the
     interpreter, as does a PYTHON in `inputs`."""
-    global _fork_server
     env = {**(os.environ if env is None else env), **{name: str(value) for name, value in inputs.items()}}
-    if "PYTHON" in inputs or os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") == "0" or not _forking_supported():
+    server = None if "PYTHON" in inputs else _server()
+    if server is None:
         return env
-    if _fork_server is None:
-        _fork_server = _ForkServer()
-    while not _fork_server.socket.exists() and _fork_server.proc.poll() is None:
+    while not server.socket.exists() and server.proc.poll() is None:
         time.sleep(0.01)  # the server's first step: a client that comes earlier executes Python itself
-    return {**env, "PYTHON": str(_fork_server.python), "FAIRSEQ_SPARSE_TESTS_FORK_SOCKET": str(_fork_server.socket),
+    return {**env, "PYTHON": str(server.python), "FAIRSEQ_SPARSE_TESTS_FORK_SOCKET": str(server.socket),
             forkserver.PIPELINE_INPUTS: ",".join(inputs)}
 
 
@@ -134,15 +126,24 @@ def _forking_supported():
     return _support
 
 
-def _run(cmd, forkable, cwd, check, timeout):
-    """Through the fork server unless FAIRSEQ_SPARSE_TESTS_FORK=0, or the environment has
-    changed since the server started (it imported torch and the rest under the old one)."""
+def _server():
+    """This test process's fork server (started at the first call), or None where commands
+    start fresh: under FAIRSEQ_SPARSE_TESTS_FORK=0, or where the server does not apply."""
     global _fork_server
-    forked = os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") != "0" and forkable and _forking_supported()
-    if forked and _fork_server is None:
+    if os.environ.get("FAIRSEQ_SPARSE_TESTS_FORK", "1") == "0" or not _forking_supported():
+        return None
+    if _fork_server is None:
         _fork_server = _ForkServer()
-    if forked and _fork_server.env == _import_env():
-        proc = _fork_server.run(cmd, cwd, timeout)
+    return _fork_server
+
+
+def _run(cmd, forkable, cwd, check, timeout):
+    """Through the fork server (_server()) unless the environment has changed since the server
+    started, as forkserver.differs() tells, but for what the test process sets in itself
+    (forkserver.SET_IN_THE_TEST_PROCESS): the server imported torch and the rest under the old one."""
+    server = _server() if forkable else None
+    if server is not None and not forkserver.differs(os.environ, server.env, forkserver.SET_IN_THE_TEST_PROCESS):
+        proc = server.run(cmd, cwd, timeout)
     else:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

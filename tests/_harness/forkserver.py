@@ -453,8 +453,8 @@ def zygote(sock, root_logging):
 # inductor's cache directory, which it exports at its first use (its default unless set); the
 # address of one of torch's functions in that process, which inductor exports for the kernels
 # it loads; the tokenizers' parallelism, which transformers settles at use.
-SET_IN_THE_TEST_PROCESS = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
-                           "TOKENIZERS_PARALLELISM")
+SET_IN_THE_TEST_PROCESS = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR",
+                                     "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", "TOKENIZERS_PARALLELISM"})
 
 # Where a pipeline's environment may differ from the one the server imported under: PATH
 # (the tests run the pipelines as a user would, outside the virtual environment), what bash
@@ -479,7 +479,7 @@ def serve_client(listener, base_env, root_logging, closing):
         message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         request = json.loads(message)
         argv, cwd, env = [sys.executable, *request["argv"]], request["cwd"], request["env"]
-        free = PIPELINE_VARIABLES | set(SET_IN_THE_TEST_PROCESS) | set(env.get(PIPELINE_INPUTS, "").split(","))
+        free = PIPELINE_VARIABLES | SET_IN_THE_TEST_PROCESS | set(env.get(PIPELINE_INPUTS, "").split(","))
         if len(fds) != 3 or not runs_as_fresh(argv, cwd) or differs(env, base_env, free):
             conn.send(json.dumps({"exec": True}).encode())
             return None
