@@ -28,7 +28,9 @@ kernels Triton would compile).
 
 import argparse
 import collections
+import hashlib
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -41,6 +43,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
+from triton.runtime.cache import get_cache_manager  # noqa: E402
 
 from fairseq_sparse.entmax.kernels import backward_pass, config, forward_pass, rows  # noqa: E402
 from fairseq_sparse.entmax.kernels.config import ENTMAX15, GENERIC, SPARSEMAX  # noqa: E402
@@ -51,6 +54,8 @@ POINTERS_FP32 = {"ALPHA", "SLOPES", "STATS", "BLOCKS", "DIAGNOSTICS_OUT", "R", "
 POINTERS_I32 = {"SEG", "BOUNDS"}
 POINTERS_DATA = {"Q", "K", "V", "O", "OG", "DO", "DQ", "DK", "DV", "x_ptr", "y_ptr", "dy_ptr", "dx_ptr"}
 FLOATS = {"scale", "tol", "p_drop"}
+# The file of a kernel's ptxas report in Triton's cache (registers()).
+REPORT = "ptxas_registers.json"
 
 
 def signature(kernel, dtype, constexprs):
@@ -146,20 +151,32 @@ def count(ptx):
 
 def registers(ptx, arch):
     """(registers per thread, bytes of spill stores per thread): ptxas's own report (-v) on
-    the PTX, with the ptxas and target Triton compiles it with."""
+    the PTX, with the ptxas and target Triton compiles it with. The report is kept in Triton's
+    cache, beside the compiled kernels that ``triton.compile`` reuses, under the PTX, the
+    ptxas and the target, which decide it: a kernel that Triton finds compiled is not handed
+    to ptxas again either."""
+    ptxas = get_ptxas(arch)
+    target = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    key = hashlib.sha256("\0".join(("kernel_ptx registers", ptxas.path, ptxas.version, target, ptx)).encode())
+    cache = get_cache_manager(key.hexdigest())
+    kept = cache.get_file(REPORT)
+    if kept is not None:
+        with open(kept) as f:
+            return tuple(json.load(f))
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "kernel.ptx")
         with open(source, "w") as f:
             f.write(ptx)
-        target = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
-        proc = subprocess.run([get_ptxas(arch).path, "-v", f"-arch={target}", source, "-o",
+        proc = subprocess.run([ptxas.path, "-v", f"-arch={target}", source, "-o",
                                os.path.join(tmp, "kernel.cubin")], capture_output=True, text=True, check=True)
     report = proc.stdout + proc.stderr
     used = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
     if not (used and spills):
         raise RuntimeError(f"no register report from ptxas: {report[-500:]}")
-    return int(used.group(1)), int(spills.group(1))
+    counts = int(used.group(1)), int(spills.group(1))
+    cache.put(json.dumps(counts), REPORT, binary=False)
+    return counts
 
 
 def main():
