@@ -24,12 +24,12 @@ pip=("$VENV/bin/python" -m pip "${pip_flags[@]}")
 # `import transformers` crash; we use no audio code, so install fairseq without its
 # dependency list and its real runtime dependencies from requirements.txt.
 
-# uv installs the same pinned stack several times faster than pip (it downloads and unpacks
-# in parallel), but it reads none of pip's configuration, and PyPI's torch for Linux is the
-# CUDA build (GBs). So uv is used only where pip's configuration names a folder of local
-# wheels (find-links) that holds the CPU build of torch 2.13.0, given to uv as that file;
-# anywhere else, or if uv fails, pip installs as before. Neither byte-compiles: compileall
-# below does it on every core (docs/notes/stack.md#the-test-suites-time).
+# uv installs the same pinned stack faster than pip (it downloads and unpacks in parallel;
+# docs/notes/stack.md#the-test-suites-time), but it reads none of pip's configuration, and
+# PyPI's torch for Linux is the CUDA build (GBs). So uv is used only where pip's
+# configuration names a folder of local wheels (find-links) that holds the CPU build of
+# torch 2.13.0, given to uv as that file; anywhere else, or if uv fails, pip installs as
+# before. Neither byte-compiles: compileall below does it on every core.
 install_with_uv() {
   # The Python's own pip answers faster than the bundled wheel, which runs from a zip and
   # compiles its modules at every start.
