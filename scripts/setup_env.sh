@@ -14,7 +14,7 @@ if [[ -f "$VENV/.fairseq_sparse_stamp" && "$(cat "$VENV/.fairseq_sparse_stamp")"
 fi
 
 echo "[setup] creating $VENV (torch 2.13.0 CPU, ve-fairseq 0.12.3 without torchaudio, pinned deps)"
-# A venv without pip, then the installer from the pip wheel that ensurepip bundles.
+# A venv without pip; the installers come next (uv below, or pip from the wheel that ensurepip bundles).
 "$PYTHON" -m venv --without-pip "$VENV"
 bundled_pip=$("$VENV/bin/python" -c 'import ensurepip, glob, os
 print(*glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), "_bundled", "pip-*.whl"))[:1])' 2>/dev/null || true)
