@@ -34,8 +34,10 @@ install_with_uv() {
   # The Python's own pip answers faster than the bundled wheel, which runs from a zip and
   # compiles its modules at every start.
   local bootstrap=("$PYTHON" -m pip) links dir candidate torch_wheel=""
-  "${bootstrap[@]}" --version > /dev/null 2>&1 || bootstrap=("$VENV/bin/python" "$bundled_pip/pip")
-  [[ -n "$bundled_pip" || "${bootstrap[0]}" == "$PYTHON" ]] || return 1
+  if ! "${bootstrap[@]}" --version > /dev/null 2>&1; then
+    [[ -n "$bundled_pip" ]] || return 1
+    bootstrap=("$VENV/bin/python" "$bundled_pip/pip")
+  fi
   links=$("${bootstrap[@]}" config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p")
   for dir in $links; do
     for candidate in "${dir#file://}"/torch-2.13.0+cpu-cp311-*.whl; do

@@ -272,4 +272,3 @@ def pytest_sessionfinish(session, exitstatus):
             f"\nThe tests left in the checkout {', '.join(left)}: a test wrote outside its temporary directory",
             red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
